@@ -1,0 +1,112 @@
+"""The one Transformer core every family shares: embeddings and post-LN blocks, numerically the same as
+HuggingFace BERT. A block takes its queries from one stream and its keys/values from another when asked
+(T-TA queries a [MASK] stream against the embedding output; XLNet's query stream reads the content stream)."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import ModelConfig
+
+
+class Embeddings(nn.Module):
+    """LayerNorm(token + learned position [+ segment]) then dropout, as BERT and T-TA have it."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.position = nn.Embedding(config.max_position, config.hidden_size)
+        self.segment = nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                dropout: nn.Module | None = None) -> Tensor:
+        """`dropout` lets a second stream (T-TA's queries) share the LayerNorm but keep its own dropout."""
+        length = input_ids.shape[1]
+        x = self.word(input_ids) + self.position.weight[:length]
+        if self.segment is not None:
+            if token_type_ids is None:
+                x = x + self.segment.weight[0]
+            else:
+                x = x + self.segment(token_type_ids)
+        return (dropout or self.dropout)(self.norm(x))
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        h = config.hidden_size
+        self.num_heads = config.num_heads
+        self.query = nn.Linear(h, h)
+        self.key = nn.Linear(h, h)
+        self.value = nn.Linear(h, h)
+        self.out = nn.Linear(h, h)
+        self.dropout_p = config.attention_dropout
+
+    def forward(self, h: Tensor, kv: Tensor, mask: Tensor, dead_rows: Tensor | None) -> Tensor:
+        B, Lq, H = h.shape
+        Lk = kv.shape[1]
+        nh = self.num_heads
+        q = self.query(h).view(B, Lq, nh, -1).transpose(1, 2)
+        k = self.key(kv).view(B, Lk, nh, -1).transpose(1, 2)
+        v = self.value(kv).view(B, Lk, nh, -1).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                           dropout_p=self.dropout_p if self.training else 0.0)
+        if dead_rows is not None:
+            a = a.masked_fill(dead_rows, 0.0)
+        return self.out(a.transpose(1, 2).reshape(B, Lq, H))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.down = nn.Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.down(F.gelu(self.up(h)))
+
+
+class Block(nn.Module):
+    """Post-LN block: h = LN(h + Drop(Attn(h, kv))); h = LN(h + Drop(FFN(h)))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.attn = Attention(config)
+        self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn = FeedForward(config)
+        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None,
+                dead_rows: Tensor | None = None) -> Tensor:
+        h = self.attn_norm(h + self.dropout(self.attn(h, h if kv is None else kv, mask, dead_rows)))
+        return self.ffn_norm(h + self.dropout(self.ffn(h)))
+
+
+def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor | None]:
+    """SDPA returns NaN for a query that may attend to nothing (an XLNet order's first token, a one-token
+    T-TA input). Let such rows attend anywhere, and return them so the block zeroes their output."""
+    dead = ~mask.any(dim=-1, keepdim=True)
+    if not bool(dead.any()):
+        return mask, None
+    return mask | dead, dead
+
+
+class Encoder(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+
+    def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None,
+                output_hidden_states: bool = False) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        """`mask` is a (B, 1, Lq, Lk) bool tensor, True = may attend, built once per batch."""
+        mask, dead = guard_empty_rows(mask)
+        states = [h] if output_hidden_states else None
+        for layer in self.layers:
+            h = layer(h, mask, kv=kv, dead_rows=dead)
+            if states is not None:
+                states.append(h)
+        return h, tuple(states) if states is not None else None

@@ -1,0 +1,163 @@
+"""Typed model configuration, presets, and TOML loading with command-line overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import tomllib
+
+FAMILIES = ("tta", "bert", "gpt")
+
+
+@dataclass
+class ModelConfig:
+    """Everything needed to build one model. Special token ids follow maskplay's vocabulary layout
+    ([PAD]=0 [EOS]=1 [UNK]=2 [SOS]=3 [MASK]=4 [CLS]=5 [SEP]=6), the layout of the T-TA paper's vocabulary."""
+
+    family: str = "tta"
+    vocab_size: int = 29530
+    hidden_size: int = 512
+    num_layers: int = 3
+    num_heads: int = 8
+    intermediate_size: int = 2048
+    max_position: int = 128
+    type_vocab_size: int = 0  # 0 = no segment embedding
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+    eos_token_id: int = 1
+    unk_token_id: int = 2
+    sos_token_id: int = 3
+    mask_token_id: int = 4
+    special_token_ids: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4, 5, 6])
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})"
+            )
+        for name in ("pad_token_id", "eos_token_id", "unk_token_id", "sos_token_id", "mask_token_id"):
+            value = getattr(self, name)
+            if not 0 <= value < self.vocab_size:
+                raise ValueError(f"{name}={value} is outside the vocabulary of size {self.vocab_size}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> ModelConfig:
+        return from_dict(cls, json.loads(Path(path).read_text()), source=str(path))
+
+
+# Architectures only; the vocabulary size comes from the tokenizer a model is trained with.
+PRESETS: dict[str, dict[str, Any]] = {
+    # The released T-TA model (joongbo/tta config.layer-3.vocab-lower.sub-32k.json).
+    "tta-paper": dict(hidden_size=512, num_layers=3, num_heads=8, intermediate_size=2048, max_position=128,
+                      vocab_size=29530),
+    # Small enough to pretrain on a 2-core CPU.
+    "mini": dict(hidden_size=256, num_layers=3, num_heads=4, intermediate_size=1024, max_position=128,
+                 vocab_size=16384),
+    # For tests.
+    "tiny": dict(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position=64,
+                 vocab_size=100),
+}
+
+
+def preset(name: str, family: str = "tta", **overrides: Any) -> ModelConfig:
+    """Build the config of preset `name` for `family`; any field can be overridden."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    return ModelConfig(family=family, **{**PRESETS[name], **overrides})
+
+
+T = TypeVar("T")
+
+
+def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
+    """Build a (possibly nested) dataclass from a dict, rejecting unknown keys by name."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{source}: unknown key(s) {unknown} for {cls.__name__}; known: {sorted(names)}")
+    kwargs = {}
+    for key, value in data.items():
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            value = from_dict(hint, value, source=f"{source}.{key}")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def _coerce(text: str, hint: Any, name: str) -> Any:
+    """Parse a command-line override value into the type of its dataclass field."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if text.lower() in ("none", "null") and type(None) in args:
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin = typing.get_origin(hint)
+    if hint is bool:
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise ValueError(f"override {name}={text!r}: expected true or false")
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return [_coerce(part, item, name) for part in text.split(",") if part]
+    try:
+        return hint(text)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"override {name}={text!r}: expected {getattr(hint, '__name__', hint)}") from err
+
+
+def apply_overrides(obj: T, overrides: list[str]) -> T:
+    """Apply `a.b=value` overrides to a nested dataclass, returning a new object (validated again)."""
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} must look like key=value (e.g. train.lr=3e-4)")
+        dotted, text = item.split("=", 1)
+        obj = _set(obj, dotted.split("."), text, dotted)
+    return obj
+
+
+def _set(obj: Any, path: list[str], text: str, dotted: str) -> Any:
+    names = {f.name for f in dataclasses.fields(obj)}
+    head = path[0]
+    if head not in names:
+        raise ValueError(f"override {dotted!r}: {type(obj).__name__} has no field {head!r}; known: {sorted(names)}")
+    if len(path) == 1:
+        value = _coerce(text, typing.get_type_hints(type(obj))[head], dotted)
+    else:
+        value = _set(getattr(obj, head), path[1:], text, dotted)
+    return dataclasses.replace(obj, **{head: value})
+
+
+def load_toml(cls: type[T], path: str | Path) -> T:
+    with open(path, "rb") as f:
+        try:
+            data = tomllib.load(f)
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(f"{path}: invalid TOML: {err}") from err
+    return from_dict(cls, data, source=str(path))

@@ -1,0 +1,3 @@
+from .dataset import TokenDataset, pad_batch
+
+__all__ = ["TokenDataset", "pad_batch"]

@@ -1,0 +1,73 @@
+"""A prepared split on disk: every sequence's token ids back to back in `tokens.bin` (memory-mapped, so
+a corpus of any size costs no RAM), `offsets.npy` with the start of each sequence (n + 1 entries), and
+`meta.json` describing both."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+TOKENS_NAME = "tokens.bin"
+OFFSETS_NAME = "offsets.npy"
+META_NAME = "meta.json"
+
+
+class TokenDataset:
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        meta_path = self.directory / META_NAME
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{meta_path} not found: is {self.directory} a split written by "
+                                    "`maskplay prepare`?")
+        self.meta = json.loads(meta_path.read_text())
+        self.offsets = np.load(self.directory / OFFSETS_NAME, mmap_mode="r", allow_pickle=False)
+        dtype = np.dtype(self.meta["dtype"])
+        n_tokens = int(self.offsets[-1])
+        self.tokens = (np.memmap(self.directory / TOKENS_NAME, dtype=dtype, mode="r", shape=(n_tokens,))
+                       if n_tokens else np.zeros(0, dtype=dtype))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"sequence {index} out of range for {len(self)} sequences in {self.directory}")
+        index %= len(self)
+        return np.asarray(self.tokens[self.offsets[index]:self.offsets[index + 1]], dtype=np.int64)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.offsets[-1])
+
+
+def write_split(directory: str | Path, sequences: list[list[int]] | list[np.ndarray], vocab_size: int,
+                extra_meta: dict | None = None) -> None:
+    """Write sequences in the TokenDataset layout (small splits; `maskplay prepare` streams large ones)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    dtype = np.uint16 if vocab_size <= 65536 else np.uint32
+    lengths = np.array([len(s) for s in sequences], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    flat = np.concatenate([np.asarray(s, dtype=dtype) for s in sequences]) if sequences else np.zeros(0, dtype)
+    flat.tofile(directory / TOKENS_NAME)
+    np.save(directory / OFFSETS_NAME, offsets)
+    meta = {"dtype": np.dtype(dtype).name, "num_sequences": len(sequences), "num_tokens": int(offsets[-1]),
+            "vocab_size": vocab_size, **(extra_meta or {})}
+    (directory / META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def pad_batch(sequences: list[np.ndarray] | list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
+    """Right-pad to the longest sequence: (input_ids, attention_mask), both (B, L), the mask bool."""
+    if not sequences:
+        raise ValueError("empty batch: no sequences to pad")
+    length = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), length), dtype=torch.bool)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = torch.as_tensor(np.asarray(seq, dtype=np.int64))
+        mask[row, : len(seq)] = True
+    return ids, mask

@@ -1,0 +1,51 @@
+"""BERT masked LM: 15 % of real tokens selected, 80 % -> [MASK], 10 % -> random, 10 % kept; the head runs
+only at the selected positions."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..masks import and_masks, bidirectional, materialize, padding
+from ..modeling import IGNORE_INDEX, MaskplayModel
+from ..outputs import ModelOutput
+
+
+class BertMLM(MaskplayModel):
+    family = "bert"
+    mask_probability = 0.15
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                token_type_ids: Tensor | None = None, output_hidden_states: bool = False) -> ModelOutput:
+        attention_mask = self.check_inputs(input_ids, attention_mask)
+        B, L = input_ids.shape
+        mask = materialize(and_masks(bidirectional(), padding(attention_mask)), B, L, device=input_ids.device)
+        h = self.embeddings(input_ids, token_type_ids)
+        h, states = self.encoder(h, mask, output_hidden_states=output_hidden_states)
+        return self.output(h, labels, states)
+
+    def training_batch(self, input_ids: Tensor, attention_mask: Tensor,
+                       generator: torch.Generator | None = None) -> dict[str, Tensor]:
+        corrupted, labels = mask_tokens(input_ids, attention_mask, self.config.special_token_ids,
+                                        self.config.mask_token_id, self.config.vocab_size,
+                                        self.mask_probability, generator)
+        return {"input_ids": corrupted, "attention_mask": attention_mask, "labels": labels}
+
+
+def mask_tokens(input_ids: Tensor, attention_mask: Tensor, special_ids: list[int], mask_id: int,
+                vocab_size: int, probability: float = 0.15,
+                generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """BERT's corruption. Special tokens are never selected; a batch with none selected by chance gets its
+    first eligible token selected, so the loss is always defined."""
+    eligible = attention_mask.bool() & ~torch.isin(input_ids, torch.tensor(special_ids, device=input_ids.device))
+    draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
+    selected = eligible & (draw < probability)
+    if not bool(selected.any()) and bool(eligible.any()):
+        first = eligible.flatten().nonzero()[0, 0]
+        selected.view(-1)[first] = True
+    labels = input_ids.masked_fill(~selected, IGNORE_INDEX)
+    action = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
+    random_ids = torch.randint(vocab_size, input_ids.shape, generator=generator, device=input_ids.device)
+    corrupted = torch.where(selected & (action < 0.8), torch.full_like(input_ids, mask_id), input_ids)
+    corrupted = torch.where(selected & (action >= 0.8) & (action < 0.9), random_ids, corrupted)
+    return corrupted, labels

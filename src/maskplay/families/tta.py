@@ -1,0 +1,36 @@
+"""T-TA (Shin et al., ACL 2020): every token predicted from all the others in one pass.
+
+Queries start from the [MASK] embedding + position (same LayerNorm, own dropout); keys and values are the
+embedding output X in every layer, each layer projecting X with its own weights; the mask is padding AND
+not-diagonal, so output i never depends on token i at any depth. Targets: every real token."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ..masks import and_masks, bidirectional, materialize, no_diagonal, padding
+from ..modeling import MaskplayModel
+from ..outputs import ModelOutput
+
+
+class TTA(MaskplayModel):
+    family = "tta"
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.query_dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                output_hidden_states: bool = False, diagonal_mask: bool = True) -> ModelOutput:
+        """diagonal_mask=False lets each position see its own token: for feature extraction and fine-tuning,
+        as the paper does downstream. Language-model scores need the default."""
+        attention_mask = self.check_inputs(input_ids, attention_mask)
+        cfg = self.config
+        x = self.embeddings(input_ids)
+        query_ids = attention_mask.long() * cfg.mask_token_id + (~attention_mask).long() * cfg.pad_token_id
+        h = self.embeddings(query_ids, dropout=self.query_dropout)
+        structure = no_diagonal() if diagonal_mask else bidirectional()
+        B, L = input_ids.shape
+        mask = materialize(and_masks(structure, padding(attention_mask)), B, L, device=input_ids.device)
+        h, states = self.encoder(h, mask, kv=x, output_hidden_states=output_hidden_states)
+        return self.output(h, labels, states)

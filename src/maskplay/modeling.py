@@ -1,0 +1,187 @@
+"""What every family shares: construction, initialisation, input checks, the loss, and checkpoints
+(safetensors weights + JSON config; loading is strict and never unpickles)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from .backbone import Embeddings, Encoder
+from .config import ModelConfig, from_dict
+from .heads import LMHead
+from .outputs import ModelOutput
+
+IGNORE_INDEX = -100
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+
+
+class MaskplayModel(nn.Module):
+    family: ClassVar[str] = ""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.family != self.family:
+            raise ValueError(f"{type(self).__name__} needs a config with family={self.family!r}, "
+                             f"got {config.family!r}")
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.encoder = Encoder(config)
+        self.head = LMHead(config)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    # ---- inputs -------------------------------------------------------------------------------------
+
+    def check_inputs(self, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
+        """Validate a batch and return its attention mask ((B, L) bool; default: ids != [PAD])."""
+        cfg = self.config
+        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+            raise ValueError("input_ids must be a 2-D (batch, length) tensor of token ids, got "
+                             f"{getattr(input_ids, 'shape', type(input_ids))}")
+        batch, length = input_ids.shape
+        if batch == 0 or length == 0:
+            raise ValueError(f"empty batch: input_ids has shape {tuple(input_ids.shape)}")
+        if length > cfg.max_position:
+            raise ValueError(f"sequence length {length} exceeds the model's {cfg.max_position} positions; "
+                             "truncate or split the input")
+        if input_ids.dtype not in (torch.long, torch.int, torch.int32, torch.int16, torch.uint8):
+            raise ValueError(f"input_ids must be integer token ids, got dtype {input_ids.dtype}")
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= cfg.vocab_size:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"token id {bad} is out of range for a vocabulary of {cfg.vocab_size} "
+                             f"(ids seen: {lo}..{hi})")
+        if attention_mask is None:
+            return input_ids != cfg.pad_token_id
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} differs from input_ids "
+                             f"shape {tuple(input_ids.shape)}")
+        return attention_mask.bool()
+
+    def training_batch(self, input_ids: Tensor, attention_mask: Tensor,
+                       generator: torch.Generator | None = None) -> dict[str, Tensor]:
+        """Turn a clean padded batch into this family's forward() arguments, labels included."""
+        labels = input_ids.masked_fill(~attention_mask.bool(), IGNORE_INDEX)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+    # ---- outputs ------------------------------------------------------------------------------------
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        return self.head(hidden, self.embeddings.word.weight)
+
+    def output(self, hidden: Tensor, labels: Tensor | None, states: tuple[Tensor, ...] | None) -> ModelOutput:
+        """The head at labelled positions only (all positions without labels), and the mean token loss."""
+        if labels is None:
+            return ModelOutput(logits=self.logits(hidden), last_hidden_state=hidden, hidden_states=states)
+        selected = labels != IGNORE_INDEX
+        logits = self.logits(hidden[selected])
+        loss = F.cross_entropy(logits.float(), labels[selected])
+        return ModelOutput(loss=loss, logits=logits, last_hidden_state=hidden, hidden_states=states)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    # ---- checkpoints --------------------------------------------------------------------------------
+
+    def save_pretrained(self, directory: str | Path, dtype: torch.dtype | None = None) -> None:
+        """Write config.json and model.safetensors (optionally cast, e.g. to fp16), each atomically."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        tensors = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).contiguous().cpu()
+                   for k, v in self.state_dict().items()}
+        with _atomic_path(directory / WEIGHTS_NAME) as tmp:
+            save_file(tensors, str(tmp), metadata={"format": "pt", "family": self.family})
+        with _atomic_path(directory / CONFIG_NAME) as tmp:
+            tmp.write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, **config_overrides: Any) -> MaskplayModel:
+        """Load a model saved by save_pretrained. Called on MaskplayModel it builds the saved family."""
+        directory = Path(directory)
+        config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
+        for path in (config_path, weights_path):
+            if not path.is_file():
+                raise FileNotFoundError(f"{path} not found: is {directory} a directory written by save_pretrained?")
+        data = json.loads(config_path.read_text())
+        data.update(config_overrides)
+        config = from_dict(ModelConfig, data, source=str(config_path))
+        model_cls = cls if cls.family else family_class(config.family)
+        model = model_cls(config)
+        state = load_file(str(weights_path))
+        model.load_strict({k: v.float() if v.is_floating_point() else v for k, v in state.items()},
+                          source=str(weights_path))
+        return model
+
+    def load_strict(self, state: dict[str, Tensor], source: str = "state dict") -> None:
+        """load_state_dict that names every missing, unexpected or misshapen weight in its error."""
+        own = self.state_dict()
+        missing = sorted(set(own) - set(state))
+        unexpected = sorted(set(state) - set(own))
+        shapes = [f"{k}: {tuple(state[k].shape)} vs {tuple(own[k].shape)}"
+                  for k in own if k in state and state[k].shape != own[k].shape]
+        if missing or unexpected or shapes:
+            raise ValueError(f"{source} does not match {type(self).__name__}: missing {missing}, "
+                             f"unexpected {unexpected}, wrong shapes {shapes}")
+        self.load_state_dict(state, strict=True)
+
+
+class _atomic_path:
+    """Write to a temporary file in the same directory, fsync, then rename over the target."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def __enter__(self) -> Path:
+        fd, name = tempfile.mkstemp(prefix=f".{self.target.name}.", dir=self.target.parent)
+        os.close(fd)
+        self.tmp = Path(name)
+        return self.tmp
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is not None:
+            self.tmp.unlink(missing_ok=True)
+            return
+        with open(self.tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(self.tmp, self.target)
+        dir_fd = os.open(self.target.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def atomic_path(target: str | Path) -> _atomic_path:
+    return _atomic_path(Path(target))
+
+
+def family_class(family: str) -> type[MaskplayModel]:
+    from .families import FAMILY_CLASSES
+
+    if family not in FAMILY_CLASSES:
+        raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILY_CLASSES)}")
+    return FAMILY_CLASSES[family]
+
+
+def build_model(config: ModelConfig) -> MaskplayModel:
+    return family_class(config.family)(config)

@@ -1,0 +1,118 @@
+"""Uncased WordPiece tokenizers (HuggingFace `tokenizers`) with maskplay's special tokens.
+
+Every sentence is encoded as `[SOS] pieces [EOS]` ([CLS] ... [SEP] with a BERT vocabulary)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, normalizers, pre_tokenizers
+
+SPECIAL_TOKENS = ["[PAD]", "[EOS]", "[UNK]", "[SOS]", "[MASK]", "[CLS]", "[SEP]"]
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    pad: int
+    eos: int
+    unk: int
+    sos: int
+    mask: int
+    all: tuple[int, ...]
+
+
+class Tokenizer:
+    """A thin wrapper that knows where the specials are and frames every sentence with start/end."""
+
+    def __init__(self, backend: HFTokenizer, source: str = "") -> None:
+        self.backend = backend
+        self.source = source
+        vocab = backend.get_vocab()
+
+        def find(*names: str) -> int:
+            for name in names:
+                if name in vocab:
+                    return vocab[name]
+            raise ValueError(f"tokenizer {source or '(in memory)'} has none of the special tokens {names}")
+
+        self.special = SpecialIds(
+            pad=find("[PAD]"), eos=find("[EOS]", "[SEP]"), unk=find("[UNK]"), sos=find("[SOS]", "[CLS]"),
+            mask=find("[MASK]"),
+            all=tuple(sorted(vocab[t] for t in SPECIAL_TOKENS if t in vocab)),
+        )
+        backend.no_padding()
+        backend.no_truncation()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return [self.special.sos, *self.backend.encode(text, add_special_tokens=False).ids, self.special.eos]
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        s, e = self.special.sos, self.special.eos
+        return [[s, *enc.ids, e] for enc in self.backend.encode_batch(texts, add_special_tokens=False)]
+
+    def tokens(self, text: str) -> list[str]:
+        """The pieces of `text` framed by the start and end tokens, aligned with encode()."""
+        return [self.backend.id_to_token(i) for i in self.encode(text)]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.backend.decode(ids, skip_special_tokens=True)
+
+    def model_config_ids(self) -> dict[str, object]:
+        """The special-token fields of a ModelConfig for this vocabulary."""
+        s = self.special
+        return dict(vocab_size=self.vocab_size, pad_token_id=s.pad, eos_token_id=s.eos, unk_token_id=s.unk,
+                    sos_token_id=s.sos, mask_token_id=s.mask, special_token_ids=list(s.all))
+
+    def save(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(directory / "tokenizer.json"))
+
+
+def wordpiece_from_vocab(vocab_file: str | Path) -> HFTokenizer:
+    """An uncased BERT-style WordPiece tokenizer over an existing vocab.txt."""
+    vocab_file = Path(vocab_file)
+    vocab: dict[str, int] = {}
+    with open(vocab_file, encoding="utf-8") as f:
+        for index, line in enumerate(f):
+            token = line.rstrip("\n")
+            if token in vocab:
+                raise ValueError(f"{vocab_file}:{index + 1}: duplicate vocabulary entry {token!r}")
+            vocab[token] = index
+    if "[UNK]" not in vocab:
+        raise ValueError(f"{vocab_file}: no [UNK] token")
+    tok = HFTokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                strip_accents=None, lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return tok
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """Load from a directory (tokenizer.json or vocab.txt in it), a tokenizer.json, or any vocab .txt."""
+    path = Path(path)
+    if path.is_dir():
+        for name in ("tokenizer.json", "vocab.txt"):
+            if (path / name).is_file():
+                return load_tokenizer(path / name)
+        txts = sorted(path.glob("vocab*.txt"))
+        if len(txts) == 1:
+            return load_tokenizer(txts[0])
+        raise FileNotFoundError(f"{path}: no tokenizer.json or vocab.txt in this directory")
+    if not path.is_file():
+        raise FileNotFoundError(f"tokenizer {path} not found")
+    if path.suffix == ".json":
+        try:
+            return Tokenizer(HFTokenizer.from_file(str(path)), source=str(path))
+        except Exception as err:  # the tokenizers library raises a bare Exception on bad JSON
+            json.loads(path.read_text())  # a JSON syntax error names the line
+            raise ValueError(f"{path}: not a tokenizers JSON file: {err}") from err
+    return Tokenizer(wordpiece_from_vocab(path), source=str(path))

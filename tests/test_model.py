@@ -1,0 +1,127 @@
+import pytest
+import torch
+
+from maskplay import BertMLM, MaskplayModel, ModelConfig, preset
+from maskplay.modeling import build_model
+from tests.conftest import padded_batch
+
+FAMILIES = ["tta", "bert", "gpt"]
+
+
+def token_logprobs(model, ids, mask):
+    with torch.no_grad():
+        logits = model(ids, attention_mask=mask).logits
+    return logits.log_softmax(-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_padding_invariance(tiny_model, family):
+    model = tiny_model(family)
+    lengths = [9, 3, 6]
+    ids, mask = padded_batch(lengths)
+    together = token_logprobs(model, ids, mask)
+    for row, n in enumerate(lengths):
+        alone = token_logprobs(model, ids[row:row + 1, :n], mask[row:row + 1, :n])
+        torch.testing.assert_close(together[row, :n], alone[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_save_and_load_round_trip(tmp_path, tiny_model, family):
+    model = tiny_model(family)
+    model.save_pretrained(tmp_path)
+    loaded = MaskplayModel.from_pretrained(tmp_path).eval()
+    assert type(loaded) is type(model)
+    ids, mask = padded_batch([5, 4])
+    torch.testing.assert_close(token_logprobs(loaded, ids, mask), token_logprobs(model, ids, mask))
+    assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+
+
+def test_loading_a_checkpoint_with_a_missing_weight_fails(tmp_path, tiny_model):
+    from safetensors.torch import load_file, save_file
+
+    tiny_model("tta").save_pretrained(tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    del state["encoder.layers.1.attn.key.weight"]
+    save_file(state, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match=r"missing \['encoder.layers.1.attn.key.weight'\]"):
+        MaskplayModel.from_pretrained(tmp_path)
+
+
+def test_fp16_checkpoint_loads_close(tmp_path, tiny_model):
+    model = tiny_model("tta")
+    model.save_pretrained(tmp_path, dtype=torch.float16)
+    loaded = MaskplayModel.from_pretrained(tmp_path).eval()
+    ids, mask = padded_batch([6])
+    torch.testing.assert_close(token_logprobs(loaded, ids, mask), token_logprobs(model, ids, mask),
+                               atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_loss_and_logit_shapes(tiny_model, family):
+    model = tiny_model(family)
+    ids, mask = padded_batch([8, 5])
+    batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
+    out = model(**batch)
+    assert out.loss.ndim == 0 and torch.isfinite(out.loss)
+    labels = batch["labels"][:, 1:] if family == "gpt" else batch["labels"]
+    assert out.logits.shape == ((labels != -100).sum().item(), 100)
+    assert model(ids, attention_mask=mask).logits.shape == (2, 8, 100)
+
+
+def test_tta_loss_is_the_mean_over_real_tokens(tiny_model):
+    model = tiny_model("tta")
+    ids, mask = padded_batch([8, 3])
+    out = model(**model.training_batch(ids, mask))
+    logits = model(ids, attention_mask=mask).logits
+    want = torch.nn.functional.cross_entropy(logits[mask], ids[mask])
+    torch.testing.assert_close(out.loss, want)
+
+
+def test_bert_corruption_statistics():
+    model = BertMLM(preset("tiny", family="bert", vocab_size=1000))
+    ids, mask = padded_batch([100] * 1000, vocab=1000)
+    ids[:, 0] = 3  # [SOS] is special and must never be selected
+    batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
+    selected = batch["labels"] != -100
+    assert not selected[:, 0].any()
+    rate = selected[:, 1:].float().mean().item()
+    assert 0.145 < rate < 0.155
+    masked = (batch["input_ids"] == 4) & selected
+    kept = (batch["input_ids"] == ids) & selected
+    assert 0.79 < masked.sum() / selected.sum() < 0.81
+    assert 0.095 < kept.sum() / selected.sum() < 0.11  # 10 % kept + random draws of the same id
+    assert torch.equal(batch["labels"][selected], ids[selected])
+
+
+def test_bad_inputs_get_clear_errors(tiny_model):
+    model = tiny_model("tta")
+    with pytest.raises(ValueError, match="exceeds the model's 64 positions"):
+        model(torch.ones(1, 65, dtype=torch.long))
+    with pytest.raises(ValueError, match="token id 100 is out of range for a vocabulary of 100"):
+        model(torch.tensor([[5, 100]]))
+    with pytest.raises(ValueError, match="token id -1 is out of range"):
+        model(torch.tensor([[5, -1]]))
+    with pytest.raises(ValueError, match="empty batch"):
+        model(torch.zeros(0, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="2-D"):
+        model(torch.ones(5, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"hidden_size \(250\) must be divisible by num_heads \(4\)"):
+        ModelConfig(hidden_size=250, num_heads=4)
+    with pytest.raises(ValueError, match="needs a config with family='bert'"):
+        BertMLM(preset("tiny", family="tta"))
+    with pytest.raises(ValueError, match="unknown preset"):
+        preset("huge")
+
+
+def test_one_token_tta_input_gives_finite_output(tiny_model):
+    out = tiny_model("tta")(torch.tensor([[9]]))
+    assert torch.isfinite(out.logits).all()
+
+
+def test_presets_are_selectable_for_every_family():
+    for name in ("mini", "tta-paper"):
+        sizes = {f: build_model(preset(name, family=f)).num_parameters() for f in FAMILIES}
+        assert len(set(sizes.values())) == 1, sizes  # families are compared at the same size
+    paper = preset("tta-paper")
+    assert (paper.num_layers, paper.hidden_size, paper.num_heads, paper.intermediate_size,
+            paper.max_position, paper.vocab_size) == (3, 512, 8, 2048, 128, 29530)
