@@ -125,3 +125,31 @@ def test_presets_are_selectable_for_every_family():
     paper = preset("tta-paper")
     assert (paper.num_layers, paper.hidden_size, paper.num_heads, paper.intermediate_size,
             paper.max_position, paper.vocab_size) == (3, 512, 8, 2048, 128, 29530)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_linear_cross_entropy_matches_the_naive_loss_and_gradients(dtype):
+    from maskplay.heads import linear_cross_entropy
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(37, 16, generator=g).to(dtype).requires_grad_()
+    w = (torch.randn(50, 16, generator=g)).to(dtype).requires_grad_()
+    b = torch.randn(50, generator=g).to(dtype).requires_grad_()
+    t = torch.randint(50, (37,), generator=g)
+    fused = linear_cross_entropy(x, w, b, t, chunk=8) * 3.0  # chunks that do not divide N; a scaled loss
+    grads = torch.autograd.grad(fused, (x, w, b))
+    naive = torch.nn.functional.cross_entropy(torch.nn.functional.linear(x, w, b).float(), t) * 3.0
+    want = torch.autograd.grad(naive, (x, w, b))
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(fused, naive, **tol)
+    for got, ref in zip(grads, want, strict=True):
+        assert got.dtype == dtype
+        torch.testing.assert_close(got, ref, **tol)
+
+
+def test_logits_with_labels_are_the_rows_of_the_full_logits(tiny_model):
+    model = tiny_model("tta")
+    ids, mask = padded_batch([6, 3])
+    out = model(**model.training_batch(ids, mask))
+    full = model(ids, attention_mask=mask).logits
+    torch.testing.assert_close(out.logits, full[mask])

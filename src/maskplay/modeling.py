@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
@@ -94,8 +93,9 @@ class MaskplayModel(nn.Module):
         if labels is None:
             return ModelOutput(logits=self.logits(hidden), last_hidden_state=hidden, hidden_states=states)
         selected = labels != IGNORE_INDEX
-        logits = self.logits(hidden[selected])
-        loss = F.cross_entropy(logits.float(), labels[selected])
+        selected_hidden = hidden[selected]
+        loss = self.head.loss(selected_hidden, self.embeddings.word.weight, labels[selected])
+        logits = lambda: self.logits(selected_hidden)  # noqa: E731  (computed only if asked for)
         return ModelOutput(loss=loss, logits=logits, last_hidden_state=hidden, hidden_states=states)
 
     def num_parameters(self) -> int:

@@ -1,20 +1,35 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from torch import Tensor
 
 
-@dataclass
 class ModelOutput:
     """What every family returns.
 
+    loss: mean token loss over the targets (with labels).
     logits: (B, L, V) when no labels are given. With labels, the head runs only at the labelled positions
-        (labels != -100) and logits is (N, V), one row per labelled position in row-major order.
+        (labels != -100) and logits is (N, V), one row per labelled position in row-major order. The loss is
+        computed without materialising these logits, so with labels they are computed on first access.
+    last_hidden_state: (B, L, H), the output of the last block.
     hidden_states: the input of the first block, then the output of every block (with output_hidden_states).
     """
 
-    loss: Tensor | None = None
-    logits: Tensor | None = None
-    last_hidden_state: Tensor | None = None
-    hidden_states: tuple[Tensor, ...] | None = None
+    def __init__(self, loss: Tensor | None = None, logits: Tensor | Callable[[], Tensor] | None = None,
+                 last_hidden_state: Tensor | None = None, hidden_states: tuple[Tensor, ...] | None = None) -> None:
+        self.loss = loss
+        self._logits = logits
+        self.last_hidden_state = last_hidden_state
+        self.hidden_states = hidden_states
+
+    @property
+    def logits(self) -> Tensor | None:
+        if callable(self._logits):
+            self._logits = self._logits()
+        return self._logits
+
+    def __repr__(self) -> str:
+        loss = None if self.loss is None else round(float(self.loss), 4)
+        shape = None if self.last_hidden_state is None else tuple(self.last_hidden_state.shape)
+        return f"ModelOutput(loss={loss}, last_hidden_state={shape})"

@@ -5,11 +5,12 @@ Every sentence is encoded as `[SOS] pieces [EOS]` ([CLS] ... [SEP] with a BERT v
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, normalizers, pre_tokenizers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 SPECIAL_TOKENS = ["[PAD]", "[EOS]", "[UNK]", "[SOS]", "[MASK]", "[CLS]", "[SEP]"]
 
@@ -75,6 +76,16 @@ class Tokenizer:
         directory.mkdir(parents=True, exist_ok=True)
         self.backend.save(str(directory / "tokenizer.json"))
 
+    def save_vocab(self, path: str | Path) -> None:
+        """vocab.txt: one piece per line in id order (loadable by load_tokenizer and by BERT tooling)."""
+        vocab = self.backend.get_vocab()
+        by_id = sorted(vocab.items(), key=lambda kv: kv[1])
+        if [i for _, i in by_id] != list(range(len(by_id))):
+            raise ValueError(f"tokenizer {self.source}: ids are not contiguous, cannot write a vocab.txt")
+        if any("\n" in t for t, _ in by_id):
+            raise ValueError(f"tokenizer {self.source}: a piece contains a newline, cannot write a vocab.txt")
+        Path(path).write_text("".join(t + "\n" for t, _ in by_id), encoding="utf-8")
+
 
 def wordpiece_from_vocab(vocab_file: str | Path) -> HFTokenizer:
     """An uncased BERT-style WordPiece tokenizer over an existing vocab.txt."""
@@ -88,12 +99,40 @@ def wordpiece_from_vocab(vocab_file: str | Path) -> HFTokenizer:
             vocab[token] = index
     if "[UNK]" not in vocab:
         raise ValueError(f"{vocab_file}: no [UNK] token")
-    tok = HFTokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok = _bert_pipeline(HFTokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100)))
+    # Registered as special (their ids do not change): decode(skip_special_tokens=True) drops them, and a
+    # literal "[MASK]" in a text is one token, as in a trained tokenizer and in HuggingFace's BERT.
+    tok.add_special_tokens([t for t in SPECIAL_TOKENS if t in vocab])
+    return tok
+
+
+def _bert_pipeline(tok: HFTokenizer) -> HFTokenizer:
+    """Uncased BERT normalization (lowercase, accents stripped), BERT pre-tokenization, WordPiece decoding."""
     tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
                                                 strip_accents=None, lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
     return tok
+
+
+def train_wordpiece(texts: Iterable[str], vocab_size: int, min_frequency: int = 2, limit_alphabet: int = 1000,
+                    show_progress: bool = False) -> Tokenizer:
+    """Train an uncased WordPiece on `texts` with the pipeline of wordpiece_from_vocab and maskplay's
+    SPECIAL_TOKENS at ids 0-6. `limit_alphabet` keeps rare characters (Wikipedia has thousands) from eating
+    the vocabulary; they become [UNK]."""
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}")
+    if min_frequency < 1:
+        raise ValueError(f"min_frequency must be at least 1, got {min_frequency}")
+    tok = _bert_pipeline(HFTokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100)))
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                        special_tokens=list(SPECIAL_TOKENS), limit_alphabet=limit_alphabet,
+                                        continuing_subword_prefix="##", show_progress=show_progress)
+    tok.train_from_iterator(texts, trainer=trainer)
+    vocab = tok.get_vocab()
+    if [vocab.get(t) for t in SPECIAL_TOKENS] != list(range(len(SPECIAL_TOKENS))):
+        raise RuntimeError(f"trained vocabulary lost the special-token layout: {[vocab.get(t) for t in SPECIAL_TOKENS]}")
+    return Tokenizer(tok, source="(trained)")
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:

@@ -1,0 +1,224 @@
+"""`maskplay eval TASK MODEL_DIR`: sts, nbest, pairs, spelling, cola. Each prints its paper-style metric and,
+with --out, writes the numbers and settings as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..score.scorer import Method, Overflow, Precision, Scorer
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate a model: sts, nbest, pairs, spelling, cola")
+    tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
+
+    def task(name: str, help_text: str, func: Callable[[argparse.Namespace], int], scoring: bool = True,
+             data_help: str = "override the default data location") -> argparse.ArgumentParser:
+        t = tasks.add_parser(name, help=help_text, description=help_text)
+        t.add_argument("model_dir", metavar="MODEL_DIR")
+        t.add_argument("--out", default=None, help="write results as JSON here")
+        t.add_argument("--limit", type=int, default=None, help="evaluate only the first N items of each set")
+        t.add_argument("--batch-size", type=int, default=32)
+        t.add_argument("--device", default=None)
+        t.add_argument("--precision", choices=[x.value for x in Precision], default=Precision.FP32.value)
+        if scoring:
+            t.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value)
+        if name != "pairs":
+            t.add_argument("--data", default=None, help=data_help)
+        t.set_defaults(func=func)
+        return t
+
+    s = task("sts", "unsupervised STS: cosine of pooled embeddings vs gold; Spearman/Pearson x 100", run_sts,
+             scoring=False, data_help="the shared data directory (default: $MASKPLAY_DATA or ../shared/data)")
+    from ..score.embed import Pooling
+
+    s.add_argument("--datasets", nargs="+", choices=["stsb", "sick"], default=["stsb", "sick"])
+    s.add_argument("--pooling", choices=[x.value for x in Pooling], default=Pooling.MEAN.value)
+    s.add_argument("--layer", type=int, default=-1)
+    s.add_argument("--diagonal-mask", action=argparse.BooleanOptionalAction, default=True,
+                   help="T-TA only: --no-diagonal-mask lets each position see its own token")
+
+    from .nbest import DEFAULT_WEIGHTS, FirstPass
+
+    n = task("nbest", "LibriSpeech 30-best reranking: WER tuned on one dev split, reported on the other", run_nbest,
+             data_help="folder with dev_clean.jsonl.gz and dev_other.jsonl.gz")
+    n.add_argument("--first-pass", choices=[x.value for x in FirstPass], default=FirstPass.SCORE.value,
+                   help="score: ESPnet's final score (its own LM included); am: without its LM term")
+    n.add_argument("--weights", type=float, nargs="+", default=list(DEFAULT_WEIGHTS), help="LM weight grid")
+    n.add_argument("--bonuses", type=float, nargs="+", default=[0.0], help="per-word length bonus grid")
+
+    pr = task("pairs", "minimal pairs (BLiMP JSONL): accuracy per file and overall", run_pairs)
+    pr.add_argument("--data", nargs="+", required=True, help="JSONL files or directories of them")
+    pr.add_argument("--normalize", choices=["sum", "mean"], default="sum",
+                    help="compare total log p (BLiMP) or the mean per piece")
+
+    from .spelling import FILES
+
+    sp = task("spelling", "real-word spelling error detection (Zesch 2012): top-1, P/R/F1", run_spelling,
+              data_help="folder with the en_*.txt files")
+    sp.add_argument("--tune-on", choices=list(FILES), default=FILES[0], help="file the threshold is tuned on")
+
+    c = task("cola", "unsupervised CoLA: length-normalised score, threshold tuned on train, MCC on dev", run_cola,
+             data_help="folder with in_domain_train.tsv, in_domain_dev.tsv, out_of_domain_dev.tsv")
+    c.add_argument("--train-limit", type=int, default=2000,
+                   help="tune the threshold on a fixed random sample of this many training sentences")
+    c.add_argument("--normalize", choices=["mean", "sum"], default="mean")
+
+
+def _scorer(args: argparse.Namespace) -> Scorer:
+    # Evaluations never fail on one long sentence: it is scored in windows (see docs/SCORING.md).
+    return Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=args.device,
+                                  method=Method(args.method), overflow=Overflow.WINDOW,
+                                  precision=Precision(args.precision), progress=sys.stderr.isatty())
+
+
+def _header(args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
+    return {"task": args.task, "model_dir": str(args.model_dir), "limit": args.limit, **extra}
+
+
+def _timed(label: str) -> Callable[[], None]:
+    start = time.perf_counter()
+    return lambda: print(f"({label}: {time.perf_counter() - start:.1f} s)")
+
+
+def run_sts(args: argparse.Namespace) -> int:
+    from ..score.embed import Embedder, Pooling
+    from .common import data_path, limit_rows, write_results
+    from .sts import SICK, STSB, evaluate_sts, load_sick, load_stsb
+
+    limit_rows([], args.limit)
+    embedder = Embedder.from_pretrained(args.model_dir, device=args.device, precision=Precision(args.precision))
+    settings = {"pooling": args.pooling, "layer": args.layer, "diagonal_mask": args.diagonal_mask,
+                "family": embedder.model.config.family}
+
+    def embed(texts: list[str]):
+        return embedder.encode(texts, pooling=Pooling(args.pooling), layer=args.layer,
+                               diagonal_mask=args.diagonal_mask, batch_size=args.batch_size,
+                               overflow=Overflow.TRUNCATE, progress=sys.stderr.isatty())
+
+    done = _timed("sts")
+    results = {}
+    root = Path(args.data) if args.data else None
+    for name in args.datasets:
+        rel = STSB if name == "stsb" else SICK
+        path = data_path(root.joinpath(*rel) if root else None, *rel)
+        pairs = (load_stsb if name == "stsb" else load_sick)(path, args.limit)
+        results[name] = {"file": str(path), **evaluate_sts(pairs, embed)}
+    print(f"Unsupervised STS ({settings['family']}, {args.pooling} pooling, layer {args.layer}"
+          f"{', no diagonal mask' if not args.diagonal_mask else ''}): cosine vs gold, x 100")
+    print(f"{'dataset':<14}{'pairs':>7}{'Spearman':>10}{'Pearson':>10}")
+    for name, r in results.items():
+        label = "STS-B dev" if name == "stsb" else "SICK tr+trial"
+        print(f"{label:<14}{r['pairs']:>7}{r['spearman']:>10.2f}{r['pearson']:>10.2f}")
+    done()
+    write_results(args.out, {**_header(args, settings), "results": results})
+    return 0
+
+
+def run_nbest(args: argparse.Namespace) -> int:
+    from .common import data_path, write_results
+    from .nbest import FOLDER, SPLITS, FirstPass, evaluate_nbest, load_nbest
+
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be at least 1, got {args.limit}")
+    folder = data_path(args.data, FOLDER)
+    splits = {s: load_nbest(data_path(folder / f"{s}.jsonl.gz"), args.limit) for s in SPLITS}
+    scorer = _scorer(args)
+    done = _timed("nbest")
+    results = evaluate_nbest(splits, lambda texts: [s.log_prob for s in scorer.score(texts)],
+                             FirstPass(args.first_pass), args.weights, args.bonuses)
+    print(f"N-best reranking, LibriSpeech 30-best (ESPnet conformer+HuBERT); LM {scorer.model.config.family} "
+          f"({scorer.method.value}); first pass = {args.first_pass}; WER %")
+    print(f"{'split':<11}{'utts':>6}{'words':>7}{'1-best':>8}{'oracle':>8}{'rerank':>8}  weight (tuned on)")
+    for name, r in results.items():
+        print(f"{name:<11}{r['utterances']:>6}{r['ref_words']:>7}{r['one_best_wer']:>8.2f}{r['oracle_wer']:>8.2f}"
+              f"{r['reranked_wer']:>8.2f}  w={r['weight']:g} b={r['bonus']:g} ({r['tuned_on']})")
+    done()
+    write_results(args.out, {**_header(args, {"method": scorer.method.value, "first_pass": args.first_pass,
+                                              "weights": args.weights, "bonuses": args.bonuses}),
+                             "results": results})
+    return 0
+
+
+def _sentence_values(scorer: Scorer, normalize: str) -> Callable[[list[str]], list[float]]:
+    if normalize == "mean":
+        return lambda texts: [s.mean_log_prob for s in scorer.score(texts)]
+    return lambda texts: [s.log_prob for s in scorer.score(texts)]
+
+
+def run_pairs(args: argparse.Namespace) -> int:
+    from .common import write_results
+    from .pairs import evaluate_pairs, load_pairs, pair_files
+
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be at least 1, got {args.limit}")
+    files = {f.stem: load_pairs(f, args.limit) for f in pair_files(args.data)}
+    scorer = _scorer(args)
+    done = _timed("pairs")
+    results = evaluate_pairs(files, _sentence_values(scorer, args.normalize))
+    print(f"Minimal pairs ({scorer.model.config.family}, {scorer.method.value}, {args.normalize} log p): accuracy %")
+    width = max(12, *(len(k) for k in results["files"]))
+    for name, r in results["files"].items():
+        print(f"{name:<{width}}{r['pairs']:>7}{r['accuracy']:>8.1f}")
+    print(f"{'overall':<{width}}{results['pairs']:>7}{results['accuracy']:>8.1f}   (mean over files "
+          f"{results['macro_accuracy']:.1f})")
+    done()
+    write_results(args.out, {**_header(args, {"method": scorer.method.value, "normalize": args.normalize,
+                                              "files": [str(p) for p in args.data]}), "results": results})
+    return 0
+
+
+def run_spelling(args: argparse.Namespace) -> int:
+    from .common import data_path, write_results
+    from .spelling import FILES, FOLDER, evaluate_spelling, load_rwse
+
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be at least 1, got {args.limit}")
+    folder = data_path(args.data, FOLDER)
+    files = {name: load_rwse(data_path(folder / f"{name}.txt"), args.limit) for name in FILES}
+    scorer = _scorer(args)
+    done = _timed("spelling")
+    results = evaluate_spelling(files, scorer.score, args.tune_on)
+    print(f"Real-word error detection (Zesch 2012), {scorer.model.config.family} ({scorer.method.value}); "
+          f"threshold {results['threshold']:.2f} nats tuned on {args.tune_on}")
+    print(f"{'file':<22}{'items':>6}{'top1':>7}{'pair':>7}   always-flag P/R/F1      tuned P/R/F1")
+    for name, r in results["files"].items():
+        a, t = r["always_flag"], r["tuned"]
+        mark = " (in-sample)" if t["in_sample"] else ""
+        print(f"{name:<22}{r['items']:>6}{r['top1']:>7.1f}{r['pair_accuracy']:>7.1f}   "
+              f"{a['precision']:5.1f} {a['recall']:5.1f} {a['f1']:5.1f}   {t['precision']:5.1f} {t['recall']:5.1f} "
+              f"{t['f1']:5.1f}{mark}")
+    done()
+    write_results(args.out, {**_header(args, {"method": scorer.method.value, "tune_on": args.tune_on}),
+                             "results": results})
+    return 0
+
+
+def run_cola(args: argparse.Namespace) -> int:
+    from .cola import DEVS, FOLDER, TRAIN, evaluate_cola, load_cola, sample
+    from .common import data_path, limit_rows, write_results
+
+    if args.train_limit is not None and args.train_limit < 2:
+        raise ValueError(f"--train-limit must be at least 2, got {args.train_limit}")
+    folder = data_path(args.data, *FOLDER)
+    train = sample(load_cola(data_path(folder / TRAIN)), args.train_limit)
+    devs = {Path(d).stem: limit_rows(load_cola(data_path(folder / d)), args.limit) for d in DEVS}
+    scorer = _scorer(args)
+    done = _timed("cola")
+    results = evaluate_cola(train, devs, _sentence_values(scorer, args.normalize))
+    print(f"Unsupervised CoLA, {scorer.model.config.family} ({scorer.method.value}, {args.normalize} log p >= "
+          f"{results['threshold']:.3f}; threshold tuned on {len(train)} train sentences, train MCC "
+          f"{results['train']['mcc']:.1f})")
+    print(f"{'set':<22}{'sentences':>10}{'MCC x100':>10}{'acc %':>8}")
+    for name in devs:
+        r = results[name]
+        print(f"{name:<22}{r['sentences']:>10}{r['mcc']:>10.1f}{r['accuracy']:>8.1f}")
+    done()
+    write_results(args.out, {**_header(args, {"method": scorer.method.value, "normalize": args.normalize,
+                                              "train_limit": args.train_limit}), "results": results})
+    return 0

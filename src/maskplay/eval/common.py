@@ -1,0 +1,109 @@
+"""What every evaluation shares: where the data lives, correlation and MCC metrics, threshold tuning, and
+writing results."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..modeling import atomic_path
+
+DATA_ENV = "MASKPLAY_DATA"
+
+
+def data_root() -> Path:
+    """$MASKPLAY_DATA, else ../shared/data next to the repository (src/maskplay/eval -> repo root), else
+    ../shared/data from the working directory."""
+    if os.environ.get(DATA_ENV):
+        root = Path(os.environ[DATA_ENV])
+        if not root.is_dir():
+            raise FileNotFoundError(f"${DATA_ENV}={root} is not a directory")
+        return root
+    candidates = [Path(__file__).resolve().parents[3].parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    for root in candidates:
+        if root.is_dir():
+            return root
+    raise FileNotFoundError(f"no data directory: set ${DATA_ENV} or pass --data (looked in "
+                            f"{', '.join(map(str, candidates))})")
+
+
+def data_path(given: str | Path | None, *default: str) -> Path:
+    path = Path(given) if given is not None else data_root().joinpath(*default)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found")
+    return path
+
+
+# ---- metrics -----------------------------------------------------------------------------------------
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1 or len(x) < 2:
+        raise ValueError(f"pearson needs two 1-D arrays of the same length >= 2, got {x.shape} and {y.shape}")
+    x, y = x - x.mean(), y - y.mean()
+    denom = math.sqrt(float((x * x).sum()) * float((y * y).sum()))
+    return float((x * y).sum()) / denom if denom > 0 else float("nan")
+
+
+def rankdata(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n, ties sharing their average rank (scipy.stats.rankdata's 'average')."""
+    x = np.asarray(x, dtype=np.float64)
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x), dtype=np.float64)
+    sorted_x = x[order]
+    start = 0
+    for end in range(1, len(x) + 1):
+        if end == len(x) or sorted_x[end] != sorted_x[start]:
+            ranks[order[start:end]] = (start + end + 1) / 2.0  # mean of ranks start+1 .. end
+            start = end
+    return ranks
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    return pearson(rankdata(x), rankdata(y))
+
+
+def matthews(predicted: np.ndarray, gold: np.ndarray) -> float:
+    """Matthews correlation of two boolean arrays; 0 when it is undefined (a constant prediction)."""
+    p, g = np.asarray(predicted, dtype=bool), np.asarray(gold, dtype=bool)
+    tp, tn = float((p & g).sum()), float((~p & ~g).sum())
+    fp, fn = float((p & ~g).sum()), float((~p & g).sum())
+    denom = math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    return (tp * tn - fp * fn) / denom if denom > 0 else 0.0
+
+
+def candidate_thresholds(values: np.ndarray) -> np.ndarray:
+    """-inf, then midpoints between consecutive distinct values, then +inf: every distinct split."""
+    v = np.unique(np.asarray(values, dtype=np.float64))
+    return np.concatenate([[-np.inf], (v[1:] + v[:-1]) / 2, [np.inf]])
+
+
+# ---- results -----------------------------------------------------------------------------------------
+
+def write_results(path: str | Path | None, result: dict[str, Any]) -> None:
+    if path is None:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(result, indent=2, ensure_ascii=False, default=_jsonable) + "\n")
+    print(f"wrote {path}")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def limit_rows(rows: list[Any], limit: int | None) -> list[Any]:
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be at least 1, got {limit}")
+    return rows if limit is None else rows[:limit]

@@ -1,0 +1,7 @@
+"""Using the models: sentence scores (T-TA one pass, BERT PLL, GPT causal) and sentence embeddings."""
+
+from .embed import Embedder, Pooling, encode
+from .scorer import Method, Overflow, Precision, Scorer, SentenceScore, WordScore, load_model_dir
+
+__all__ = ["Embedder", "Pooling", "encode", "Method", "Overflow", "Precision", "Scorer", "SentenceScore",
+           "WordScore", "load_model_dir"]

@@ -1,0 +1,113 @@
+"""Sentence embeddings, like sentence-transformers' encode().
+
+Mean pooling follows the official T-TA STS protocol: the average of one layer's outputs over the real pieces,
+[SOS] and [EOS] excluded. For T-TA, diagonal_mask=True (the default, what the official code does) embeds with
+the language-model mask, where output i never sees token i; False lets each position see its own token, as the
+paper does downstream."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..modeling import IGNORE_INDEX, MaskplayModel
+from ..tokenizer import Tokenizer
+from .scorer import Overflow, Precision, _progress, autocast, check_compatible, chunks, load_model_dir, pad_rows
+from .text import encode_texts, require_nonempty
+
+
+class Pooling(str, Enum):
+    MEAN = "mean"  # mean over the pieces, [SOS]/[EOS] excluded (official T-TA protocol)
+    FIRST = "first"  # the output at [SOS] (BERT's [CLS] position)
+    LAST = "last"  # the output at [EOS] (the natural choice for a causal model: it has read everything)
+
+
+class Embedder:
+    def __init__(self, model: MaskplayModel, tokenizer: Tokenizer, device: str | torch.device | None = None,
+                 precision: Precision | str = Precision.FP32) -> None:
+        check_compatible(model, tokenizer)
+        if device is not None:
+            model = model.to(device)
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.precision = Precision(precision)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, **kwargs: Any) -> Embedder:
+        model, tokenizer = load_model_dir(directory)
+        return cls(model, tokenizer, **kwargs)
+
+    def encode(self, sentences: Sequence[str], pooling: Pooling | str = Pooling.MEAN, layer: int = -1,
+               diagonal_mask: bool = True, normalize: bool = False, batch_size: int = 64,
+               overflow: Overflow | str = Overflow.ERROR, progress: bool = False) -> np.ndarray:
+        """(len(sentences), hidden) float32. layer indexes the hidden states: 0 = the input of the first block
+        (for T-TA the [MASK]+position query stream, which carries no information about the sentence), 1..N =
+        the output of block 1..N, -1 = the last block. normalize=True scales every row to unit L2 norm."""
+        if isinstance(sentences, str):
+            raise ValueError("encode() takes a list of sentences, got a single str")
+        pooling, overflow = Pooling(pooling), Overflow(overflow)
+        if overflow is Overflow.WINDOW:
+            raise ValueError("overflow='window' applies to scoring; for embeddings use 'error' or 'truncate'")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        cfg = self.model.config
+        n_states = cfg.num_layers + 1
+        if not -n_states <= layer < n_states:
+            raise ValueError(f"layer {layer} is out of range for a {cfg.num_layers}-layer model "
+                             f"(valid: {-n_states}..{n_states - 1})")
+        if not diagonal_mask and cfg.family != "tta":
+            raise ValueError(f"diagonal_mask=False applies to T-TA only; this model is {cfg.family!r}")
+        sentences = list(sentences)
+        if not sentences:
+            return np.zeros((0, cfg.hidden_size), dtype=np.float32)
+        encoded = encode_texts(self.tokenizer, sentences)
+        require_nonempty(encoded)
+        width = cfg.max_position - 2
+        rows = []
+        for index, enc in enumerate(encoded):
+            if len(enc) > width and overflow is Overflow.ERROR:
+                raise ValueError(f"sentence {index} has {len(enc) + 2} tokens with [SOS]/[EOS], more than the "
+                                 f"model's {cfg.max_position} positions; shorten it or use overflow='truncate'")
+            rows.append([cfg.sos_token_id, *enc.ids[:width], cfg.eos_token_id])
+        out = np.zeros((len(rows), cfg.hidden_size), dtype=np.float32)
+        order = sorted(range(len(rows)), key=lambda k: -len(rows[k]))
+        device = next(self.model.parameters()).device
+        kwargs = {} if cfg.family != "tta" else {"diagonal_mask": diagonal_mask}
+        with torch.inference_mode():
+            for batch in _progress(list(chunks(order, batch_size)), progress, "embedding"):
+                ids, attn = pad_rows([rows[k] for k in batch], cfg.pad_token_id, device)
+                lengths = attn.sum(1)
+                # One label per row (at [EOS]) keeps the LM head to B rows instead of B x L x vocab.
+                labels = torch.full_like(ids, IGNORE_INDEX)
+                r = torch.arange(len(batch), device=device)
+                labels[r, lengths - 1] = ids[r, lengths - 1]
+                with autocast(device, self.precision):
+                    result = self.model(ids, attention_mask=attn, labels=labels, output_hidden_states=layer != -1,
+                                        **kwargs)
+                hidden = (result.last_hidden_state if layer == -1 else result.hidden_states[layer]).float()
+                if pooling is Pooling.MEAN:
+                    inner = attn.clone()
+                    inner[:, 0] = False
+                    inner[r, lengths - 1] = False
+                    pooled = (hidden * inner[..., None]).sum(1) / inner.sum(1, keepdim=True)
+                elif pooling is Pooling.FIRST:
+                    pooled = hidden[:, 0]
+                else:
+                    pooled = hidden[r, lengths - 1]
+                out[batch] = pooled.cpu().numpy()
+        if normalize:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
+
+
+def encode(model: MaskplayModel, tokenizer: Tokenizer, sentences: Sequence[str], pooling: Pooling | str = Pooling.MEAN,
+           layer: int = -1, diagonal_mask: bool = True, normalize: bool = False, batch_size: int = 64,
+           overflow: Overflow | str = Overflow.ERROR) -> np.ndarray:
+    """Embedder(model, tokenizer).encode(...) in one call."""
+    return Embedder(model, tokenizer).encode(sentences, pooling=pooling, layer=layer, diagonal_mask=diagonal_mask,
+                                             normalize=normalize, batch_size=batch_size, overflow=overflow)

@@ -1,0 +1,58 @@
+"""Pseudo-log-likelihood the way awslabs/mlm-scoring computes it, batched across sentences.
+
+Every scored piece gets its own copy of its sentence with that piece masked ("pll"), or with that piece and
+the pieces of the same word to its right masked ("pll-word", Kauf & Ivanova 2023, PLL-word-l2r). The copies
+of all sentences are sorted by length and cut into batches, so a batch mixes sentences and holds little
+padding; each copy carries exactly one label, so the LM head runs once per copy, at its masked position,
+never over the whole sequence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..modeling import MaskplayModel
+from .scorer import Precision, Segment, _progress, chunks, pad_rows, position_log_probs
+
+
+def masked_span(segment: Segment, piece: int, word_l2r: bool) -> tuple[int, int]:
+    """Positions [start, end) to replace by [MASK] when scoring `piece` of `segment`."""
+    start = segment.position(piece)
+    end = start + 1
+    if word_l2r:
+        local = piece - segment.first
+        word = segment.word_ids[local]
+        while local + 1 < len(segment.word_ids) and segment.word_ids[local + 1] == word:
+            local += 1
+            end += 1
+    return start, end
+
+
+def pll_copies(segments: list[Segment], word_l2r: bool) -> list[tuple[int, int, int, int]]:
+    """(segment index, piece, mask start, mask end) for every scored piece, longest segments first."""
+    copies = [(k, j, *masked_span(seg, j, word_l2r)) for k, seg in enumerate(segments) for j in seg.scored]
+    copies.sort(key=lambda c: -len(segments[c[0]].ids))  # stable: a sentence's copies stay together
+    return copies
+
+
+def pll_log_probs(model: MaskplayModel, segments: list[Segment], word_l2r: bool, batch_size: int,
+                  precision: Precision = Precision.FP32,
+                  progress: bool = False) -> list[tuple[tuple[int, int], Any]]:
+    cfg = model.config
+    device = next(model.parameters()).device
+    found = []
+    batches = list(chunks(pll_copies(segments, word_l2r), batch_size))
+    for batch in _progress(batches, progress, "pll"):
+        ids, attn = pad_rows([segments[c[0]].ids for c in batch], cfg.pad_token_id, device)
+        rows = torch.arange(len(batch), device=device)
+        pos = torch.tensor([c[2] for c in batch], device=device)
+        end = torch.tensor([c[3] for c in batch], device=device)
+        columns = torch.arange(ids.shape[1], device=device)[None, :]
+        hide = (columns >= pos[:, None]) & (columns < end[:, None])
+        masked = ids.masked_fill(hide, cfg.mask_token_id)
+        # Each copy is scored at its masked position only: model.logits(hidden[rows, pos]).
+        values = position_log_probs(model, masked, attn, rows, pos, precision, targets=ids[rows, pos]).tolist()
+        found.extend(((segments[c[0]].sentence, c[1]), v) for c, v in zip(batch, values, strict=True))
+    return found
+

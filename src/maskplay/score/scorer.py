@@ -1,0 +1,343 @@
+"""Sentence log-likelihoods from any family, compared on the same footing.
+
+What is scored (the same rule for every family, so that their numbers compare): every word piece of the
+sentence, never [SOS] or [EOS] - the rule mlm-scoring (Salazar et al., 2020) uses for BERT's PLL.
+Log-probabilities are natural logs (nats).
+
+- T-TA (method one-pass): one forward pass per batch of sentences under the diagonal mask; output i never
+  sees token i, so log p(token i | all other tokens) for every piece comes out of a single pass.
+- BERT (method pll): pseudo-log-likelihood as mlm-scoring computes it - one copy of the sentence per scored
+  piece with that piece replaced by [MASK]; the copies of many sentences are sorted by length and batched
+  together, and the LM head runs only at each copy's masked position.
+- pll-word (Kauf & Ivanova 2023, "PLL-word-l2r"): as pll, but scoring a piece of a multi-piece word also masks
+  the pieces of the same word to its right, so a word's later pieces cannot give its earlier ones away.
+- GPT (method causal): log p(token i | the tokens before it), [SOS] first.
+
+pll and pll-word also run on T-TA (copies through the same code path); plain pll there equals one-pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..modeling import IGNORE_INDEX, MaskplayModel
+from ..tokenizer import Tokenizer, load_tokenizer
+from .text import Encoded, encode_texts, require_nonempty
+
+
+class Method(str, Enum):
+    AUTO = "auto"  # one-pass for T-TA, pll for BERT, causal for GPT
+    ONE_PASS = "one-pass"
+    PLL = "pll"
+    PLL_WORD = "pll-word"
+    CAUSAL = "causal"
+
+
+class Overflow(str, Enum):
+    """What to do with a sentence longer than the model's positions."""
+
+    ERROR = "error"  # a ValueError naming the sentence index and its length
+    WINDOW = "window"  # scoring only: overlapping windows, each piece scored in one of them
+    TRUNCATE = "truncate"  # embeddings only: keep the first pieces that fit
+
+
+class Precision(str, Enum):
+    FP32 = "fp32"
+    BF16 = "bf16"  # bf16 autocast (the weights stay fp32); log-softmax always runs in fp32
+
+
+_AUTO = {"tta": Method.ONE_PASS, "bert": Method.PLL, "gpt": Method.CAUSAL}
+_ALLOWED = {
+    Method.ONE_PASS: ("tta",),
+    Method.PLL: ("tta", "bert"),
+    Method.PLL_WORD: ("tta", "bert"),
+    Method.CAUSAL: ("gpt",),
+}
+
+
+def resolve_method(family: str, method: Method | str) -> Method:
+    method = Method(method)
+    if method is Method.AUTO:
+        return _AUTO[family]
+    if family not in _ALLOWED[method]:
+        raise ValueError(f"method {method.value!r} does not apply to a {family!r} model; it needs one of "
+                         f"{list(_ALLOWED[method])} (use method 'auto' for this model's natural score: "
+                         f"{_AUTO[family].value!r})")
+    return method
+
+
+@dataclass(frozen=True)
+class WordScore:
+    """A word (the tokenizer's pre-tokenizer word) and the sum of its pieces' log-probabilities."""
+
+    text: str
+    start: int
+    end: int
+    pieces: tuple[int, ...]
+    log_prob: float
+
+    @property
+    def surprisal(self) -> float:
+        return -self.log_prob
+
+
+@dataclass(frozen=True)
+class SentenceScore:
+    text: str
+    tokens: list[str]
+    token_ids: list[int]
+    token_log_probs: list[float]  # one per piece, nats; [SOS]/[EOS] are not scored
+    word_ids: list[int]
+    offsets: list[tuple[int, int]]
+    method: str
+    windows: int = 1  # > 1 when the sentence was longer than the model and scored in windows
+    log_prob: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "log_prob", math.fsum(self.token_log_probs))
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_log_probs)
+
+    @property
+    def mean_log_prob(self) -> float:
+        return self.log_prob / self.num_tokens
+
+    def words(self) -> list[WordScore]:
+        out: list[WordScore] = []
+        groups: dict[int, list[int]] = {}
+        for k, w in enumerate(self.word_ids):
+            groups.setdefault(w, []).append(k)
+        for pieces in sorted(groups.values()):
+            start, end = self.offsets[pieces[0]][0], self.offsets[pieces[-1]][1]
+            out.append(WordScore(self.text[start:end], start, end, tuple(pieces),
+                                 math.fsum(self.token_log_probs[k] for k in pieces)))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "log_prob": self.log_prob, "num_tokens": self.num_tokens,
+                "mean_log_prob": self.mean_log_prob, "method": self.method, "windows": self.windows,
+                "tokens": self.tokens, "token_log_probs": self.token_log_probs}
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One model input: [SOS] pieces[first:first+n] [EOS], scoring the pieces listed in `scored`
+    (sentence-level piece indices; piece j sits at position j - first + 1)."""
+
+    sentence: int
+    ids: list[int]
+    first: int
+    scored: list[int]
+    word_ids: list[int]
+
+    def position(self, piece: int) -> int:
+        return piece - self.first + 1
+
+
+def make_segments(encoded: list[Encoded], sos: int, eos: int, max_position: int, overflow: Overflow,
+                  causal: bool) -> list[Segment]:
+    """A sentence that fits is one segment. A longer one, under Overflow.WINDOW, becomes windows of
+    max_position - 2 pieces advancing by half a window, each framed by [SOS]/[EOS] (an approximation: a window
+    that starts mid-sentence still begins with [SOS]). Each piece is scored in exactly one window: for a causal
+    model the earliest window holding it (the most left context), otherwise the one where it sits furthest from
+    both window edges."""
+    width = max_position - 2
+    if width < 1:
+        raise ValueError(f"a model with {max_position} positions has no room for a piece between [SOS] and [EOS]")
+    segments = []
+    for index, enc in enumerate(encoded):
+        n = len(enc)
+        if n <= width:
+            segments.append(Segment(index, [sos, *enc.ids, eos], 0, list(range(n)), enc.word_ids))
+            continue
+        if overflow is not Overflow.WINDOW:
+            raise ValueError(f"sentence {index} has {n + 2} tokens with [SOS]/[EOS], more than the model's "
+                             f"{max_position} positions; shorten it or score with overflow='window'")
+        stride = max(1, width // 2)
+        starts = list(range(0, n - width, stride)) + [n - width]
+        owner = []
+        for j in range(n):
+            holding = [s for s in starts if s <= j < s + width]
+            if causal:
+                owner.append(holding[0])
+            else:
+                owner.append(max(holding, key=lambda s: (min(j - s, s + width - 1 - j), -s)))
+        for s in starts:
+            scored = [j for j in range(n) if owner[j] == s]
+            if scored:
+                segments.append(Segment(index, [sos, *enc.ids[s:s + width], eos], s, scored,
+                                        enc.word_ids[s:s + width]))
+    return segments
+
+
+def check_compatible(model: MaskplayModel, tokenizer: Tokenizer) -> None:
+    cfg, sp = model.config, tokenizer.special
+    pairs = {"vocab_size": (cfg.vocab_size, tokenizer.vocab_size), "pad": (cfg.pad_token_id, sp.pad),
+             "sos": (cfg.sos_token_id, sp.sos), "eos": (cfg.eos_token_id, sp.eos),
+             "mask": (cfg.mask_token_id, sp.mask)}
+    bad = [f"{k}: model {a} vs tokenizer {b}" for k, (a, b) in pairs.items() if a != b]
+    if bad:
+        raise ValueError(f"model and tokenizer {tokenizer.source or '(in memory)'} do not match: {'; '.join(bad)}")
+
+
+def load_model_dir(directory: str | Path) -> tuple[MaskplayModel, Tokenizer]:
+    """A model directory as the trainer exports it: config.json + model.safetensors + tokenizer.json."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"model directory {directory} not found")
+    if not (directory / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"{directory / 'tokenizer.json'} not found: a model directory needs config.json, "
+                                "model.safetensors and tokenizer.json")
+    model = MaskplayModel.from_pretrained(directory).eval()
+    tokenizer = load_tokenizer(directory / "tokenizer.json")
+    check_compatible(model, tokenizer)
+    return model, tokenizer
+
+
+def autocast(device: torch.device, precision: Precision) -> Any:
+    if Precision(precision) is Precision.BF16:
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def position_log_probs(model: MaskplayModel, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
+                       precision: Precision = Precision.FP32, targets: Tensor | None = None) -> Tensor:
+    """log p(targets) (default: ids[rows, cols]) under the model, the LM head applied only at those positions:
+    for T-TA and BERT the head reads the output at the position itself, for GPT the output one position to the
+    left (so cols must be >= 1 there). PLL passes the true tokens as targets, its ids holding [MASK] there.
+    The forward pass gets a single label so that it runs its own head on one row only; its loss is ignored."""
+    if rows.numel() == 0:
+        return torch.zeros(0, device=ids.device)
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[rows[0], cols[0]] = ids[rows[0], cols[0]]
+    with autocast(ids.device, precision):
+        hidden = model(ids, attention_mask=attention_mask, labels=labels).last_hidden_state
+        source = cols - 1 if model.config.family == "gpt" else cols
+        logits = model.logits(hidden[rows, source])
+    if targets is None:
+        targets = ids[rows, cols]
+    return logits.float().log_softmax(-1).gather(1, targets[:, None])[:, 0]
+
+
+def pad_rows(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    for k, r in enumerate(rows):
+        ids[k, :len(r)] = torch.tensor(r, dtype=torch.long)
+    ids = ids.to(device)
+    lengths = torch.tensor([len(r) for r in rows], device=device)
+    return ids, torch.arange(width, device=device)[None, :] < lengths[:, None]
+
+
+def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+class Scorer:
+    """Score sentences with a maskplay model. The model is put in eval mode (and moved to `device` if given).
+
+    >>> scorer = Scorer.from_pretrained("runs/tta/export")
+    >>> [s.log_prob for s in scorer.score(["the cat sat on the mat ."])]
+    """
+
+    def __init__(self, model: MaskplayModel, tokenizer: Tokenizer, batch_size: int = 32,
+                 device: str | torch.device | None = None, method: Method | str = Method.AUTO,
+                 overflow: Overflow | str = Overflow.ERROR, precision: Precision | str = Precision.FP32,
+                 progress: bool = False) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        check_compatible(model, tokenizer)
+        self.overflow = Overflow(overflow)
+        if self.overflow is Overflow.TRUNCATE:
+            raise ValueError("overflow='truncate' would score part of a sentence as if it were all of it; "
+                             "use 'error' or 'window' for scoring")
+        if device is not None:
+            model = model.to(device)
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.method = resolve_method(model.config.family, method)
+        self.precision = Precision(precision)
+        self.progress = progress
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, **kwargs: Any) -> Scorer:
+        model, tokenizer = load_model_dir(directory)
+        return cls(model, tokenizer, **kwargs)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def score(self, sentences: Sequence[str]) -> list[SentenceScore]:
+        """One SentenceScore per sentence, in order. An empty sentence (or one with no tokens after
+        tokenization) is a ValueError naming its index; so is one longer than the model with overflow='error'."""
+        if isinstance(sentences, str):
+            raise ValueError("score() takes a list of sentences, got a single str")
+        sentences = list(sentences)
+        if not sentences:
+            return []
+        encoded = encode_texts(self.tokenizer, sentences)
+        require_nonempty(encoded)
+        cfg = self.model.config
+        segments = make_segments(encoded, cfg.sos_token_id, cfg.eos_token_id, cfg.max_position, self.overflow,
+                                 causal=self.method is Method.CAUSAL)
+        results = [[math.nan] * len(enc) for enc in encoded]
+        with torch.inference_mode():
+            if self.method in (Method.PLL, Method.PLL_WORD):
+                from .pll import pll_log_probs
+
+                found = pll_log_probs(self.model, segments, word_l2r=self.method is Method.PLL_WORD,
+                                      batch_size=self.batch_size, precision=self.precision, progress=self.progress)
+            else:
+                found = self._one_pass(segments)
+            for (sentence, piece), value in found:
+                results[sentence][piece] = value
+        windows = [0] * len(encoded)
+        for seg in segments:
+            windows[seg.sentence] += 1
+        out = []
+        for enc, values, n_windows in zip(encoded, results, windows, strict=True):
+            if any(math.isnan(v) for v in values):
+                raise AssertionError(f"unscored pieces in {enc.text!r}")
+            out.append(SentenceScore(enc.text, enc.tokens, enc.ids, values, enc.word_ids, enc.offsets,
+                                     self.method.value, n_windows))
+        return out
+
+    def _one_pass(self, segments: list[Segment]) -> list[tuple[tuple[int, int], float]]:
+        """T-TA and GPT: every scored piece of a batch of segments in one forward pass."""
+        order = sorted(range(len(segments)), key=lambda k: -len(segments[k].ids))
+        found = []
+        batches = list(chunks(order, self.batch_size))
+        for batch in _progress(batches, self.progress, "scoring"):
+            segs = [segments[k] for k in batch]
+            ids, attn = pad_rows([s.ids for s in segs], self.model.config.pad_token_id, self.device)
+            rows, cols, keys = [], [], []
+            for row, seg in enumerate(segs):
+                rows.extend([row] * len(seg.scored))
+                cols.extend(seg.position(j) for j in seg.scored)
+                keys.extend((seg.sentence, j) for j in seg.scored)
+            values = position_log_probs(self.model, ids, attn, torch.tensor(rows, device=self.device),
+                                        torch.tensor(cols, device=self.device), self.precision).tolist()
+            found.extend(zip(keys, values, strict=True))
+        return found
+
+
+def _progress(items: list[Any], enabled: bool, desc: str) -> Any:
+    if not enabled:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit="batch", leave=False)

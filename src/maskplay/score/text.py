@@ -1,0 +1,94 @@
+"""Sentences in: reading text files strictly, and tokenizing with the word and character spans that scoring
+needs (which pieces form a word, where each piece sits in the original string)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One sentence's pieces, without [SOS]/[EOS]. word_ids[k] numbers the word piece k belongs to (the
+    tokenizer's pre-tokenizer words: whitespace- and punctuation-separated); offsets[k] is the piece's
+    (start, end) character span in `text`."""
+
+    text: str
+    ids: list[int]
+    tokens: list[str]
+    word_ids: list[int]
+    offsets: list[tuple[int, int]]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def encode_texts(tokenizer: Tokenizer, texts: list[str]) -> list[Encoded]:
+    """Tokenize without specials; the ids are exactly tokenizer.encode(text)[1:-1]."""
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"sentence {index} is a {type(text).__name__}, not a str")
+    out = []
+    for text, enc in zip(texts, tokenizer.backend.encode_batch(texts, add_special_tokens=False), strict=True):
+        # A piece without a word (only specials have none, and none are added here) gets a word of its own,
+        # so it is never merged with its neighbours.
+        word_ids = [-1 - k if w is None else w for k, w in enumerate(enc.word_ids)]
+        out.append(Encoded(text, list(enc.ids), list(enc.tokens), word_ids, [tuple(o) for o in enc.offsets]))
+    return out
+
+
+def require_nonempty(encoded: list[Encoded]) -> None:
+    for index, enc in enumerate(encoded):
+        if not enc.ids:
+            what = "empty" if not enc.text.strip() else f"{enc.text!r}, which has no tokens after tokenization"
+            raise ValueError(f"sentence {index} is {what}: there is nothing to score or embed")
+
+
+def decode_text(data: bytes, source: str) -> str:
+    """Strict UTF-8: invalid bytes and NUL bytes (a binary file) are errors naming the byte offset, never
+    silently replaced, so that a score always belongs to the text that was asked about."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]  # a UTF-8 byte order mark is not text
+        shift = 3
+    else:
+        shift = 0
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        bad = data[err.start:err.start + 4]
+        raise ValueError(f"{source}: byte offset {err.start + shift}: invalid UTF-8 ({bad!r}); "
+                         "input must be UTF-8 text") from None
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise ValueError(f"{source}: byte offset {nul + shift}: NUL byte; this looks like a binary file, "
+                         "not one sentence per line")
+    return text
+
+
+def read_lines(path: str | Path | None) -> list[tuple[int, str]]:
+    """(line number, text) for every line of a UTF-8 file (None or '-' = stdin). Blank lines are errors
+    naming the line, so that output rows always line up with input lines."""
+    if path is None or str(path) == "-":
+        source, data = "<stdin>", sys.stdin.buffer.read()
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"{p} not found")
+        source, data = str(p), p.read_bytes()
+    lines = []
+    text = decode_text(data, source)
+    # Split on newlines only: str.splitlines would also break at form feeds, U+2028 and other separators.
+    rows = text.split("\n")
+    if rows and rows[-1] == "":
+        rows.pop()
+    for number, line in enumerate(rows, start=1):
+        line = line.removesuffix("\r")
+        if not line.strip():
+            raise ValueError(f"{source}:{number}: empty line; write one sentence per line, no blank lines")
+        lines.append((number, line))
+    if not lines:
+        raise ValueError(f"{source}: no sentences (the input is empty)")
+    return lines

@@ -1,0 +1,87 @@
+"""`maskplay tokenizer train|encode`: train an uncased WordPiece on a corpus, or show how a text is split."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from .data.readers import FORMATS, INVALID_UTF8_POLICIES, ReadStats, iter_paragraphs
+from .tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer, train_wordpiece
+
+
+def train_tokenizer(corpus: list[str | Path], vocab_size: int, out_dir: str | Path, min_frequency: int = 2,
+                    limit_lines: int | None = None, limit_alphabet: int = 1000, fmt: str = "auto",
+                    on_invalid_utf8: str = "error", show_progress: bool = False) -> tuple[Tokenizer, ReadStats]:
+    """Train on the paragraphs of `corpus` (files or directories, read like `maskplay prepare` reads them) and
+    save out_dir/tokenizer.json and out_dir/vocab.txt."""
+    if limit_lines is not None and limit_lines <= 0:
+        raise ValueError(f"--limit-lines must be positive, got {limit_lines}")
+    stats = ReadStats()
+    texts = iter_paragraphs(corpus, fmt=fmt, on_invalid_utf8=on_invalid_utf8, stats=stats, limit=limit_lines)
+    tok = train_wordpiece(texts, vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
+                          show_progress=show_progress)
+    out_dir = Path(out_dir)
+    tok.save(out_dir)
+    tok.save_vocab(out_dir / "vocab.txt")
+    return load_tokenizer(out_dir / "tokenizer.json"), stats
+
+
+def _train(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    tok, stats = train_tokenizer(args.corpus, args.vocab_size, args.out, min_frequency=args.min_frequency,
+                                 limit_lines=args.limit_lines, limit_alphabet=args.limit_alphabet, fmt=args.format,
+                                 on_invalid_utf8=args.on_invalid_utf8, show_progress=args.progress)
+    seconds = time.perf_counter() - start
+    print(f"read {stats.files} files ({', '.join(f'{n} {k}' for k, n in stats.formats.items())}), "
+          f"{stats.documents} documents, {stats.lines} lines ({stats.blank_lines} blank), "
+          f"{stats.invalid_utf8_replaced} invalid UTF-8 sequences replaced")
+    if tok.vocab_size < args.vocab_size:
+        print(f"note: the corpus supports only {tok.vocab_size} pieces at --min-frequency {args.min_frequency} "
+              f"(asked for {args.vocab_size})")
+    print(f"wrote {Path(args.out) / 'tokenizer.json'} and vocab.txt: {tok.vocab_size} pieces, "
+          f"specials {' '.join(SPECIAL_TOKENS)} at 0-{len(SPECIAL_TOKENS) - 1}, {seconds:.1f} s")
+    return 0
+
+
+def _encode(args: argparse.Namespace) -> int:
+    tok = load_tokenizer(args.tokenizer)
+    for text in args.text:
+        ids = tok.encode(text)
+        print(" ".join(tok.tokens(text)))
+        if args.ids:
+            print(" ".join(map(str, ids)))
+    return 0
+
+
+def _positive(value: str) -> int:
+    n = int(value)
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return n
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tokenizer", help="train or inspect a WordPiece tokenizer")
+    tsub = p.add_subparsers(dest="tokenizer_command", required=True)
+
+    t = tsub.add_parser("train", help="train an uncased WordPiece with maskplay's special tokens at ids 0-6")
+    t.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
+                   help="text, .gz, JSONL or WikiExtractor files; a directory means every file in it")
+    t.add_argument("--vocab-size", type=_positive, required=True)
+    t.add_argument("--out", required=True, metavar="DIR", help="writes DIR/tokenizer.json and DIR/vocab.txt")
+    t.add_argument("--min-frequency", type=_positive, default=2, help="least count of a pair to merge")
+    t.add_argument("--limit-lines", type=_positive, default=None, metavar="N",
+                   help="train on the first N non-blank paragraphs only")
+    t.add_argument("--limit-alphabet", type=_positive, default=1000,
+                   help="keep at most this many distinct characters (the rest become [UNK])")
+    t.add_argument("--format", choices=FORMATS, default="auto")
+    t.add_argument("--on-invalid-utf8", choices=INVALID_UTF8_POLICIES, default="error")
+    t.add_argument("--progress", action="store_true", help="show the trainer's progress bars")
+    t.set_defaults(func=_train)
+
+    e = tsub.add_parser("encode", help="print the pieces (and ids) a tokenizer gives a text")
+    e.add_argument("--tokenizer", required=True, metavar="PATH", help="a directory, tokenizer.json or vocab.txt")
+    e.add_argument("--ids", action="store_true", help="also print the ids")
+    e.add_argument("text", nargs="+")
+    e.set_defaults(func=_encode)

@@ -1,0 +1,95 @@
+"""`maskplay pretrain`: train a T-TA, BERT or GPT model on a prepared corpus (also under torchrun)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from pathlib import Path
+
+from ..config import FAMILIES, PRESETS, apply_overrides
+from .config import PRECISIONS, TrainConfig, load_train_config
+
+EPILOG = """\
+examples:
+  maskplay pretrain --config configs/mini-tta.toml --data prepared/wiki --out runs/tta
+  maskplay pretrain --family gpt --data prepared/wiki --out runs/gpt --max-minutes 15 --set optim.warmup_steps=200
+  maskplay pretrain --out runs/tta --resume            # continue from the newest good checkpoint
+  torchrun --nproc_per_node 2 -m maskplay pretrain --config configs/mini-bert.toml --data prepared/wiki
+
+Order of precedence: --config TOML (or, with --resume and no --config, the run's saved config.toml), then the
+convenience flags, then every --set KEY=VALUE in order. SIGTERM checkpoints and exits 0; SIGINT (Ctrl-C)
+checkpoints and exits 130; a second Ctrl-C stops at once. See docs/TRAINING.md."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("pretrain", help="pretrain a model (T-TA, BERT-MLM, GPT) from a prepared corpus",
+                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", metavar="TOML", help="training config (see configs/*.toml)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config field, e.g. --set optim.lr=5e-4 --set model.hidden_dropout=0 "
+                        "(repeatable)")
+    p.add_argument("--family", choices=FAMILIES, help="model.family")
+    p.add_argument("--preset", choices=sorted(PRESETS), help="model.preset")
+    p.add_argument("--data", metavar="DIR", help="data.path: a directory prepared by `maskplay prepare`")
+    p.add_argument("--corpus", nargs="+", metavar="FILE",
+                   help="data.corpus: text files to prepare into RUN_DIR/data first (needs --tokenizer)")
+    p.add_argument("--tokenizer", metavar="PATH", help="data.tokenizer, for --corpus")
+    p.add_argument("--out", metavar="RUN_DIR", help="run.out_dir: checkpoints, metrics, the final model")
+    p.add_argument("--max-steps", type=int, help="optim.max_steps")
+    p.add_argument("--max-minutes", type=float, help="run.max_minutes: wall-clock budget of the training loop")
+    p.add_argument("--batch-size", type=int, help="data.batch_size (global: sequences per optimizer step)")
+    p.add_argument("--lr", type=float, help="optim.lr (peak learning rate)")
+    p.add_argument("--grad-accum", type=int, help="optim.grad_accum")
+    p.add_argument("--precision", choices=PRECISIONS, help="run.precision")
+    p.add_argument("--device", help="run.device: auto, cpu, cuda or cuda:N")
+    p.add_argument("--seed", type=int, help="data.seed (initial weights, data order, dropout)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its newest checkpoint that verifies")
+    p.add_argument("--resume-from", metavar="CKPT_DIR", help="continue from this checkpoint directory")
+    p.set_defaults(func=run)
+
+
+def _replace(config: TrainConfig, section: str, **values: object) -> TrainConfig:
+    values = {k: v for k, v in values.items() if v is not None}
+    if not values:
+        return config
+    return dataclasses.replace(config, **{section: dataclasses.replace(getattr(config, section), **values)})
+
+
+def resolve_config(args: argparse.Namespace) -> TrainConfig:
+    """The run's config from the command line (see EPILOG for the order)."""
+    if args.config:
+        config = load_train_config(args.config)
+    elif args.resume:
+        from .loop import saved_run_config
+
+        out = args.out or TrainConfig().run.out_dir
+        config = saved_run_config(out) or TrainConfig()
+    else:
+        config = TrainConfig()
+    config = _replace(config, "model", family=args.family, preset=args.preset)
+    if args.data is not None:
+        config = _replace(config, "data", path=args.data, corpus=[])
+    if args.corpus is not None:
+        config = _replace(config, "data", corpus=list(args.corpus), path="")
+    config = _replace(config, "data", tokenizer=args.tokenizer, batch_size=args.batch_size, seed=args.seed)
+    config = _replace(config, "optim", max_steps=args.max_steps, lr=args.lr, grad_accum=args.grad_accum)
+    config = _replace(config, "run", out_dir=args.out, max_minutes=args.max_minutes, precision=args.precision,
+                      device=args.device)
+    return apply_overrides(config, args.overrides).validate()
+
+
+def run(args: argparse.Namespace) -> int:
+    from .loop import train
+
+    config = resolve_config(args)
+    result = train(config, resume=args.resume, resume_from=args.resume_from)
+    if int(os.environ.get("RANK", "0")) == 0:
+        if result.final_dir is not None:
+            print(f"final model: {Path(result.final_dir).resolve()} "
+                  "(load with maskplay.MaskplayModel.from_pretrained)")
+        else:
+            print(f"interrupted at step {result.step}; checkpoint {result.checkpoint}; continue with "
+                  f"`maskplay pretrain --out {result.run_dir} --resume`")
+    return result.exit_code

@@ -1,0 +1,213 @@
+"""The pretraining configuration: typed nested dataclasses, read from TOML, overridden from the command line
+(`--set optim.lr=5e-4`), and written back next to the checkpoints as the run's resolved config."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import FAMILIES, PRESETS, ModelConfig, from_dict, load_toml, preset
+
+PRECISIONS = ("fp32", "bf16")
+# ModelConfig fields that come from the tokenizer of the data, never from the training config.
+TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "eos_token_id", "unk_token_id", "sos_token_id", "mask_token_id",
+                    "special_token_ids")
+
+
+@dataclass
+class ModelSection:
+    """A preset plus any architecture field overridden; None keeps the preset's value."""
+
+    family: str = "tta"
+    preset: str = "mini"
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    num_heads: int | None = None
+    intermediate_size: int | None = None
+    max_position: int | None = None
+    type_vocab_size: int | None = None
+    hidden_dropout: float | None = None
+    attention_dropout: float | None = None
+    layer_norm_eps: float | None = None
+    initializer_range: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"model.family must be one of {FAMILIES}, got {self.family!r}")
+        if self.preset not in PRESETS:
+            raise ValueError(f"model.preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
+
+    def overrides(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("family", "preset") and getattr(self, f.name) is not None}
+
+    def build(self, tokenizer_fields: dict[str, Any]) -> ModelConfig:
+        """The ModelConfig of this section for a vocabulary (Tokenizer.model_config_ids())."""
+        return preset(self.preset, family=self.family, **{**self.overrides(), **tokenizer_fields})
+
+
+@dataclass
+class OptimSection:
+    """AdamW with linear warmup then linear decay to 0 at max_steps. Defaults are the T-TA paper's."""
+
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-6
+    warmup_steps: int = 1000
+    max_steps: int = 10000
+    clip: float = 1.0  # max gradient norm; 0 turns clipping off
+    grad_accum: int = 1  # micro-batches per optimizer step (per process)
+
+    def __post_init__(self) -> None:
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"optim.lr must be a positive number, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"optim.weight_decay must be >= 0, got {self.weight_decay}")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"optim.betas must be two numbers in [0, 1), got {self.betas}")
+        if self.eps <= 0:
+            raise ValueError(f"optim.eps must be positive, got {self.eps}")
+        if self.max_steps <= 0:
+            raise ValueError(f"optim.max_steps must be positive, got {self.max_steps}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.clip < 0:
+            raise ValueError(f"optim.clip must be >= 0 (0 = off), got {self.clip}")
+        if self.grad_accum <= 0:
+            raise ValueError(f"optim.grad_accum must be positive, got {self.grad_accum}")
+
+
+@dataclass
+class DataSection:
+    """`path` is a prepared directory (train/, valid/, tokenizer.json). With `corpus` and `tokenizer` instead,
+    the trainer prepares RUN_DIR/data first. batch_size is the global batch, in sequences per optimizer step,
+    summed over gradient accumulation and processes, so changing either leaves training the same."""
+
+    path: str = ""
+    corpus: list[str] = field(default_factory=list)
+    tokenizer: str = ""
+    batch_size: int = 32
+    max_length: int = 128  # longer sequences are truncated (with a warning)
+    seed: int = 0
+    num_workers: int = 0  # DataLoader worker processes building batches; 0 = in the training process
+    bucket_window: int = 100  # sort by length within windows of this many batches (1 = plain shuffle)
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_length", "bucket_window"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"data.{name} must be positive, got {getattr(self, name)}")
+        if self.num_workers < 0:
+            raise ValueError(f"data.num_workers must be >= 0, got {self.num_workers}")
+
+
+@dataclass
+class RunSection:
+    out_dir: str = "runs/pretrain"
+    eval_every: int = 500  # steps between held-out evaluations (0 = only at the start and the end)
+    eval_batches: int = 20  # held-out batches of data.batch_size sequences, the same ones every time
+    save_every: int = 1000  # steps between checkpoints (0 = only at the end and on a signal)
+    keep_last: int = 3  # checkpoints kept; older ones are deleted
+    log_every: int = 10  # steps between metrics.jsonl records
+    max_minutes: float | None = None  # wall-clock budget for the training loop, resumes included
+    precision: str = "fp32"  # fp32 | bf16 (bf16 autocast; weights and optimizer stay fp32)
+    device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
+    deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA needs it for bitwise resumes)
+    threads: int | None = None  # torch.set_num_threads; None leaves torch's default
+    progress: bool = True  # tqdm progress bar on stderr (rank 0)
+    tensorboard: bool = True  # also write TensorBoard logs when the tensorboard package is installed
+
+    def __post_init__(self) -> None:
+        for name in ("eval_every", "save_every", "eval_batches", "log_every", "keep_last"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"run.{name} must be >= 0, got {getattr(self, name)}")
+        if self.keep_last < 1:
+            raise ValueError(f"run.keep_last must be at least 1, got {self.keep_last}")
+        if self.log_every < 1:
+            raise ValueError(f"run.log_every must be at least 1, got {self.log_every}")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise ValueError(f"run.max_minutes must be positive (leave it out for no budget), got {self.max_minutes}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"run.precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ValueError(f"run.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        if self.threads is not None and self.threads <= 0:
+            raise ValueError(f"run.threads must be positive, got {self.threads}")
+
+
+@dataclass
+class TrainConfig:
+    model: ModelSection = field(default_factory=ModelSection)
+    optim: OptimSection = field(default_factory=OptimSection)
+    data: DataSection = field(default_factory=DataSection)
+    run: RunSection = field(default_factory=RunSection)
+
+    def validate(self) -> TrainConfig:
+        """Checks across fields, made once every override is in (each field checks itself when set)."""
+        if self.optim.warmup_steps > self.optim.max_steps:
+            raise ValueError(f"optim.warmup_steps={self.optim.warmup_steps} exceeds optim.max_steps="
+                             f"{self.optim.max_steps}")
+        if self.data.path and self.data.corpus:
+            raise ValueError("set data.path (a prepared directory) or data.corpus (files to prepare), not both")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def to_toml(self) -> str:
+        """TOML that load_train_config reads back to an equal config (None fields are left out)."""
+        lines: list[str] = []
+        for section, values in self.to_dict().items():
+            lines.append(f"[{section}]")
+            for key, value in values.items():
+                if value is not None:
+                    lines.append(f"{key} = {_toml_value(value)}")
+            lines.append("")
+        return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)  # Python's repr of a float is valid TOML and round-trips exactly
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def train_config_from_dict(data: dict[str, Any], source: str = "config") -> TrainConfig:
+    return from_dict(TrainConfig, data, source=source)
+
+
+def load_train_config(path: str | Path) -> TrainConfig:
+    """Read a TOML file; unknown sections or keys are errors that name them and the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} not found")
+    if path.suffix == ".json":
+        return train_config_from_dict(json.loads(path.read_text()), source=str(path))
+    return load_toml(TrainConfig, path)
+
+
+# Fields a resumed run may change without changing what it computes (budgets, logging, where it runs).
+RESUMABLE_CHANGES = frozenset({
+    "optim.max_steps", "optim.grad_accum", "data.num_workers", "data.path", "data.corpus", "data.tokenizer",
+    "run.out_dir", "run.eval_every", "run.eval_batches", "run.save_every", "run.keep_last", "run.log_every",
+    "run.max_minutes", "run.device", "run.threads", "run.progress", "run.tensorboard", "run.deterministic",
+})
+
+
+def config_differences(old: TrainConfig, new: TrainConfig) -> list[str]:
+    """Dotted names of the fields that differ between two configs."""
+    a, b = old.to_dict(), new.to_dict()
+    return [f"{section}.{key}" for section in a for key in a[section] if a[section][key] != b[section][key]]

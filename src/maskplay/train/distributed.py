@@ -1,0 +1,97 @@
+"""Process-group setup for `torchrun` and the few collectives the trainer needs.
+
+One process (no WORLD_SIZE in the environment, or WORLD_SIZE=1) runs without a process group at all, so
+the collectives below are then plain local operations."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """auto: this process's GPU when CUDA is available, else the CPU."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"run.device={name!r} but CUDA is not available on this machine (use cpu or auto)")
+        if name == "cuda":
+            return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device(name)
+
+
+def setup(device_name: str) -> Dist:
+    """Join the process group torchrun describes in the environment (gloo on CPU, NCCL on GPU)."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_device(device_name, local_rank)
+    if world_size > 1 and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return Dist(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
+
+
+def teardown(d: Dist) -> None:
+    if d.enabled and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _comm_device(d: Dist) -> torch.device:
+    # NCCL moves only GPU tensors; gloo only CPU ones
+    return d.device if d.device.type == "cuda" else torch.device("cpu")
+
+
+def all_reduce_sum(d: Dist, values: Tensor) -> Tensor:
+    """The element-wise sum over processes (float64 on the way, so counts stay exact)."""
+    if not d.enabled:
+        return values
+    t = values.to(_comm_device(d), torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.cpu()
+
+
+def broadcast_int(d: Dist, value: int) -> int:
+    """Rank 0's value, on every rank."""
+    if not d.enabled:
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=_comm_device(d))
+    dist.broadcast(t, src=0)
+    return int(t.item())
+
+
+def all_gather(d: Dist, tensor: Tensor) -> list[Tensor]:
+    """Every rank's copy of a tensor of the same shape and dtype on all ranks, as CPU tensors."""
+    if not d.enabled:
+        return [tensor.cpu()]
+    t = tensor.to(_comm_device(d)).contiguous()
+    out = [torch.empty_like(t) for _ in range(d.world_size)]
+    dist.all_gather(out, t)
+    return [o.cpu() for o in out]
+
+
+def barrier(d: Dist) -> None:
+    if d.enabled:
+        dist.barrier()

@@ -1,0 +1,104 @@
+"""Where a run reports: RUN_DIR/metrics.jsonl (one JSON object per record), RUN_DIR/loss.png (train and
+held-out loss against step), RUN_DIR/train.log (the messages also printed), and TensorBoard event files in
+RUN_DIR/tensorboard when the tensorboard package is installed. Only rank 0 creates a Metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+METRICS_NAME = "metrics.jsonl"
+PLOT_NAME = "loss.png"
+LOG_NAME = "train.log"
+
+
+class Metrics:
+    def __init__(self, run_dir: str | Path, resume_step: int | None, tensorboard: bool,
+                 stream: TextIO | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / METRICS_NAME
+        self.stream = stream if stream is not None else sys.stdout
+        self.log_file = open(self.run_dir / LOG_NAME, "a", encoding="utf-8")
+        self.records: list[dict[str, Any]] = []
+        if self.path.is_file():
+            self.records = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        if resume_step is not None:
+            # records a killed run wrote after its last checkpoint are replayed by the resumed run
+            self.records = [r for r in self.records if r["step"] <= resume_step]
+        else:
+            self.records = []
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
+        self.file = open(self.path, "a", encoding="utf-8")
+        self.writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as err:
+                self.log(f"TensorBoard is off: {err.name or 'tensorboard'} is not installed "
+                         "(pip install tensorboard to get TensorBoard logs)")
+            else:
+                self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=resume_step)
+        else:
+            self.log("TensorBoard is off (run.tensorboard = false)")
+
+    def log(self, message: str) -> None:
+        """A line for the console and train.log."""
+        line = f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {message}"
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(line, file=self.stream)  # does not break a progress bar on the same terminal
+        except ImportError:  # pragma: no cover - tqdm is a dependency
+            print(line, file=self.stream, flush=True)
+        self.log_file.write(line + "\n")
+        self.log_file.flush()
+
+    def record(self, **values: Any) -> None:
+        record = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
+        self.records.append(record)
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+        if self.writer is not None:
+            for key, value in values.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    tag = f"eval/{key[5:]}" if key.startswith("eval_") else f"train/{key}"
+                    self.writer.add_scalar(tag, value, values["step"])
+
+    def plot(self) -> Path | None:
+        """Redraw loss.png from all records (train loss and held-out loss against step)."""
+        train = [(r["step"], r["loss"]) for r in self.records if r.get("loss") is not None]
+        held = [(r["step"], r["eval_loss"]) for r in self.records if r.get("eval_loss") is not None]
+        if not train and not held:
+            return None
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        if train:
+            ax.plot(*zip(*train, strict=True), label="train", linewidth=1, alpha=0.8)
+        if held:
+            ax.plot(*zip(*held, strict=True), "o-", label="held-out", linewidth=1.5, markersize=3)
+        ax.set_xlabel("step")
+        ax.set_ylabel("mean token loss (nats)")
+        ax.set_title(self.run_dir.name)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        out = self.run_dir / PLOT_NAME
+        tmp = out.with_name(".loss.tmp.png")
+        fig.savefig(tmp, dpi=110)
+        plt.close(fig)
+        tmp.replace(out)
+        return out
+
+    def close(self) -> None:
+        self.file.close()
+        self.log_file.close()
+        if self.writer is not None:
+            self.writer.close()

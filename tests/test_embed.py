@@ -1,0 +1,86 @@
+"""Sentence embeddings against a naive forward pass per sentence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from maskplay.score import Embedder, Pooling, encode
+from tests.test_score_support import SENTENCES, small_tokenizer, tiny
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    return small_tokenizer(tmp_path_factory.mktemp("vocab"))
+
+
+def naive(model, tok, sentence: str, layer: int, **kwargs) -> torch.Tensor:
+    ids = torch.tensor([tok.encode(sentence)])
+    with torch.no_grad():
+        return model(ids, output_hidden_states=True, **kwargs).hidden_states[layer][0]
+
+
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt"])
+@pytest.mark.parametrize("layer", [-1, 1])
+def test_mean_pooling_excludes_sos_and_eos(tok, family, layer):
+    model = tiny(family, tok)
+    got = encode(model, tok, SENTENCES, layer=layer, batch_size=4)
+    assert got.shape == (len(SENTENCES), model.config.hidden_size) and got.dtype == np.float32
+    for row, sentence in zip(got, SENTENCES, strict=True):
+        want = naive(model, tok, sentence, layer)[1:-1].mean(0)
+        np.testing.assert_allclose(row, want.numpy(), atol=1e-5)
+
+
+def test_tta_diagonal_mask_switch(tok):
+    model = tiny("tta", tok)
+    with_mask = encode(model, tok, SENTENCES[:3])
+    without = encode(model, tok, SENTENCES[:3], diagonal_mask=False)
+    for k, sentence in enumerate(SENTENCES[:3]):
+        np.testing.assert_allclose(without[k], naive(model, tok, sentence, -1, diagonal_mask=False)[1:-1].mean(0),
+                                   atol=1e-5)
+    assert not np.allclose(with_mask, without, atol=1e-3)
+
+
+def test_first_and_last_pooling_and_normalize(tok):
+    model = tiny("bert", tok)
+    first = encode(model, tok, SENTENCES, pooling=Pooling.FIRST)
+    last = encode(model, tok, SENTENCES, pooling="last", normalize=True)
+    for k, sentence in enumerate(SENTENCES):
+        states = naive(model, tok, sentence, -1)
+        np.testing.assert_allclose(first[k], states[0].numpy(), atol=1e-5)
+        np.testing.assert_allclose(last[k], (states[-1] / states[-1].norm()).numpy(), atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(last, axis=1), 1.0, atol=1e-6)
+
+
+def test_order_is_kept_whatever_the_batching(tok):
+    model = tiny("tta", tok)
+    a = encode(model, tok, SENTENCES, batch_size=1)
+    b = encode(model, tok, SENTENCES[::-1], batch_size=64)[::-1]
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_bad_arguments_are_clear_errors(tok):
+    bert = Embedder(tiny("bert", tok), tok)
+    with pytest.raises(ValueError, match="diagonal_mask=False applies to T-TA only"):
+        bert.encode(["a"], diagonal_mask=False)
+    with pytest.raises(ValueError, match=r"layer 3 is out of range for a 2-layer model \(valid: -3..2\)"):
+        bert.encode(["a"], layer=3)
+    with pytest.raises(ValueError, match="'max' is not a valid Pooling"):
+        bert.encode(["a"], pooling="max")
+    with pytest.raises(ValueError, match="sentence 1 is empty"):
+        bert.encode(["a", ""])
+    assert bert.encode([]).shape == (0, 32)
+
+
+def test_long_sentences_error_or_truncate(tok):
+    model = tiny("tta", tok, max_position=8)
+    long = "the cat sat on the mat and the dog"
+    with pytest.raises(ValueError, match=r"sentence 0 has \d+ tokens .* 8 positions"):
+        encode(model, tok, [long])
+    got = encode(model, tok, [long], overflow="truncate")
+    ids = tok.encode(long)
+    cut = torch.tensor([[*ids[:7], tok.special.eos]])
+    with torch.no_grad():
+        want = model(cut).last_hidden_state[0, 1:-1].mean(0)
+    np.testing.assert_allclose(got[0], want.numpy(), atol=1e-5)

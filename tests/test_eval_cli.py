@@ -1,0 +1,87 @@
+"""`maskplay eval TASK` end to end on the real shared data with a tiny random model (--limit small)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from maskplay.cli import main
+from maskplay.tokenizer import load_tokenizer
+from tests.conftest import shared_path
+from tests.test_score_support import save_model_dir, tiny
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    tok = load_tokenizer(shared_path("tta-vocab"))
+    return str(save_model_dir(tmp_path_factory.mktemp("m") / "tta", tiny("tta", tok), tok))
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory):
+    tok = load_tokenizer(shared_path("tta-vocab"))
+    return str(save_model_dir(tmp_path_factory.mktemp("m") / "bert", tiny("bert", tok), tok))
+
+
+def run(args, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main([*args, "--out", str(out), "--data", str(shared_path())] if args[1] == "sts" else
+                [*args, "--out", str(out)]) == 0
+    return json.loads(out.read_text()), capsys.readouterr().out
+
+
+def test_eval_sts(model_dir, tmp_path, capsys):
+    result, printed = run(["eval", "sts", model_dir, "--limit", "12", "--no-diagonal-mask"], tmp_path, capsys)
+    assert result["task"] == "sts" and result["diagonal_mask"] is False and result["pooling"] == "mean"
+    for name in ("stsb", "sick"):
+        r = result["results"][name]
+        assert r["pairs"] == 12 and -100 <= r["spearman"] <= 100 and -100 <= r["pearson"] <= 100
+    assert "STS-B dev" in printed and "Spearman" in printed
+
+
+def test_eval_nbest(model_dir, tmp_path, capsys):
+    result, printed = run(["eval", "nbest", model_dir, "--limit", "2", "--weights", "0", "0.5", "--batch-size", "64"],
+                          tmp_path, capsys)
+    for split in ("dev_clean", "dev_other"):
+        r = result["results"][split]
+        assert r["utterances"] == 2 and r["oracle_wer"] <= r["one_best_wer"] and r["weight"] in (0.0, 0.5)
+        assert r["first_pass_only_wer"] == r["one_best_wer"]  # rank 1 is the first pass's best
+    assert "1-best" in printed and "oracle" in printed
+
+
+def test_eval_pairs(bert_dir, tmp_path, capsys):
+    data = tmp_path / "blimp"
+    data.mkdir()
+    (data / "agreement.jsonl").write_text(
+        json.dumps({"sentence_good": "the cats sleep .", "sentence_bad": "the cats sleeps ."}) + "\n"
+        + json.dumps({"sentence_good": "a dog runs .", "sentence_bad": "a dog run ."}) + "\n")
+    result, printed = run(["eval", "pairs", bert_dir, "--data", str(data), "--method", "pll-word"], tmp_path, capsys)
+    assert result["results"]["files"]["agreement"]["pairs"] == 2 and result["method"] == "pll-word"
+    assert "overall" in printed
+
+
+def test_eval_spelling(model_dir, tmp_path, capsys):
+    result, printed = run(["eval", "spelling", model_dir, "--limit", "4"], tmp_path, capsys)
+    files = result["results"]["files"]
+    assert set(files) == {"en_natural_train", "en_artificial_noun", "en_artificial_token"}
+    assert all(f["items"] == 4 and 0 <= f["top1"] <= 100 for f in files.values())
+    assert files["en_natural_train"]["tuned"]["in_sample"] is True
+    assert "top1" in printed
+
+
+def test_eval_cola(model_dir, tmp_path, capsys):
+    result, printed = run(["eval", "cola", model_dir, "--limit", "10", "--train-limit", "20"], tmp_path, capsys)
+    r = result["results"]
+    assert r["train"]["sentences"] == 20 and r["in_domain_dev"]["sentences"] == 10
+    assert r["out_of_domain_dev"]["sentences"] == 10 and "MCC" in printed
+
+
+def test_eval_errors(model_dir, tmp_path, capsys):
+    assert main(["eval", "cola", model_dir, "--data", str(tmp_path / "nope")]) == 2
+    assert "nope not found" in capsys.readouterr().err
+    assert main(["eval", "sts", model_dir, "--limit", "0"]) == 2
+    assert "--limit must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["eval", "pairs", model_dir])  # --data is required
+    assert main(["eval", "nbest", model_dir, "--method", "pll-word", "--limit", "1"]) == 0  # T-TA through copies

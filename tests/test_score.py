@@ -1,0 +1,284 @@
+"""Sentence scores against naive oracles: T-TA one pass vs one position at a time, bucketed PLL vs one forward
+per masked copy (and vs HuggingFace BertForMaskedLM), GPT vs a plain causal loop; windows; bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from maskplay.score import Method, Overflow, Scorer
+from maskplay.score.scorer import check_compatible, load_model_dir
+from maskplay.score.text import decode_text, encode_texts, read_lines
+from tests.test_score_support import SENTENCES, save_model_dir, small_tokenizer, tiny
+
+ATOL = 2e-5
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    return small_tokenizer(tmp_path_factory.mktemp("vocab"))
+
+
+def full_log_probs(model, ids: list[int]) -> torch.Tensor:
+    """(L, V) log-probabilities of one unpadded sequence, the head over every position."""
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].log_softmax(-1)
+
+
+def naive_pll(model, tok, sentence: str, word_l2r: bool) -> list[float]:
+    """One forward pass per masked copy, full-sequence logits, no batching."""
+    ids = tok.encode(sentence)
+    words = tok.backend.encode(sentence, add_special_tokens=False).word_ids
+    out = []
+    for i in range(1, len(ids) - 1):
+        copy = list(ids)
+        copy[i] = tok.special.mask
+        if word_l2r:
+            k = i
+            while k + 1 < len(ids) - 1 and words[k] == words[i - 1]:  # words[k] is the word of position k + 1
+                copy[k + 1] = tok.special.mask
+                k += 1
+        out.append(full_log_probs(model, copy)[i, ids[i]].item())
+    return out
+
+
+def test_tta_one_pass_equals_each_position_scored_alone(tok):
+    model = tiny("tta", tok)
+    got = Scorer(model, tok, batch_size=4).score(SENTENCES)
+    for sentence, score in zip(SENTENCES, got, strict=True):
+        ids = tok.encode(sentence)
+        assert score.token_ids == ids[1:-1] and score.num_tokens == len(ids) - 2
+        for i in range(1, len(ids) - 1):
+            for replacement in (tok.special.mask, 7 + (ids[i] + 1) % 50):
+                # T-TA's output i never depends on token i: hiding it must not change log p(token i).
+                copy = list(ids)
+                copy[i] = replacement
+                want = full_log_probs(model, copy)[i, ids[i]].item()
+                assert score.token_log_probs[i - 1] == pytest.approx(want, abs=ATOL)
+        assert score.log_prob == pytest.approx(math.fsum(score.token_log_probs))
+        assert score.method == "one-pass"
+
+
+def test_tta_without_diagonal_mask_would_fail_the_oracle(tok):
+    # The oracle above can fail: a model that sees token i gives a different log p than the masked copy.
+    model = tiny("tta", tok)
+    ids = tok.encode(SENTENCES[0])
+    with torch.no_grad():
+        seen = model(torch.tensor([ids]), diagonal_mask=False).logits[0].log_softmax(-1)[2, ids[2]].item()
+    copy = list(ids)
+    copy[2] = tok.special.mask
+    assert abs(seen - full_log_probs(model, copy)[2, ids[2]].item()) > 1e-3
+
+
+@pytest.mark.parametrize("method", [Method.PLL, Method.PLL_WORD])
+def test_bucketed_pll_equals_one_forward_per_copy(tok, method):
+    model = tiny("bert", tok)
+    # batch_size 5: batches mix copies of several sentences of different lengths, with padding
+    got = Scorer(model, tok, batch_size=5, method=method).score(SENTENCES)
+    for sentence, score in zip(SENTENCES, got, strict=True):
+        want = naive_pll(model, tok, sentence, word_l2r=method is Method.PLL_WORD)
+        assert score.token_log_probs == pytest.approx(want, abs=ATOL)
+
+
+def test_pll_word_differs_only_where_a_word_continues(tok):
+    model = tiny("bert", tok)
+    sentences = ["unbelievably good", "the dogs sat"]
+    plain = Scorer(model, tok, method="pll").score(sentences)
+    word = Scorer(model, tok, method="pll-word").score(sentences)
+    for p, w in zip(plain, word, strict=True):
+        for k, word_id in enumerate(p.word_ids):
+            continues = k + 1 < len(p.word_ids) and p.word_ids[k + 1] == word_id
+            if continues:
+                assert abs(p.token_log_probs[k] - w.token_log_probs[k]) > 1e-4
+            else:
+                assert p.token_log_probs[k] == pytest.approx(w.token_log_probs[k], abs=ATOL)
+
+
+def test_bert_auto_is_pll(tok):
+    model = tiny("bert", tok)
+    assert Scorer(model, tok).method is Method.PLL
+
+
+def test_pll_matches_huggingface_naive_pll(tok):
+    transformers = pytest.importorskip("transformers")
+    from maskplay.convert import maskplay_to_hf_bert
+
+    model = tiny("bert", tok, type_vocab_size=1)
+    cfg = model.config
+    hf = transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.max_position, type_vocab_size=1, layer_norm_eps=cfg.layer_norm_eps,
+        pad_token_id=cfg.pad_token_id)).eval()
+    loaded = hf.load_state_dict(maskplay_to_hf_bert(model.state_dict()), strict=False)
+    assert not loaded.unexpected_keys and all(k.endswith("_ids") for k in loaded.missing_keys), loaded  # buffers only
+    got = Scorer(model, tok, batch_size=7).score(SENTENCES[:4])
+    for sentence, score in zip(SENTENCES[:4], got, strict=True):
+        ids = tok.encode(sentence)
+        copies = torch.tensor([ids] * (len(ids) - 2))
+        positions = torch.arange(1, len(ids) - 1)
+        copies[torch.arange(len(positions)), positions] = tok.special.mask
+        with torch.no_grad():
+            logits = hf(input_ids=copies).logits  # full-sequence head, the naive way
+        want = logits[torch.arange(len(positions)), positions].log_softmax(-1)[
+            torch.arange(len(positions)), torch.tensor(ids[1:-1])]
+        assert score.token_log_probs == pytest.approx(want.tolist(), abs=1e-4)
+
+
+def test_tta_pll_equals_one_pass(tok):
+    model = tiny("tta", tok)
+    one = Scorer(model, tok).score(SENTENCES)
+    pll = Scorer(model, tok, method="pll", batch_size=3).score(SENTENCES)
+    for a, b in zip(one, pll, strict=True):
+        assert a.token_log_probs == pytest.approx(b.token_log_probs, abs=ATOL)
+
+
+def test_gpt_equals_causal_loop(tok):
+    model = tiny("gpt", tok)
+    got = Scorer(model, tok, batch_size=4).score(SENTENCES)
+    for sentence, score in zip(SENTENCES, got, strict=True):
+        ids = tok.encode(sentence)
+        want = []
+        for t in range(1, len(ids) - 1):  # [EOS] is not scored, [SOS] is context only
+            with torch.no_grad():
+                logits = model(torch.tensor([ids[:t]])).logits[0, -1]
+            want.append(logits.log_softmax(-1)[ids[t]].item())
+        assert score.token_log_probs == pytest.approx(want, abs=ATOL)
+    assert got[0].method == "causal"
+
+
+def test_batch_size_does_not_change_scores(tok):
+    model = tiny("bert", tok)
+    one = Scorer(model, tok, batch_size=1).score(SENTENCES)
+    many = Scorer(model, tok, batch_size=64).score(SENTENCES)
+    assert [s.log_prob for s in one] == pytest.approx([s.log_prob for s in many], abs=1e-4)
+
+
+def test_bf16_is_close_to_fp32(tok):
+    model = tiny("tta", tok)
+    a = Scorer(model, tok).score(SENTENCES[:3])
+    b = Scorer(model, tok, precision="bf16").score(SENTENCES[:3])
+    for x, y in zip(a, b, strict=True):
+        assert x.token_log_probs == pytest.approx(y.token_log_probs, abs=0.1)
+
+
+def test_words_sum_their_pieces(tok):
+    score = Scorer(tiny("tta", tok), tok).score(["unbelievably good"])[0]
+    words = score.words()
+    assert [w.text for w in words] == ["unbelievably", "good"]
+    assert words[0].pieces == (0, 1, 2, 3)
+    assert words[0].log_prob == pytest.approx(sum(score.token_log_probs[:4]))
+    assert words[1].surprisal == pytest.approx(-score.token_log_probs[4])
+
+
+# ---- long sentences ------------------------------------------------------------------------------------
+
+LONG = " ".join(["the cat sat on the mat"] * 5)  # 30 pieces
+
+
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt"])
+def test_long_sentence_is_an_error_naming_it(tok, family):
+    model = tiny(family, tok, max_position=16)
+    with pytest.raises(ValueError, match=r"sentence 1 has 32 tokens .* 16 positions"):
+        Scorer(model, tok).score(["a dog", LONG])
+
+
+@pytest.mark.parametrize("family", ["tta", "gpt"])
+def test_windows_score_each_piece_once_with_its_best_window(tok, family):
+    width, max_position = 14, 16
+    model = tiny(family, tok, max_position=max_position)
+    score = Scorer(model, tok, overflow=Overflow.WINDOW).score([LONG])[0]
+    pieces = tok.encode(LONG)[1:-1]
+    n = len(pieces)
+    starts = sorted(set(list(range(0, n - width, width // 2)) + [n - width]))
+    assert score.num_tokens == n and score.windows > 1
+    for j in range(n):
+        holding = [s for s in starts if s <= j < s + width]
+        if family == "gpt":
+            s = min(holding)  # the most left context
+        else:
+            s = max(holding, key=lambda s: (min(j - s, s + width - 1 - j), -s))
+        window = [tok.special.sos, *pieces[s:s + width], tok.special.eos]
+        pos = j - s + 1
+        if family == "gpt":
+            want = full_log_probs(model, window[:pos])[-1, pieces[j]].item()
+        else:
+            want = full_log_probs(model, window)[pos, pieces[j]].item()
+        assert score.token_log_probs[j] == pytest.approx(want, abs=ATOL), j
+
+
+def test_windows_leave_short_sentences_alone(tok):
+    model = tiny("bert", tok)
+    a = Scorer(model, tok).score(SENTENCES)
+    b = Scorer(model, tok, overflow="window").score(SENTENCES)
+    assert [s.token_log_probs for s in a] == [s.token_log_probs for s in b]
+    assert all(s.windows == 1 for s in b)
+
+
+# ---- bad input -----------------------------------------------------------------------------------------
+
+def test_empty_sentence_is_an_error_naming_its_index(tok):
+    scorer = Scorer(tiny("tta", tok), tok)
+    with pytest.raises(ValueError, match="sentence 2 is empty"):
+        scorer.score(["a dog", "the cat", "   "])
+    with pytest.raises(ValueError, match="sentence 0 is '\\\\x00\\\\x01', which has no tokens"):
+        scorer.score(["\x00\x01"])
+    with pytest.raises(ValueError, match="sentence 1 is a int"):
+        scorer.score(["a", 3])
+    with pytest.raises(ValueError, match="single str"):
+        scorer.score("a dog")
+    assert scorer.score([]) == []
+
+
+def test_methods_that_do_not_apply_are_errors(tok):
+    with pytest.raises(ValueError, match="'pll' does not apply to a 'gpt' model"):
+        Scorer(tiny("gpt", tok), tok, method="pll")
+    with pytest.raises(ValueError, match="'one-pass' does not apply to a 'bert' model"):
+        Scorer(tiny("bert", tok), tok, method=Method.ONE_PASS)
+    with pytest.raises(ValueError, match="'nope' is not a valid Method"):
+        Scorer(tiny("bert", tok), tok, method="nope")
+    with pytest.raises(ValueError, match="truncate"):
+        Scorer(tiny("bert", tok), tok, overflow="truncate")
+
+
+def test_model_and_tokenizer_must_match(tok):
+    from maskplay.tokenizer import load_tokenizer
+    from tests.conftest import shared_path
+
+    other = load_tokenizer(shared_path("tta-vocab"))
+    with pytest.raises(ValueError, match="vocab_size: model 118 vs tokenizer 29530"):
+        check_compatible(tiny("tta", tok), other)
+
+
+def test_model_dir_round_trip_and_missing_tokenizer(tok, tmp_path):
+    model = tiny("gpt", tok)
+    save_model_dir(tmp_path / "m", model, tok)
+    loaded, loaded_tok = load_model_dir(tmp_path / "m")
+    a = Scorer(model, tok).score(SENTENCES[:2])
+    b = Scorer(loaded, loaded_tok).score(SENTENCES[:2])
+    assert [s.log_prob for s in a] == pytest.approx([s.log_prob for s in b], abs=1e-5)
+    (tmp_path / "m" / "tokenizer.json").unlink()
+    with pytest.raises(FileNotFoundError, match="tokenizer.json not found"):
+        Scorer.from_pretrained(tmp_path / "m")
+
+
+def test_text_files_are_strict_utf8(tmp_path):
+    with pytest.raises(ValueError, match=r"f.txt: byte offset 7: invalid UTF-8"):
+        decode_text(b"ok\nfine\xff\n", "f.txt")
+    with pytest.raises(ValueError, match=r"byte offset 3: NUL byte"):
+        decode_text(b"abc\x00", "g")
+    assert decode_text(b"\xef\xbb\xbfhi", "bom") == "hi"
+    path = tmp_path / "s.txt"
+    path.write_bytes(b"one\r\ntwo\x0cthree\n\nfour\n")
+    with pytest.raises(ValueError, match=r"s.txt:3: empty line"):
+        read_lines(path)
+    path.write_bytes(b"one\r\ntwo\x0cthree\n")
+    assert read_lines(path) == [(1, "one"), (2, "two\x0cthree")]  # a form feed does not split a line
+
+
+def test_encode_texts_matches_the_tokenizer(tok):
+    for enc, ids in zip(encode_texts(tok, SENTENCES), tok.encode_batch(SENTENCES), strict=True):
+        assert [tok.special.sos, *enc.ids, tok.special.eos] == ids
+        assert len(enc.word_ids) == len(enc.offsets) == len(enc.ids)

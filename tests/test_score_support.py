@@ -1,0 +1,60 @@
+"""Shared helpers for the scoring, embedding and evaluation tests (no tests here): a small WordPiece vocabulary
+that needs no shared data (every word splits into pieces, so multi-piece words are everywhere), tiny models of
+each family on it, and a saved model directory as the trainer exports it."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import torch
+
+from maskplay import preset
+from maskplay.modeling import MaskplayModel, build_model
+from maskplay.tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer
+
+WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "is", "it", "un", "##bel", "##iev", "##ably",
+         "good", "bad", "##s", "##ing", "##ed"]
+SENTENCES = [
+    "The cat sat on the mat.",
+    "unbelievably good",
+    "a dog ran",
+    "It's a zebra, quickly jumping over lazy foxes!",
+    "x",
+    "the dogs sat",
+]
+
+
+def small_vocab_file(directory: Path) -> Path:
+    pieces = [*SPECIAL_TOKENS, *WORDS, *string.ascii_lowercase, *(f"##{c}" for c in string.ascii_lowercase),
+              *string.digits, *string.punctuation]
+    seen, vocab = set(), []
+    for p in pieces:
+        if p not in seen:
+            seen.add(p)
+            vocab.append(p)
+    path = directory / "vocab.txt"
+    path.write_text("\n".join(vocab) + "\n")
+    return path
+
+
+def small_tokenizer(directory: Path) -> Tokenizer:
+    return load_tokenizer(small_vocab_file(directory))
+
+
+def tiny(family: str, tokenizer: Tokenizer, seed: int = 0, **overrides) -> MaskplayModel:
+    torch.manual_seed(seed)
+    model = build_model(preset("tiny", family=family, **{**tokenizer.model_config_ids(), **overrides}))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:  # large weights: peaked attention, so every token visibly matters to the others
+                p.normal_(0.0, 0.25)
+            elif "norm" in name or name.endswith("bias"):  # so that a skipped transform or bias shows
+                p.add_(torch.randn_like(p) * 0.3)
+    return model.eval()
+
+
+def save_model_dir(directory: Path, model: MaskplayModel, tokenizer: Tokenizer) -> Path:
+    model.save_pretrained(directory)
+    tokenizer.save(directory)
+    return directory

@@ -1,0 +1,391 @@
+"""The trainer: config loading and errors, the schedule, batching, exact gradient accumulation, resumption
+(in-process, after SIGKILL, after SIGTERM / SIGINT, from a corrupted checkpoint), the time budget, the final
+export, and the loss falling on real text."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from maskplay import MaskplayModel
+from maskplay.cli import main as cli_main
+from maskplay.config import ModelConfig, apply_overrides
+from maskplay.data.dataset import TokenDataset, pad_batch, write_split
+from maskplay.modeling import build_model
+from maskplay.tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer
+from maskplay.train import TrainConfig, load_train_config, train
+from maskplay.train import checkpoint as ckpt
+from maskplay.train.batches import epoch_batches, sequence_lengths
+from maskplay.train.config import TOKENIZER_FIELDS, ModelSection, OptimSection
+from maskplay.train.schedule import learning_rate, parameter_groups
+from tests.conftest import shared_path
+
+REPO = Path(__file__).resolve().parents[1]
+VOCAB = 100
+
+
+# ---- fixtures -------------------------------------------------------------------------------------------------
+
+def make_data(directory: Path, n_train: int = 160, n_valid: int = 40, seed: int = 0) -> Path:
+    """A prepared directory of random sequences ([SOS] ids [EOS], 4..27 tokens) with a 100-piece tokenizer."""
+    directory.mkdir(parents=True, exist_ok=True)
+    words = SPECIAL_TOKENS + [f"w{i}" for i in range(len(SPECIAL_TOKENS), VOCAB)]
+    (directory / "vocab.txt").write_text("\n".join(words) + "\n")
+    load_tokenizer(directory / "vocab.txt").save(directory)
+    rng = np.random.default_rng(seed)
+    seqs = [[3, *rng.integers(7, VOCAB, n - 2).tolist(), 1] for n in rng.integers(4, 28, n_train + n_valid)]
+    write_split(directory / "train", seqs[:n_train], VOCAB)
+    write_split(directory / "valid", seqs[n_train:], VOCAB)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return make_data(tmp_path_factory.mktemp("data"))
+
+
+# The small-run settings, as --set overrides (usable both in-process and on a command line).
+SMALL = ["model.preset=tiny", "optim.lr=3e-3", "optim.warmup_steps=2", "optim.max_steps=8", "data.batch_size=16",
+         "data.max_length=32", "data.bucket_window=4", "run.eval_every=4", "run.eval_batches=1", "run.save_every=4",
+         "run.log_every=1", "run.progress=false", "run.tensorboard=false", "run.threads=1", "run.device=cpu"]
+NO_DROPOUT = ["model.hidden_dropout=0", "model.attention_dropout=0"]
+
+
+def small_config(data: Path, out: Path, *overrides: str, family: str = "tta") -> TrainConfig:
+    base = TrainConfig(model=ModelSection(family=family))
+    return apply_overrides(base, [*SMALL, f"data.path={data}", f"run.out_dir={out}", *overrides]).validate()
+
+
+def weights(run_dir: Path, which: str = "final") -> dict[str, torch.Tensor]:
+    path = run_dir / which / "model.safetensors"
+    return load_file(str(path))
+
+
+def assert_same_weights(a: dict, b: dict, exact: bool = True) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        if exact:
+            assert torch.equal(a[name], b[name]), f"{name} differs (max {(a[name] - b[name]).abs().max():.3g})"
+        else:
+            torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def cli_command(data: Path, out: Path, *overrides: str, family: str = "tta") -> list[str]:
+    args = [sys.executable, "-m", "maskplay", "pretrain", "--family", family, "--data", str(data), "--out", str(out)]
+    for item in [*SMALL, *overrides]:
+        args += ["--set", item]
+    return args
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def wait_for_step(run_dir: Path, proc: subprocess.Popen, step: int, need_checkpoint: bool, timeout: float = 60) -> int:
+    """Poll metrics.jsonl until the run has logged `step` (and written a checkpoint); returns the step seen."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        assert proc.poll() is None, f"the run ended early: {proc.communicate()}"
+        path = run_dir / "metrics.jsonl"
+        steps = [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.is_file() else []
+        if steps and steps[-1] >= step and (not need_checkpoint or ckpt.list_checkpoints(run_dir)):
+            return steps[-1]
+        time.sleep(0.002)
+    raise AssertionError(f"run did not reach step {step} in {timeout} s")
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r["loss"] for r in map(json.loads, lines) if "loss" in r}
+
+
+# ---- configuration --------------------------------------------------------------------------------------------
+
+def test_toml_round_trip_and_example_configs(tmp_path):
+    cfg = apply_overrides(TrainConfig(), ["optim.lr=5e-4", "model.hidden_dropout=0.05", "data.corpus=a.txt,b.txt"])
+    path = tmp_path / "c.toml"
+    path.write_text(cfg.to_toml())
+    assert load_train_config(path) == cfg
+    for family in ("tta", "bert", "gpt"):
+        example = load_train_config(REPO / "configs" / f"mini-{family}.toml").validate()
+        assert example.model.family == family and example.model.preset == "mini"
+        assert example.data.batch_size == 32 and example.data.max_length == 128
+
+
+def test_config_errors_name_the_bad_key(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[optim]\nlr = 1e-4\nwarmup = 10\n")
+    with pytest.raises(ValueError, match=r"bad\.toml\.optim: unknown key\(s\) \['warmup'\]"):
+        load_train_config(bad)
+    bad.write_text("[optimizer]\nlr = 1e-4\n")
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['optimizer'\]"):
+        load_train_config(bad)
+    with pytest.raises(ValueError, match=r"'optim\.lrr'.*no field 'lrr'"):
+        apply_overrides(TrainConfig(), ["optim.lrr=1"])
+    with pytest.raises(ValueError, match=r"optim\.max_steps='ten': expected int"):
+        apply_overrides(TrainConfig(), ["optim.max_steps=ten"])
+    with pytest.raises(ValueError, match=r"run\.precision must be one of"):
+        apply_overrides(TrainConfig(), ["run.precision=fp16"])
+    with pytest.raises(ValueError, match=r"warmup_steps=50 exceeds optim\.max_steps=10"):
+        apply_overrides(TrainConfig(), ["optim.max_steps=10", "optim.warmup_steps=50"]).validate()
+
+
+def test_cli_reports_a_bad_override_by_name(capsys):
+    assert cli_main(["pretrain", "--set", "data.batchsize=8"]) == 2
+    err = capsys.readouterr().err
+    assert "maskplay pretrain: error:" in err and "'data.batchsize'" in err and "batch_size" in err
+
+
+def test_model_section_covers_every_model_field():
+    """A new ModelConfig field must be settable from the training config (or come from the tokenizer)."""
+    settable = {f for f in ModelSection.__dataclass_fields__} - {"family", "preset"}
+    model_fields = set(ModelConfig.__dataclass_fields__) - {"family"}
+    assert model_fields == settable | set(TOKENIZER_FIELDS)
+    built = ModelSection(family="gpt", preset="tiny", hidden_size=48, hidden_dropout=0.0).build({"vocab_size": 77})
+    assert (built.family, built.hidden_size, built.hidden_dropout, built.vocab_size, built.num_layers) == \
+        ("gpt", 48, 0.0, 77, 2)
+
+
+# ---- schedule, parameter groups, batches ----------------------------------------------------------------------
+
+def test_learning_rate_warms_up_then_decays_to_zero():
+    optim = OptimSection(lr=1.0, warmup_steps=4, max_steps=12)
+    rates = [learning_rate(s, optim) for s in range(12)]
+    assert rates[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert rates[4] == 1.0 and rates[11] == pytest.approx(1 / 8)
+    assert all(a > b for a, b in zip(rates[4:], rates[5:], strict=False))
+    assert learning_rate(12, optim) == 0.0
+    assert learning_rate(0, OptimSection(lr=2.0, warmup_steps=0, max_steps=4)) == 2.0
+
+
+def test_no_weight_decay_on_biases_and_layer_norms():
+    model = build_model(ModelSection(preset="tiny").build({}))
+    decay, no_decay = parameter_groups(model, 0.01)
+    assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
+    decayed = {n for n, _ in decay["params"]}
+    plain = {n for n, _ in no_decay["params"]}
+    assert "embeddings.word.weight" in decayed and "encoder.layers.0.attn.query.weight" in decayed
+    assert {"head.bias", "embeddings.norm.weight", "encoder.layers.1.ffn_norm.weight",
+            "encoder.layers.0.attn.query.bias"} <= plain
+    assert not any(n.endswith("bias") or "norm" in n for n in decayed)
+    assert decayed | plain == {n for n, _ in model.named_parameters()}
+
+
+def test_epoch_batches_are_seeded_complete_and_bucketed(data):
+    lengths = sequence_lengths(TokenDataset(data / "train"))
+    a = epoch_batches(lengths, 16, seed=1, epoch=0, window=4)
+    assert a.shape == (10, 16) and sorted(a.ravel().tolist()) == list(range(160))
+    assert np.array_equal(a, epoch_batches(lengths, 16, seed=1, epoch=0, window=4))
+    assert not np.array_equal(a, epoch_batches(lengths, 16, seed=1, epoch=1, window=4))
+    plain = epoch_batches(lengths, 16, seed=1, epoch=0, window=1)
+
+    def padding(batches):
+        return sum(int(lengths[b].max()) * len(b) - int(lengths[b].sum()) for b in batches)
+
+    assert padding(a) < 0.6 * padding(plain)
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        epoch_batches(lengths[:5], 16, seed=0, epoch=0, window=1)
+
+
+# ---- the loop -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", ["tta", "gpt"])
+def test_gradient_accumulation_equals_the_big_batch(data, tmp_path, family):
+    """4 micro-batches of 4 sequences give the weights of one batch of 16 (dropout off; BERT's corruption is
+    drawn per micro-batch, so it is checked by the exact-normalisation test below instead)."""
+    one = train(small_config(data, tmp_path / "one", *NO_DROPOUT, family=family))
+    four = train(small_config(data, tmp_path / "four", *NO_DROPOUT, "optim.grad_accum=4", family=family))
+    assert one.status == four.status == "finished" and one.step == four.step == 8
+    assert_same_weights(weights(one.run_dir), weights(four.run_dir), exact=False)
+
+
+def test_loss_is_normalised_by_the_global_target_count(data):
+    """The oracle: the gradient of one big batch's mean token loss. Summing micro-batch losses and dividing by
+    the global count matches it; averaging the micro-batch means (the usual mistake) does not."""
+    tok = load_tokenizer(data)
+    torch.manual_seed(0)
+    model = build_model(ModelSection(family="bert", preset="tiny", hidden_dropout=0.0, attention_dropout=0.0)
+                        .build(tok.model_config_ids()))
+    dataset = TokenDataset(data / "train")
+    seqs = sorted((dataset[i] for i in range(16)), key=len)
+    ids, mask = pad_batch(seqs, tok.special.pad)
+    batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
+
+    def grads(loss_fn):
+        model.zero_grad()
+        loss_fn().backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    oracle = grads(lambda: model(**batch).loss)
+    parts = [slice(i, i + 4) for i in range(0, 16, 4)]
+
+    def micro(part):  # each micro-batch padded to its own length, as the trainer does
+        keep = batch["attention_mask"][part].any(0)
+        return {k: v[part][:, keep] for k, v in batch.items()}
+
+    n_total = sum(int((micro(p)["labels"] != -100).sum()) for p in parts)
+    exact = grads(lambda: sum(model(**micro(p)).loss * model(**micro(p)).logits.shape[0] for p in parts) / n_total)
+    naive = grads(lambda: sum(model(**micro(p)).loss for p in parts) / len(parts))
+    torch.testing.assert_close(exact, oracle, rtol=1e-4, atol=1e-7)
+    assert not torch.allclose(naive, oracle, rtol=1e-3, atol=1e-6)
+
+
+def test_resume_in_process_and_final_export(data, tmp_path):
+    """Stopping by the time budget, then resuming with more steps, ends where one run ends; the export loads."""
+    whole = train(small_config(data, tmp_path / "whole", family="bert"))
+    part = train(small_config(data, tmp_path / "part", "run.max_minutes=1e-9", family="bert"))
+    assert part.status == "budget" and part.step == 1 and part.final_dir is not None
+    rest = train(small_config(data, tmp_path / "part", family="bert"), resume=True)
+    assert rest.status == "finished" and rest.step == 8
+    assert_same_weights(weights(whole.run_dir), weights(rest.run_dir))
+    assert train_losses(whole.run_dir) == train_losses(rest.run_dir)
+    model = MaskplayModel.from_pretrained(rest.final_dir)
+    assert model.family == "bert" and isinstance(load_tokenizer(rest.final_dir), Tokenizer)
+    assert_same_weights(weights(rest.run_dir, "ckpt-000008"), {k: v for k, v in model.state_dict().items()})
+    # a finished run resumed again only re-exports
+    again = train(small_config(data, tmp_path / "part", family="bert"), resume=True)
+    assert again.step == 8 and again.status == "finished"
+
+
+def test_a_run_directory_with_checkpoints_needs_resume(data, tmp_path):
+    train(small_config(data, tmp_path / "r", "optim.max_steps=2", "optim.warmup_steps=1"))
+    with pytest.raises(ValueError, match=r"already has checkpoints.*--resume"):
+        train(small_config(data, tmp_path / "r", "optim.max_steps=2", "optim.warmup_steps=1"))
+    with pytest.raises(ValueError, match=r"differ.*\['optim\.lr'\]"):
+        train(small_config(data, tmp_path / "r", "optim.max_steps=2", "optim.warmup_steps=1", "optim.lr=1e-2"),
+              resume=True)
+
+
+def test_corrupted_checkpoint_falls_back_to_the_previous_one(data, tmp_path, capsys):
+    whole = train(small_config(data, tmp_path / "a", "run.save_every=2", "run.keep_last=4", family="gpt"))
+    expected = weights(whole.run_dir)
+    # lose the end of the run and corrupt the newest remaining checkpoint
+    import shutil
+
+    shutil.rmtree(whole.run_dir / "ckpt-000008")
+    shutil.rmtree(whole.run_dir / "final")
+    target = whole.run_dir / "ckpt-000006" / "optimizer.safetensors"
+    raw = bytearray(target.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    target.write_bytes(bytes(raw))
+    capsys.readouterr()
+    rest = train(small_config(data, tmp_path / "a", "run.save_every=2", "run.keep_last=4", family="gpt"),
+                 resume=True)
+    out = capsys.readouterr().out
+    assert "WARNING: skipping checkpoint ckpt-000006" in out and "optimizer.safetensors does not match" in out
+    assert "resumed from" in out and "ckpt-000004 at step 4" in out
+    assert rest.step == 8
+    assert_same_weights(expected, weights(rest.run_dir))
+
+
+def test_data_loader_workers_draw_the_same_batches(data, tmp_path):
+    a = train(small_config(data, tmp_path / "a", "optim.max_steps=3", "data.num_workers=0"))
+    b = train(small_config(data, tmp_path / "b", "optim.max_steps=3", "data.num_workers=1"))
+    assert_same_weights(weights(a.run_dir), weights(b.run_dir))
+
+
+def test_metrics_plot_and_resolved_config(data, tmp_path):
+    result = train(small_config(data, tmp_path / "m", family="gpt"))
+    records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    train_records = [r for r in records if "loss" in r]
+    assert [r["step"] for r in train_records] == list(range(1, 9))
+    assert {"loss", "lr", "tokens_per_s", "elapsed_s", "grad_norm", "tokens"} <= set(train_records[0])
+    assert [r["step"] for r in records if "eval_loss" in r] == [0, 4, 8]
+    assert (result.run_dir / "loss.png").stat().st_size > 1000
+    assert load_train_config(result.run_dir / "config.toml") == small_config(data, tmp_path / "m", family="gpt")
+    assert "TensorBoard is off" in (result.run_dir / "train.log").read_text()
+
+
+# ---- kill, signals --------------------------------------------------------------------------------------------
+
+def test_sigkill_at_a_random_step_then_resume_is_bitwise_exact(data, tmp_path):
+    """BERT with dropout: the corruption generator, dropout RNG, data position and AdamW state all matter."""
+    overrides = ["optim.max_steps=60", "optim.warmup_steps=5", "run.save_every=5", "run.eval_every=20"]
+    ref = subprocess.Popen(cli_command(data, tmp_path / "ref", *overrides, family="bert"), env=child_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    victim_dir = tmp_path / "victim"
+    victim = subprocess.Popen(cli_command(data, victim_dir, *overrides, family="bert"), env=child_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    kill_at = random.Random().randint(6, 45)
+    seen = wait_for_step(victim_dir, victim, kill_at, need_checkpoint=True)
+    victim.kill()
+    victim.wait()
+    assert not (victim_dir / "final").exists(), "the run finished before it was killed"
+    resumed = subprocess.run([sys.executable, "-m", "maskplay", "pretrain", "--out", str(victim_dir), "--resume"],
+                             env=child_env(), capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resumed from" in resumed.stdout
+    out, _ = ref.communicate(timeout=120)
+    assert ref.returncode == 0, out
+    context = f"killed at step {seen} (target {kill_at}); {resumed.stdout}"
+    a, b = weights(tmp_path / "ref"), weights(victim_dir)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), f"{name} differs after a kill at step {seen}: {context}"
+    assert train_losses(tmp_path / "ref") == train_losses(victim_dir)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_signal_writes_a_checkpoint_and_exits_cleanly(data, tmp_path, sig, code):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(cli_command(data, run_dir, "optim.max_steps=100000", "optim.warmup_steps=2",
+                                        "run.save_every=0", "run.eval_every=0"),
+                            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_step(run_dir, proc, 3, need_checkpoint=False)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, out + err
+    assert f"stopped by {sig.name}" in out and "--resume" in out
+    (step, path), = ckpt.list_checkpoints(run_dir)
+    assert step >= 3
+    ckpt.verify_checkpoint(path)
+    assert json.loads((path / "state.json").read_text())["step"] == step
+    assert not (run_dir / "final").exists()
+    assert not list(run_dir.glob(".tmp-*"))
+
+
+# ---- learning on real text ------------------------------------------------------------------------------------
+
+def wordpiece_data(directory: Path, vocab_size: int = 2000) -> Path:
+    """WikiText-2 valid sentences with a small WordPiece vocabulary trained on them (a fast head)."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+
+    lines = shared_path("wikitext-2", "wiki.valid.tokens").read_text(encoding="utf-8").splitlines()
+    text = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("=")]
+    backend = HFTokenizer(models.WordPiece(unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece()
+    backend.train_from_iterator(text, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS))
+    tok = Tokenizer(backend)
+    seqs = [ids[i:i + 48] for ids in tok.encode_batch(text) for i in range(0, len(ids), 48)]
+    seqs = [s for s in seqs if len(s) >= 8]
+    write_split(directory / "train", seqs[:-128], tok.vocab_size)
+    write_split(directory / "valid", seqs[-128:], tok.vocab_size)
+    tok.save(directory)
+    return directory
+
+
+@pytest.mark.slow
+def test_held_out_loss_falls_on_real_text(tmp_path):
+    data = wordpiece_data(tmp_path / "data")
+    cfg = small_config(data, tmp_path / "run", "model.hidden_size=64", "model.intermediate_size=128",
+                       "data.max_length=48", "data.batch_size=32", "optim.max_steps=250", "optim.warmup_steps=20",
+                       "run.eval_every=0", "run.eval_batches=4", "run.save_every=0", "run.log_every=50")
+    result = train(cfg)
+    evals = [r["eval_loss"] for r in map(json.loads, (result.run_dir / "metrics.jsonl").read_text().splitlines())
+             if "eval_loss" in r]
+    assert evals[0] > 7.0  # about log(2000) at the start
+    assert evals[-1] < evals[0] - 1.5, evals
