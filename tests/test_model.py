@@ -153,3 +153,28 @@ def test_logits_with_labels_are_the_rows_of_the_full_logits(tiny_model):
     out = model(**model.training_batch(ids, mask))
     full = model(ids, attention_mask=mask).logits
     torch.testing.assert_close(out.logits, full[mask])
+
+
+@pytest.mark.parametrize("precision", ["bf16", "bf16-autocast"])
+def test_bf16_forward_keeps_fp32_parameters_and_gradients_close(tiny_model, precision):
+    from maskplay.precision import forward_in
+
+    model = tiny_model("tta")
+    ids, mask = padded_batch([9, 6])
+    batch = model.training_batch(ids, mask)
+    ref = model(**batch).loss
+    ref_grads = torch.autograd.grad(ref, list(model.parameters()))
+    out = forward_in(model, precision, **batch)
+    assert out.loss.dtype == torch.float32
+    if precision == "bf16":
+        assert out.last_hidden_state.dtype == torch.bfloat16  # activations end to end, not per-op casts
+    grads = torch.autograd.grad(out.loss, list(model.parameters()))
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    torch.testing.assert_close(out.loss, ref, atol=3e-2, rtol=1e-2)
+    for (name, _), g, r in zip(model.named_parameters(), grads, ref_grads, strict=True):
+        assert g.dtype == torch.float32, name
+        if r.norm() < 1e-5:  # e.g. key biases: softmax ignores a shift shared by a whole row
+            assert g.norm() < 1e-2, name
+            continue
+        cos = torch.nn.functional.cosine_similarity(g.flatten(), r.flatten(), dim=0)
+        assert cos > 0.97, (name, cos)

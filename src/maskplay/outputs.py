@@ -30,6 +30,6 @@ class ModelOutput:
         return self._logits
 
     def __repr__(self) -> str:
-        loss = None if self.loss is None else round(float(self.loss), 4)
+        loss = None if self.loss is None else round(self.loss.detach().item(), 4)
         shape = None if self.last_hidden_state is None else tuple(self.last_hidden_state.shape)
         return f"ModelOutput(loss={loss}, last_hidden_state={shape})"
