@@ -178,3 +178,10 @@ def test_bf16_forward_keeps_fp32_parameters_and_gradients_close(tiny_model, prec
             continue
         cos = torch.nn.functional.cosine_similarity(g.flatten(), r.flatten(), dim=0)
         assert cos > 0.97, (name, cos)
+
+
+def test_from_pretrained_names_a_missing_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json not found"):
+        MaskplayModel.from_pretrained(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no-such-org/no-such-model"):
+        MaskplayModel.from_pretrained("no-such-org/no-such-model")  # not local; the hub is unreachable here

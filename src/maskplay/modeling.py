@@ -116,8 +116,9 @@ class MaskplayModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, **config_overrides: Any) -> MaskplayModel:
-        """Load a model saved by save_pretrained. Called on MaskplayModel it builds the saved family."""
-        directory = Path(directory)
+        """Load a model saved by save_pretrained, from a directory or a hub name ("org/name", fetched with
+        huggingface_hub). Called on MaskplayModel it builds the saved family."""
+        directory = resolve_model_dir(directory)
         config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
         for path in (config_path, weights_path):
             if not path.is_file():
@@ -143,6 +144,22 @@ class MaskplayModel(nn.Module):
             raise ValueError(f"{source} does not match {type(self).__name__}: missing {missing}, "
                              f"unexpected {unexpected}, wrong shapes {shapes}")
         self.load_state_dict(state, strict=True)
+
+
+def resolve_model_dir(name: str | Path) -> Path:
+    """A local directory as it is; otherwise a hub repository id, downloaded (or found in the local cache)."""
+    path = Path(name)
+    if path.exists() or str(name).count("/") != 1 or str(name).startswith((".", "/")):
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as err:
+        raise FileNotFoundError(f"{name} is not a local directory, and huggingface_hub (needed to fetch it from "
+                                "the hub) is not installed: pip install huggingface_hub") from err
+    try:
+        return Path(snapshot_download(repo_id=str(name), allow_patterns=[CONFIG_NAME, WEIGHTS_NAME, "tokenizer.json"]))
+    except Exception as err:  # offline, unknown repository, ...: say what was tried
+        raise FileNotFoundError(f"{name} is not a local directory and could not be fetched from the hub: {err}") from err
 
 
 class _atomic_path:

@@ -1,0 +1,89 @@
+"""Shared pieces of the benchmark scripts: machine description, matmul peak, timing, memory sampling."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    amx = "amx_bf16" in open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else False
+    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+            f"AMX {'yes' if amx else 'no'}, Python {platform.python_version()}")
+
+
+def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
+    """The fastest of `repeats` timed calls, in seconds (the least disturbed by other work)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
+    """Measured matmul throughput of this machine for `dtype`, in FLOP/s (the best of `repeats`)."""
+    a = torch.randn(size, size, dtype=dtype)
+    b = torch.randn(size, size, dtype=dtype)
+    seconds = best_time(lambda: torch.mm(a, b), repeats=repeats, warmup=2)
+    return 2 * size**3 / seconds
+
+
+def interleaved(cases: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Time each case once per round, rounds interleaved (A B C A B C ...), so that a change in the machine's
+    load hits every case alike; returns the median seconds per call of each case."""
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for fn in cases.values():
+        fn()  # warm-up
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakRSS:
+    """Samples this process's resident memory every few milliseconds while active."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+
+    def __enter__(self) -> PeakRSS:
+        self.start = rss_bytes()
+        self.peak = self.start
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_bytes())
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes())

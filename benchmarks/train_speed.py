@@ -1,0 +1,176 @@
+"""Training throughput of maskplay's families against HuggingFace BertForMaskedLM of the same size, on the
+same batches, in one run, with the ratios and each run's model FLOP utilisation against this machine's
+measured matmul peak.
+
+    python benchmarks/train_speed.py --preset mini --data runs/data-wiki16k
+    python benchmarks/train_speed.py --preset tta-paper --families tta --hf-precisions fp32 --memory
+
+Every case does full optimizer steps (forward, backward, clipping, AdamW) on batch x seq_len real tokens.
+Cases are interleaved round by round, so load from other processes hits them alike; the median is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import PeakRSS, interleaved, machine, matmul_peak  # noqa: E402
+
+from maskplay import preset  # noqa: E402
+from maskplay.families.bert import mask_tokens  # noqa: E402
+from maskplay.flops import predicted_fraction, training_flops_per_token  # noqa: E402
+from maskplay.modeling import build_model  # noqa: E402
+from maskplay.precision import forward_in  # noqa: E402
+
+
+def windows(data: str | None, count: int, seq_len: int, vocab: int) -> list[torch.Tensor]:
+    """`count` windows of seq_len consecutive tokens from a prepared split, or random ids without one."""
+    if data and Path(data, "train").is_dir():
+        from maskplay.data.dataset import TokenDataset
+
+        tokens = TokenDataset(Path(data, "train")).tokens
+        return [torch.as_tensor(tokens[i * seq_len:(i + 1) * seq_len].astype("int64")) for i in range(count)]
+    print(f"(no prepared data at {data!r}: random token ids)")
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(7, vocab, (seq_len,), generator=g) for _ in range(count)]
+
+
+def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]], dict[str, float]]:
+    vocab = args.vocab_size or preset(args.preset).vocab_size
+    stream = windows(args.data, args.batch_size * 4, args.seq_len, vocab)
+    batches = [torch.stack(stream[i:i + args.batch_size]) for i in range(0, len(stream), args.batch_size)]
+    mask = torch.ones(args.batch_size, args.seq_len, dtype=torch.bool)
+    cases: dict[str, Callable[[], object]] = {}
+    flops: dict[str, float] = {}
+    tokens = args.batch_size * args.seq_len
+
+    def our_case(family: str, precision: str) -> Callable[[], object]:
+        torch.manual_seed(0)
+        model = build_model(preset(args.preset, family=family, vocab_size=vocab)).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6)
+        gen = torch.Generator().manual_seed(0)
+        state = {"i": 0}
+
+        def step() -> None:
+            ids = batches[state["i"] % len(batches)]
+            state["i"] += 1
+            loss = forward_in(model, precision, **model.training_batch(ids, mask, generator=gen)).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        flops[f"{family} {precision}"] = tokens * training_flops_per_token(
+            model.config, args.seq_len, predicted_fraction(family))
+        return step
+
+    def hf_case(precision: str) -> Callable[[], object]:
+        import transformers
+
+        cfg = preset(args.preset, family="bert", vocab_size=vocab)
+        hf_cfg = transformers.BertConfig(
+            vocab_size=vocab, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+            num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
+            max_position_embeddings=cfg.max_position)
+        torch.manual_seed(0)
+        model = transformers.BertForMaskedLM(hf_cfg).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6)
+        gen = torch.Generator().manual_seed(0)
+        state = {"i": 0}
+
+        def step() -> None:
+            ids = batches[state["i"] % len(batches)]
+            state["i"] += 1
+            corrupted, labels = mask_tokens(ids, mask, cfg.special_token_ids, cfg.mask_token_id, vocab,
+                                            generator=gen)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-autocast"):
+                loss = model(input_ids=corrupted, attention_mask=mask.long(), labels=labels).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        # HuggingFace applies its head at every position, so count what it computes
+        flops[f"HF {precision}"] = tokens * training_flops_per_token(cfg, args.seq_len, 1.0)
+        return step
+
+    for precision in args.hf_precisions:
+        cases[f"HF {precision}"] = hf_case(precision)
+    for family in args.families:
+        for precision in args.precisions:
+            cases[f"{family} {precision}"] = our_case(family, precision)
+    if args.only:
+        cases = {args.only: cases[args.only]}
+    return cases, flops
+
+
+def memory_of(case: str, argv: list[str]) -> float:
+    """Peak resident memory growth during two steps of one case, in a fresh process (MB)."""
+    out = subprocess.run([sys.executable, __file__, *argv, "--only", case, "--memory-child"],
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="mini")
+    p.add_argument("--vocab-size", type=int, default=None, help="default: the preset's")
+    p.add_argument("--data", default="runs/data-wiki16k", help="a `maskplay prepare` output directory")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--families", nargs="+", default=["tta", "bert", "gpt"])
+    p.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16", "bf16-autocast"])
+    p.add_argument("--hf-precisions", nargs="+", default=["fp32", "bf16-autocast"], choices=["fp32", "bf16-autocast"])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--memory", action="store_true", help="also measure each case's peak memory (subprocesses)")
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.add_argument("--only", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    if args.memory_child:
+        with PeakRSS() as rss:
+            cases, _ = make_cases(args)
+            step = cases[args.only]
+            step()
+            step()
+        print((rss.peak - rss.start) / 2**20)
+        return
+
+    print(machine())
+    peak_bf16, peak_fp32 = matmul_peak(torch.bfloat16), matmul_peak(torch.float32)
+    print(f"matmul peak (2048^3): bf16 {peak_bf16 / 1e9:.0f} GFLOP/s, fp32 {peak_fp32 / 1e9:.0f} GFLOP/s")
+    cases, flops = make_cases(args)
+    seconds = interleaved(cases, args.rounds)
+    tokens = args.batch_size * args.seq_len
+    hf_best = max((tokens / s for name, s in seconds.items() if name.startswith("HF")), default=None)
+    argv = [a for a in sys.argv[1:] if a != "--memory"]
+    rows = []
+    print(f"\npreset {args.preset}, batch {args.batch_size} x {args.seq_len}, median of {args.rounds} rounds")
+    print(f"{'case':<22}{'tokens/s':>10}{'vs HF best':>12}{'MFU (bf16 peak)':>17}{'memory MB':>11}")
+    for name, s in seconds.items():
+        tps = tokens / s
+        mfu = flops[name] / s / peak_bf16
+        mem = memory_of(name, argv) if args.memory else None
+        ratio = tps / hf_best if hf_best else None
+        rows.append({"case": name, "tokens_per_s": tps, "ratio_vs_hf_best": ratio, "mfu_bf16": mfu,
+                     "memory_mb": mem})
+        print(f"{name:<22}{tps:>10.0f}{(f'{ratio:.2f}x' if ratio else '-'):>12}{mfu:>16.1%}"
+              f"{(f'{mem:.0f}' if mem is not None else '-'):>11}")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"machine": machine(), "peak_bf16": peak_bf16, "peak_fp32": peak_fp32,
+                                              "args": vars(args), "rows": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
