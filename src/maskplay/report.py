@@ -1,0 +1,88 @@
+"""`maskplay plot-runs`: held-out loss curves of several training runs in one picture, against wall-clock
+minutes and against training tokens, for equal-budget comparisons between families."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read_run(run_dir: str | Path) -> dict[str, Any]:
+    """The eval and train records of a run's metrics.jsonl, with tokens seen attached to each eval."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: is {run_dir} a `maskplay pretrain` run directory?")
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not JSON: {err}") from err
+    train = [r for r in records if "loss" in r]
+    evals = [r for r in records if "eval_loss" in r]
+    tokens_at = {r["step"]: r["tokens"] for r in train if "tokens" in r}
+    for r in evals:
+        before = [s for s in tokens_at if s <= r["step"]]
+        r["tokens"] = tokens_at[max(before)] if before else 0
+    return {"name": Path(run_dir).name, "train": train, "evals": evals}
+
+
+def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str = "held-out loss") -> Path:
+    runs = [read_run(d) for d in run_dirs]
+    fig, (by_time, by_tokens) = plt.subplots(1, 2, figsize=(11, 4))
+    for run in runs:
+        ev = run["evals"]
+        if not ev:
+            continue
+        by_time.plot([r["elapsed_s"] / 60 for r in ev], [r["eval_loss"] for r in ev], marker=".", label=run["name"])
+        by_tokens.plot([r["tokens"] / 1e6 for r in ev], [r["eval_loss"] for r in ev], marker=".", label=run["name"])
+    by_time.set_xlabel("wall-clock minutes")
+    by_tokens.set_xlabel("training tokens (millions)")
+    for ax in (by_time, by_tokens):
+        ax.set_ylabel("held-out loss (nats/token)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def summary_rows(run_dirs: list[str | Path]) -> list[dict[str, Any]]:
+    rows = []
+    for d in run_dirs:
+        run = read_run(d)
+        last_train = run["train"][-1] if run["train"] else {}
+        last_eval = run["evals"][-1] if run["evals"] else {}
+        rows.append({"run": run["name"], "steps": last_train.get("step"), "tokens": last_train.get("tokens"),
+                     "minutes": round(last_train.get("elapsed_s", 0) / 60, 1),
+                     "first_eval_loss": run["evals"][0]["eval_loss"] if run["evals"] else None,
+                     "last_eval_loss": last_eval.get("eval_loss")})
+    return rows
+
+
+def _plot_runs(args: argparse.Namespace) -> int:
+    out = plot_runs(args.runs, args.out, title=args.title)
+    for row in summary_rows(args.runs):
+        print(json.dumps(row))
+    print(f"wrote {out}")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plot-runs", help="plot the held-out loss of several runs against time and tokens")
+    p.add_argument("runs", nargs="+", help="run directories of `maskplay pretrain`")
+    p.add_argument("--out", default="runs.png")
+    p.add_argument("--title", default="held-out loss")
+    p.set_defaults(func=_plot_runs)
