@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from maskplay.score import Embedder, Pooling, encode
-from tests.test_score_support import SENTENCES, small_tokenizer, tiny
+from tests.test_score_support import SENTENCES, one_thread, small_tokenizer, tiny  # noqa: F401 (autouse fixture)
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +84,12 @@ def test_long_sentences_error_or_truncate(tok):
     with torch.no_grad():
         want = model(cut).last_hidden_state[0, 1:-1].mean(0)
     np.testing.assert_allclose(got[0], want.numpy(), atol=1e-5)
+
+
+def test_bf16_embeddings_are_close(tok):
+    model = tiny("tta", tok)
+    a = encode(model, tok, SENTENCES)
+    b = Embedder(model, tok, precision="bf16").encode(SENTENCES)
+    assert b.dtype == np.float32
+    np.testing.assert_allclose(a, b, atol=0.1)
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # the model itself stays fp32

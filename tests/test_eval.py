@@ -19,6 +19,7 @@ from maskplay.eval.wer import edit_distance, wer
 from maskplay.score.scorer import SentenceScore
 from maskplay.score.text import encode_texts
 from tests.conftest import shared_path
+from tests.test_score_support import one_thread, small_tokenizer  # noqa: F401 (one_thread: autouse fixture)
 
 # ---- WER -----------------------------------------------------------------------------------------------
 
@@ -235,8 +236,6 @@ def _fake_scorer(tok, surprising: set[str]):
 
 
 def test_spelling_detection_toy(tmp_path):
-    from tests.test_score_support import small_tokenizer
-
     tok = small_tokenizer(tmp_path)
     items = [Item("the goals were full .", "the gaols were full .", 4, "goals", "gaols"),
              Item("a dog ran far", "a dig ran far", 2, "dog", "dig"),
@@ -306,3 +305,10 @@ def test_cola_loader_names_bad_rows(tmp_path):
     path.write_text("src\t1\t\tfine .\nsrc\tyes\t*\tbad .\n")
     with pytest.raises(ValueError, match=r"c.tsv:2: label 'yes' is not 0 or 1"):
         load_cola(path)
+
+
+def test_results_are_strict_json(tmp_path):
+    from maskplay.eval.common import write_results
+
+    write_results(tmp_path / "r.json", {"threshold": float("-inf"), "x": [np.float32(1.5), float("nan")], "n": np.int64(3)})
+    assert json.loads((tmp_path / "r.json").read_text()) == {"threshold": "-inf", "x": [1.5, "nan"], "n": 3}

@@ -9,7 +9,7 @@ import pytest
 from maskplay.cli import main
 from maskplay.tokenizer import load_tokenizer
 from tests.conftest import shared_path
-from tests.test_score_support import save_model_dir, tiny
+from tests.test_score_support import one_thread, save_model_dir, tiny  # noqa: F401 (autouse fixture)
 
 
 @pytest.fixture(scope="module")
@@ -84,4 +84,6 @@ def test_eval_errors(model_dir, tmp_path, capsys):
     assert "--limit must be at least 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["eval", "pairs", model_dir])  # --data is required
-    assert main(["eval", "nbest", model_dir, "--method", "pll-word", "--limit", "1"]) == 0  # T-TA through copies
+    assert main(["eval", "spelling", model_dir, "--method", "pll-word", "--limit", "1"]) == 0  # T-TA through copies
+    assert main(["eval", "spelling", model_dir, "--method", "causal", "--limit", "1"]) == 2
+    assert "'causal' does not apply to a 'tta' model" in capsys.readouterr().err

@@ -136,7 +136,7 @@ def test_fused_linear_cross_entropy_matches_the_naive_loss_and_gradients(dtype):
     w = (torch.randn(50, 16, generator=g)).to(dtype).requires_grad_()
     b = torch.randn(50, generator=g).to(dtype).requires_grad_()
     t = torch.randint(50, (37,), generator=g)
-    fused = linear_cross_entropy(x, w, b, t, chunk=8) * 3.0  # chunks that do not divide N; a scaled loss
+    fused = linear_cross_entropy(x, w, b, t, chunk_bytes=8 * 4 * 50) * 3.0  # 8-row chunks: N % 8 != 0
     grads = torch.autograd.grad(fused, (x, w, b))
     naive = torch.nn.functional.cross_entropy(torch.nn.functional.linear(x, w, b).float(), t) * 3.0
     want = torch.autograd.grad(naive, (x, w, b))
@@ -185,3 +185,24 @@ def test_from_pretrained_names_a_missing_directory(tmp_path):
         MaskplayModel.from_pretrained(tmp_path)
     with pytest.raises(FileNotFoundError, match="no-such-org/no-such-model"):
         MaskplayModel.from_pretrained("no-such-org/no-such-model")  # not local; the hub is unreachable here
+
+
+def test_logits_are_computed_lazily_under_the_forward_grad_mode(tiny_model):
+    model = tiny_model("tta")
+    ids, mask = padded_batch([5])
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask)
+    logits = out.logits  # accessed outside no_grad: must not build a graph
+    assert not logits.requires_grad and logits.shape == (1, 5, 100)
+    assert out.logits is logits  # computed once
+    assert model(ids, attention_mask=mask).logits.requires_grad
+
+
+def test_the_loss_without_gradients_equals_the_training_loss(tiny_model):
+    model = tiny_model("bert")
+    ids, mask = padded_batch([7, 4])
+    batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
+    with_grad = model(**batch).loss
+    with torch.no_grad():
+        without = model(**batch).loss
+    torch.testing.assert_close(without, with_grad.detach())

@@ -11,7 +11,7 @@ import torch
 from maskplay.score import Method, Overflow, Scorer
 from maskplay.score.scorer import check_compatible, load_model_dir
 from maskplay.score.text import decode_text, encode_texts, read_lines
-from tests.test_score_support import SENTENCES, save_model_dir, small_tokenizer, tiny
+from tests.test_score_support import SENTENCES, one_thread, save_model_dir, small_tokenizer, tiny  # noqa: F401 (autouse fixture)
 
 ATOL = 2e-5
 
@@ -156,12 +156,16 @@ def test_batch_size_does_not_change_scores(tok):
     assert [s.log_prob for s in one] == pytest.approx([s.log_prob for s in many], abs=1e-4)
 
 
-def test_bf16_is_close_to_fp32(tok):
-    model = tiny("tta", tok)
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt"])
+def test_bf16_is_close_to_fp32(tok, family):
+    model = tiny(family, tok)
     a = Scorer(model, tok).score(SENTENCES[:3])
     b = Scorer(model, tok, precision="bf16").score(SENTENCES[:3])
-    for x, y in zip(a, b, strict=True):
-        assert x.token_log_probs == pytest.approx(y.token_log_probs, abs=0.1)
+    c = Scorer(model, tok, precision="bf16-autocast").score(SENTENCES[:3])
+    for x, y, z in zip(a, b, c, strict=True):
+        assert x.token_log_probs == pytest.approx(y.token_log_probs, abs=0.15)
+        assert x.token_log_probs == pytest.approx(z.token_log_probs, abs=0.15)
+        assert x.token_log_probs != pytest.approx(y.token_log_probs, abs=1e-5)  # bf16 really ran
 
 
 def test_words_sum_their_pieces(tok):
@@ -282,3 +286,12 @@ def test_encode_texts_matches_the_tokenizer(tok):
     for enc, ids in zip(encode_texts(tok, SENTENCES), tok.encode_batch(SENTENCES), strict=True):
         assert [tok.special.sos, *enc.ids, tok.special.eos] == ids
         assert len(enc.word_ids) == len(enc.offsets) == len(enc.ids)
+
+
+def test_scoring_leaves_the_model_trainable(tok):
+    model = tiny("bert", tok)
+    Scorer(model, tok).score(["a dog"])
+    from maskplay.score import Embedder
+
+    Embedder(model, tok).encode(["a dog"])
+    assert all(p.requires_grad for p in model.parameters())  # switched off while scoring only

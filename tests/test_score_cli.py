@@ -10,7 +10,7 @@ import pytest
 
 from maskplay.cli import main
 from maskplay.score import Scorer
-from tests.test_score_support import save_model_dir, small_tokenizer, tiny
+from tests.test_score_support import one_thread, save_model_dir, small_tokenizer, tiny  # noqa: F401 (autouse fixture)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
+import pytest
 import torch
 
 from maskplay import preset
@@ -58,3 +59,13 @@ def save_model_dir(directory: Path, model: MaskplayModel, tokenizer: Tokenizer) 
     model.save_pretrained(directory)
     tokenizer.save(directory)
     return directory
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy machine two OpenMP threads can make a 0.5 ms
+    forward take 200 ms; restore the setting for whatever runs next."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -28,6 +28,7 @@ from maskplay.train import TrainConfig, load_train_config, train
 from maskplay.train import checkpoint as ckpt
 from maskplay.train.batches import epoch_batches, sequence_lengths
 from maskplay.train.config import TOKENIZER_FIELDS, ModelSection, OptimSection
+from maskplay.train.loop import count_targets
 from maskplay.train.schedule import learning_rate, parameter_groups
 from tests.conftest import shared_path
 
@@ -235,10 +236,21 @@ def test_loss_is_normalised_by_the_global_target_count(data):
         return {k: v[part][:, keep] for k, v in batch.items()}
 
     n_total = sum(int((micro(p)["labels"] != -100).sum()) for p in parts)
-    exact = grads(lambda: sum(model(**micro(p)).loss * model(**micro(p)).logits.shape[0] for p in parts) / n_total)
+    assert n_total == sum(count_targets(model, micro(p)) for p in parts)
+    exact = grads(lambda: sum(model(**micro(p)).loss * count_targets(model, micro(p)) for p in parts) / n_total)
     naive = grads(lambda: sum(model(**micro(p)).loss for p in parts) / len(parts))
     torch.testing.assert_close(exact, oracle, rtol=1e-4, atol=1e-7)
     assert not torch.allclose(naive, oracle, rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt"])
+def test_target_count_is_the_number_of_scored_positions(tiny_model, family):
+    from tests.conftest import padded_batch
+
+    model = tiny_model(family)
+    ids, mask = padded_batch([7, 2, 5, 1])
+    batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
+    assert count_targets(model, batch) == model(**batch).logits.shape[0]
 
 
 def test_resume_in_process_and_final_export(data, tmp_path):
@@ -307,17 +319,33 @@ def test_metrics_plot_and_resolved_config(data, tmp_path):
     assert "TensorBoard is off" in (result.run_dir / "train.log").read_text()
 
 
+def test_corpus_is_prepared_into_the_run_directory(data, tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(" ".join(f"w{i}" for i in rng.integers(7, VOCAB, rng.integers(3, 20))) + ".\n"
+                              for _ in range(400)))
+    run_dir = tmp_path / "run"
+    args = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(data / "vocab.txt"), "--out", str(run_dir)]
+    for item in [*SMALL, "optim.max_steps=2", "optim.warmup_steps=1"]:
+        args += ["--set", item]
+    assert cli_main(args) == 0
+    assert f"final model: {(run_dir / 'final').resolve()}" in capsys.readouterr().out
+    assert len(TokenDataset(run_dir / "data" / "train")) > 300
+    assert load_tokenizer(run_dir / "data").vocab_size == VOCAB
+    assert MaskplayModel.from_pretrained(run_dir / "final").config.vocab_size == VOCAB
+
+
 # ---- kill, signals --------------------------------------------------------------------------------------------
 
 def test_sigkill_at_a_random_step_then_resume_is_bitwise_exact(data, tmp_path):
     """BERT with dropout: the corruption generator, dropout RNG, data position and AdamW state all matter."""
-    overrides = ["optim.max_steps=60", "optim.warmup_steps=5", "run.save_every=5", "run.eval_every=20"]
+    overrides = ["optim.max_steps=40", "optim.warmup_steps=5", "run.save_every=5", "run.eval_every=20"]
     ref = subprocess.Popen(cli_command(data, tmp_path / "ref", *overrides, family="bert"), env=child_env(),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     victim_dir = tmp_path / "victim"
     victim = subprocess.Popen(cli_command(data, victim_dir, *overrides, family="bert"), env=child_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    kill_at = random.Random().randint(6, 45)
+    kill_at = random.Random().randint(6, 30)
     seen = wait_for_step(victim_dir, victim, kill_at, need_checkpoint=True)
     victim.kill()
     victim.wait()
@@ -378,14 +406,24 @@ def wordpiece_data(directory: Path, vocab_size: int = 2000) -> Path:
     return directory
 
 
+def unigram_loss(data: Path) -> float:
+    """The held-out loss of the unigram distribution of the training split (add-one smoothed): what a model
+    learns from token frequencies alone."""
+    train_tokens = np.asarray(TokenDataset(data / "train").tokens, dtype=np.int64)
+    valid_tokens = np.asarray(TokenDataset(data / "valid").tokens, dtype=np.int64)
+    counts = np.bincount(train_tokens, minlength=load_tokenizer(data).vocab_size) + 1
+    return float(-np.log(counts[valid_tokens] / counts.sum()).mean())
+
+
 @pytest.mark.slow
 def test_held_out_loss_falls_on_real_text(tmp_path):
+    """GPT, 200 steps: from log(V) at the start to well below the unigram loss, so it uses the context."""
     data = wordpiece_data(tmp_path / "data")
     cfg = small_config(data, tmp_path / "run", "model.hidden_size=64", "model.intermediate_size=128",
-                       "data.max_length=48", "data.batch_size=32", "optim.max_steps=250", "optim.warmup_steps=20",
-                       "run.eval_every=0", "run.eval_batches=4", "run.save_every=0", "run.log_every=50")
+                       "data.max_length=48", "data.batch_size=32", "optim.max_steps=200", "optim.warmup_steps=20",
+                       "run.eval_every=0", "run.eval_batches=4", "run.save_every=0", "run.log_every=50", family="gpt")
     result = train(cfg)
-    evals = [r["eval_loss"] for r in map(json.loads, (result.run_dir / "metrics.jsonl").read_text().splitlines())
-             if "eval_loss" in r]
-    assert evals[0] > 7.0  # about log(2000) at the start
-    assert evals[-1] < evals[0] - 1.5, evals
+    records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    start, end = (r["eval_loss"] for r in records if "eval_loss" in r)
+    assert start == pytest.approx(np.log(2000), abs=0.1)
+    assert end < unigram_loss(data) - 0.5, (start, end, unigram_loss(data))

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ModelConfig
+from .dropout import Dropout, dropout
 
 
 class Embeddings(nn.Module):
@@ -19,7 +20,7 @@ class Embeddings(nn.Module):
         self.position = nn.Embedding(config.max_position, config.hidden_size)
         self.segment = nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
                 dropout: nn.Module | None = None) -> Tensor:
@@ -52,8 +53,12 @@ class Attention(nn.Module):
         q = self.query(h).view(B, Lq, nh, -1).transpose(1, 2)
         k = self.key(kv).view(B, Lk, nh, -1).transpose(1, 2)
         v = self.value(kv).view(B, Lk, nh, -1).transpose(1, 2)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                           dropout_p=self.dropout_p if self.training else 0.0)
+        if self.training and self.dropout_p > 0:
+            # what SDPA does with dropout on CPU (its math path), with the cheaper dropout
+            scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5).masked_fill_(~mask, float("-inf"))
+            a = dropout(scores.softmax(dim=-1), self.dropout_p, True) @ v
+        else:
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         if dead_rows is not None:
             a = a.masked_fill(dead_rows, 0.0)
         return self.out(a.transpose(1, 2).reshape(B, Lq, H))
@@ -78,7 +83,7 @@ class Block(nn.Module):
         self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.ffn = FeedForward(config)
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None,
                 dead_rows: Tensor | None = None) -> Tensor:

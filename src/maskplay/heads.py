@@ -30,20 +30,28 @@ class LMHead(nn.Module):
         return linear_cross_entropy(self.transform(hidden), embedding_weight, self.bias, targets)
 
 
-def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, chunk: int = 1024) -> Tensor:
+def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
+                         chunk_bytes: int = 4 * 2**20) -> Tensor:
     """mean_n CE(x[n] @ weight.T + bias, targets[n]), equal to F.cross_entropy(F.linear(x, weight, bias), t).
 
-    The vocabulary projection is the largest tensor of the step ((N, V): 270 MB in fp32 for 4096 tokens and
-    16k pieces). It is computed in row chunks, and the gradient of each chunk (softmax - one-hot) is folded
-    into grad_x / grad_weight right away, during the forward pass, so the logits are never stored and never
-    recomputed; backward only scales the stored gradients. Log-sum-exp runs in fp32 whatever the dtype."""
+    The (N, V) projection is the largest tensor of a training step, and on a CPU the passes over it (softmax,
+    casts, the gradient) cost more than its matmuls. Here the logits are computed once in the input dtype; the
+    softmax runs in fp32 over row chunks small enough to stay in cache (`chunk_bytes`), and each chunk's
+    gradient (softmax - one-hot) is written back over its logits at once. The two gradient matmuls then read
+    that buffer, still inside the forward pass: backward only scales the stored gradients. So there is one
+    (N, V) buffer in the input dtype, not fp32 logits plus fp32 probabilities plus their gradient.
+    A predicted probability below fp32's smallest normal (1e-38, a loss above 87 nats) is clamped there."""
     device = x.device.type
     if torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
         with torch.autocast(device, enabled=False):
-            return linear_cross_entropy(x.to(dtype), weight.to(dtype), bias.to(dtype), targets, chunk)
+            return linear_cross_entropy(x.to(dtype), weight.to(dtype), bias.to(dtype), targets, chunk_bytes)
     if weight.dtype != x.dtype or bias.dtype != x.dtype:
         weight, bias = weight.to(x.dtype), bias.to(x.dtype)
+    if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or bias.requires_grad)):
+        # evaluation: no gradient to fold in, so the plain form (F.cross_entropy upcasts internally)
+        return F.cross_entropy(F.linear(x, weight, bias), targets, reduction="sum").float() / targets.numel()
+    chunk = max(1, chunk_bytes // (4 * weight.shape[0]))
     return _LinearCrossEntropy.apply(x, weight, bias, targets, chunk)
 
 
@@ -53,29 +61,24 @@ class _LinearCrossEntropy(torch.autograd.Function):
         n = x.shape[0]
         if n == 0:
             raise ValueError("cross-entropy over zero target positions: no labels are set")
-        need_grad = ctx.needs_input_grad[:3]
+        need_grad = any(ctx.needs_input_grad[:3])
+        buffer = torch.addmm(bias, x, weight.t())  # logits, then (in place) their gradient
         total = torch.zeros((), dtype=torch.float32, device=x.device)
-        grad_x = torch.empty_like(x) if need_grad[0] else None
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if need_grad[1] else None
-        grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=x.device) if need_grad[2] else None
+        grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=x.device)
         for start in range(0, n, chunk):
-            xs, ts = x[start:start + chunk], targets[start:start + chunk, None]
-            logits = torch.addmm(bias, xs, weight.t()).float()
-            lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-            total += (lse - logits.gather(1, ts)).sum()
-            if not any(need_grad):
-                continue
-            probs = logits.sub_(lse).exp_()
-            probs.scatter_add_(1, ts, torch.full_like(ts, -1, dtype=probs.dtype))
-            probs.div_(n)
-            if grad_b is not None:
+            rows, ts = buffer[start:start + chunk], targets[start:start + chunk, None]
+            probs = torch.softmax(rows, dim=-1, dtype=torch.float32)
+            total -= probs.gather(1, ts).clamp_min_(torch.finfo(torch.float32).tiny).log_().sum()
+            if need_grad:
+                probs.scatter_add_(1, ts, torch.full_like(ts, -1, dtype=probs.dtype))  # softmax - one-hot
                 grad_b += probs.sum(0)
-            probs = probs.to(x.dtype)
-            if grad_x is not None:
-                torch.mm(probs, weight, out=grad_x[start:start + chunk])
-            if grad_w is not None:
-                grad_w += (probs.t() @ xs).float()
-        ctx.save_for_backward(grad_x, grad_w, grad_b)
+                rows.copy_(probs)
+        grads = (None, None, None)
+        if need_grad:
+            grad_x = (buffer @ weight).div_(n) if ctx.needs_input_grad[0] else None
+            grad_w = (buffer.t() @ x).float().div_(n) if ctx.needs_input_grad[1] else None
+            grads = (grad_x, grad_w, grad_b.div_(n) if ctx.needs_input_grad[2] else None)
+        ctx.save_for_backward(*grads)
         ctx.dtypes = (x.dtype, weight.dtype, bias.dtype)
         return total / n
 

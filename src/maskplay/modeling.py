@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -91,12 +92,23 @@ class MaskplayModel(nn.Module):
     def output(self, hidden: Tensor, labels: Tensor | None, states: tuple[Tensor, ...] | None) -> ModelOutput:
         """The head at labelled positions only (all positions without labels), and the mean token loss."""
         if labels is None:
-            return ModelOutput(logits=self.logits(hidden), last_hidden_state=hidden, hidden_states=states)
+            return ModelOutput(logits=self._deferred_logits(hidden), last_hidden_state=hidden, hidden_states=states)
         selected = labels != IGNORE_INDEX
         selected_hidden = hidden[selected]
         loss = self.head.loss(selected_hidden, self.embeddings.word.weight, labels[selected])
-        logits = lambda: self.logits(selected_hidden)  # noqa: E731  (computed only if asked for)
-        return ModelOutput(loss=loss, logits=logits, last_hidden_state=hidden, hidden_states=states)
+        return ModelOutput(loss=loss, logits=self._deferred_logits(selected_hidden), last_hidden_state=hidden,
+                           hidden_states=states)
+
+    def _deferred_logits(self, hidden: Tensor) -> Callable[[], Tensor]:
+        """The head's logits, computed on first access (features and losses never need them), under the
+        grad / inference mode of the forward pass that produced `hidden`."""
+        grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+
+        def compute() -> Tensor:
+            with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                return self.logits(hidden)
+
+        return compute
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..score.scorer import Method, Overflow, Precision, Scorer
+from ..precision import Precision
+from ..score.scorer import Method, Overflow, Scorer
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--limit", type=int, default=None, help="evaluate only the first N items of each set")
         t.add_argument("--batch-size", type=int, default=32)
         t.add_argument("--device", default=None)
-        t.add_argument("--precision", choices=[x.value for x in Precision], default=Precision.FP32.value)
+        t.add_argument("--precision", choices=[x.value for x in Precision], default=Precision.fp32.value)
         if scoring:
             t.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value)
         if name != "pairs":
@@ -88,10 +89,10 @@ def _timed(label: str) -> Callable[[], None]:
 
 def run_sts(args: argparse.Namespace) -> int:
     from ..score.embed import Embedder, Pooling
-    from .common import data_path, limit_rows, write_results
+    from .common import check_limit, data_path, write_results
     from .sts import SICK, STSB, evaluate_sts, load_sick, load_stsb
 
-    limit_rows([], args.limit)
+    check_limit(args.limit)
     embedder = Embedder.from_pretrained(args.model_dir, device=args.device, precision=Precision(args.precision))
     settings = {"pooling": args.pooling, "layer": args.layer, "diagonal_mask": args.diagonal_mask,
                 "family": embedder.model.config.family}
@@ -121,11 +122,10 @@ def run_sts(args: argparse.Namespace) -> int:
 
 
 def run_nbest(args: argparse.Namespace) -> int:
-    from .common import data_path, write_results
+    from .common import check_limit, data_path, write_results
     from .nbest import FOLDER, SPLITS, FirstPass, evaluate_nbest, load_nbest
 
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be at least 1, got {args.limit}")
+    check_limit(args.limit)
     folder = data_path(args.data, FOLDER)
     splits = {s: load_nbest(data_path(folder / f"{s}.jsonl.gz"), args.limit) for s in SPLITS}
     scorer = _scorer(args)
@@ -152,11 +152,10 @@ def _sentence_values(scorer: Scorer, normalize: str) -> Callable[[list[str]], li
 
 
 def run_pairs(args: argparse.Namespace) -> int:
-    from .common import write_results
+    from .common import check_limit, write_results
     from .pairs import evaluate_pairs, load_pairs, pair_files
 
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be at least 1, got {args.limit}")
+    check_limit(args.limit)
     files = {f.stem: load_pairs(f, args.limit) for f in pair_files(args.data)}
     scorer = _scorer(args)
     done = _timed("pairs")
@@ -174,11 +173,10 @@ def run_pairs(args: argparse.Namespace) -> int:
 
 
 def run_spelling(args: argparse.Namespace) -> int:
-    from .common import data_path, write_results
+    from .common import check_limit, data_path, write_results
     from .spelling import FILES, FOLDER, evaluate_spelling, load_rwse
 
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be at least 1, got {args.limit}")
+    check_limit(args.limit)
     folder = data_path(args.data, FOLDER)
     files = {name: load_rwse(data_path(folder / f"{name}.txt"), args.limit) for name in FILES}
     scorer = _scorer(args)

@@ -91,8 +91,21 @@ def write_results(path: str | Path | None, result: dict[str, Any]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(result, indent=2, ensure_ascii=False, default=_jsonable) + "\n")
+        tmp.write_text(json.dumps(_finite(result), indent=2, ensure_ascii=False, default=_jsonable, allow_nan=False)
+                       + "\n")
     print(f"wrote {path}")
+
+
+def _finite(value: Any) -> Any:
+    """Strict JSON has no Infinity/NaN: write them as the strings "inf", "-inf", "nan" (a threshold of -inf
+    means "always flag")."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        return str(float(value))
+    return value
 
 
 def _jsonable(value: Any) -> Any:
@@ -103,7 +116,11 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} to JSON")
 
 
-def limit_rows(rows: list[Any], limit: int | None) -> list[Any]:
+def check_limit(limit: int | None) -> None:
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be at least 1, got {limit}")
+
+
+def limit_rows(rows: list[Any], limit: int | None) -> list[Any]:
+    check_limit(limit)
     return rows if limit is None else rows[:limit]

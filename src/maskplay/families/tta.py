@@ -6,8 +6,9 @@ not-diagonal, so output i never depends on token i at any depth. Targets: every 
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 
+from ..dropout import Dropout
 from ..masks import and_masks, bidirectional, materialize, no_diagonal, padding
 from ..modeling import MaskplayModel
 from ..outputs import ModelOutput
@@ -18,7 +19,7 @@ class TTA(MaskplayModel):
 
     def __init__(self, config) -> None:
         super().__init__(config)
-        self.query_dropout = nn.Dropout(config.hidden_dropout)
+        self.query_dropout = Dropout(config.hidden_dropout)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 output_hidden_states: bool = False, diagonal_mask: bool = True) -> ModelOutput:

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from ..modeling import atomic_path
-from .scorer import Method, Overflow, Precision, SentenceScore
+from ..precision import Precision
+from .scorer import Method, Overflow, SentenceScore
 
 
 def _read_input(args: argparse.Namespace) -> list[tuple[int, str]]:
@@ -36,7 +37,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file", default=None, help="one sentence per line (UTF-8); '-' = stdin")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
-    p.add_argument("--precision", choices=[p.value for p in Precision], default=Precision.FP32.value)
+    p.add_argument("--precision", choices=[p.value for p in Precision], default=Precision.fp32.value)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -16,8 +16,9 @@ import numpy as np
 import torch
 
 from ..modeling import IGNORE_INDEX, MaskplayModel
+from ..precision import Precision
 from ..tokenizer import Tokenizer
-from .scorer import Overflow, Precision, _progress, autocast, check_compatible, chunks, load_model_dir, pad_rows
+from .scorer import Overflow, Runner, _progress, check_compatible, chunks, inference, load_model_dir, pad_rows
 from .text import encode_texts, require_nonempty
 
 
@@ -29,7 +30,7 @@ class Pooling(str, Enum):
 
 class Embedder:
     def __init__(self, model: MaskplayModel, tokenizer: Tokenizer, device: str | torch.device | None = None,
-                 precision: Precision | str = Precision.FP32) -> None:
+                 precision: Precision | str = Precision.fp32) -> None:
         check_compatible(model, tokenizer)
         if device is not None:
             model = model.to(device)
@@ -78,16 +79,17 @@ class Embedder:
         order = sorted(range(len(rows)), key=lambda k: -len(rows[k]))
         device = next(self.model.parameters()).device
         kwargs = {} if cfg.family != "tta" else {"diagonal_mask": diagonal_mask}
-        with torch.inference_mode():
+        with inference(self.model):
+            runner = Runner(self.model, self.precision)
             for batch in _progress(list(chunks(order, batch_size)), progress, "embedding"):
                 ids, attn = pad_rows([rows[k] for k in batch], cfg.pad_token_id, device)
                 lengths = attn.sum(1)
-                # One label per row (at [EOS]) keeps the LM head to B rows instead of B x L x vocab.
+                # A single label (row 0, position 1: never [SOS], so valid for GPT's shift too) keeps the LM
+                # head to one row; without labels the model would compute B x L x vocab logits for nothing.
                 labels = torch.full_like(ids, IGNORE_INDEX)
+                labels[0, 1] = ids[0, 1]
                 r = torch.arange(len(batch), device=device)
-                labels[r, lengths - 1] = ids[r, lengths - 1]
-                with autocast(device, self.precision):
-                    result = self.model(ids, attention_mask=attn, labels=labels, output_hidden_states=layer != -1,
+                result = runner.forward(ids, attention_mask=attn, labels=labels, output_hidden_states=layer != -1,
                                         **kwargs)
                 hidden = (result.last_hidden_state if layer == -1 else result.hidden_states[layer]).float()
                 if pooling is Pooling.MEAN:

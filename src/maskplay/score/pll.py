@@ -12,8 +12,7 @@ from typing import Any
 
 import torch
 
-from ..modeling import MaskplayModel
-from .scorer import Precision, Segment, _progress, chunks, pad_rows, position_log_probs
+from .scorer import Runner, Segment, _progress, chunks, pad_rows, position_log_probs
 
 
 def masked_span(segment: Segment, piece: int, word_l2r: bool) -> tuple[int, int]:
@@ -36,11 +35,10 @@ def pll_copies(segments: list[Segment], word_l2r: bool) -> list[tuple[int, int, 
     return copies
 
 
-def pll_log_probs(model: MaskplayModel, segments: list[Segment], word_l2r: bool, batch_size: int,
-                  precision: Precision = Precision.FP32,
+def pll_log_probs(runner: Runner, segments: list[Segment], word_l2r: bool, batch_size: int,
                   progress: bool = False) -> list[tuple[tuple[int, int], Any]]:
-    cfg = model.config
-    device = next(model.parameters()).device
+    cfg = runner.model.config
+    device = next(runner.model.parameters()).device
     found = []
     batches = list(chunks(pll_copies(segments, word_l2r), batch_size))
     for batch in _progress(batches, progress, "pll"):
@@ -52,7 +50,7 @@ def pll_log_probs(model: MaskplayModel, segments: list[Segment], word_l2r: bool,
         hide = (columns >= pos[:, None]) & (columns < end[:, None])
         masked = ids.masked_fill(hide, cfg.mask_token_id)
         # Each copy is scored at its masked position only: model.logits(hidden[rows, pos]).
-        values = position_log_probs(model, masked, attn, rows, pos, precision, targets=ids[rows, pos]).tolist()
+        values = position_log_probs(runner, masked, attn, rows, pos, targets=ids[rows, pos]).tolist()
         found.extend(((segments[c[0]].sentence, c[1]), v) for c, v in zip(batch, values, strict=True))
     return found
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -28,8 +28,10 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.func import functional_call
 
 from ..modeling import IGNORE_INDEX, MaskplayModel
+from ..precision import Precision
 from ..tokenizer import Tokenizer, load_tokenizer
 from .text import Encoded, encode_texts, require_nonempty
 
@@ -48,11 +50,6 @@ class Overflow(str, Enum):
     ERROR = "error"  # a ValueError naming the sentence index and its length
     WINDOW = "window"  # scoring only: overlapping windows, each piece scored in one of them
     TRUNCATE = "truncate"  # embeddings only: keep the first pieces that fit
-
-
-class Precision(str, Enum):
-    FP32 = "fp32"
-    BF16 = "bf16"  # bf16 autocast (the weights stay fp32); log-softmax always runs in fp32
 
 
 _AUTO = {"tta": Method.ONE_PASS, "bert": Method.PLL, "gpt": Method.CAUSAL}
@@ -205,26 +202,67 @@ def load_model_dir(directory: str | Path) -> tuple[MaskplayModel, Tokenizer]:
     return model, tokenizer
 
 
-def autocast(device: torch.device, precision: Precision) -> Any:
-    if Precision(precision) is Precision.BF16:
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return nullcontext()
+@contextmanager
+def inference(model: MaskplayModel) -> Iterator[None]:
+    """inference_mode, with the parameters' requires_grad switched off meanwhile (and restored after): an
+    autograd.Function (the head's fused loss, which the forward pass runs on one label here) sees
+    needs_input_grad from requires_grad whatever the grad mode, and would prepare gradients nobody uses."""
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        for p, _ in flags:
+            p.requires_grad_(False)
+        with torch.inference_mode():
+            yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
 
 
-def position_log_probs(model: MaskplayModel, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
-                       precision: Precision = Precision.FP32, targets: Tensor | None = None) -> Tensor:
+class Runner:
+    """The model's forward pass and LM head in one precision (maskplay.precision): fp32; bf16 end to end (the
+    parameters cast to bf16 once, here, and used through functional_call - the model keeps its fp32 weights);
+    or bf16 autocast. Make one per call, inside `inference`, so that the copies match the current weights."""
+
+    def __init__(self, model: MaskplayModel, precision: Precision | str) -> None:
+        self.model = model
+        self.precision = Precision(precision)
+        if self.precision is Precision.bf16:
+            self.params = {name: p.detach().to(torch.bfloat16) for name, p in model.named_parameters()}
+            self.head_params = {name[len("head."):]: p for name, p in self.params.items() if name.startswith("head.")}
+
+    def _autocast(self) -> Any:
+        if self.precision is Precision.bf16_autocast:
+            return torch.autocast(next(self.model.parameters()).device.type, dtype=torch.bfloat16)
+        return nullcontext()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.precision is Precision.bf16:
+            return functional_call(self.model, self.params, args=args, kwargs=kwargs, tie_weights=True, strict=False)
+        with self._autocast():
+            return self.model(*args, **kwargs)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        if self.precision is Precision.bf16:
+            return functional_call(self.model.head, self.head_params,
+                                   args=(hidden, self.params["embeddings.word.weight"]))
+        with self._autocast():
+            return self.model.logits(hidden)
+
+
+def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
+                       targets: Tensor | None = None) -> Tensor:
     """log p(targets) (default: ids[rows, cols]) under the model, the LM head applied only at those positions:
     for T-TA and BERT the head reads the output at the position itself, for GPT the output one position to the
     left (so cols must be >= 1 there). PLL passes the true tokens as targets, its ids holding [MASK] there.
-    The forward pass gets a single label so that it runs its own head on one row only; its loss is ignored."""
+    The forward pass gets a single label so that it runs its own head on one row only; its loss is ignored.
+    Log-softmax always runs in fp32."""
     if rows.numel() == 0:
         return torch.zeros(0, device=ids.device)
     labels = torch.full_like(ids, IGNORE_INDEX)
     labels[rows[0], cols[0]] = ids[rows[0], cols[0]]
-    with autocast(ids.device, precision):
-        hidden = model(ids, attention_mask=attention_mask, labels=labels).last_hidden_state
-        source = cols - 1 if model.config.family == "gpt" else cols
-        logits = model.logits(hidden[rows, source])
+    hidden = runner.forward(ids, attention_mask=attention_mask, labels=labels).last_hidden_state
+    source = cols - 1 if runner.model.config.family == "gpt" else cols
+    logits = runner.logits(hidden[rows, source])
     if targets is None:
         targets = ids[rows, cols]
     return logits.float().log_softmax(-1).gather(1, targets[:, None])[:, 0]
@@ -254,7 +292,7 @@ class Scorer:
 
     def __init__(self, model: MaskplayModel, tokenizer: Tokenizer, batch_size: int = 32,
                  device: str | torch.device | None = None, method: Method | str = Method.AUTO,
-                 overflow: Overflow | str = Overflow.ERROR, precision: Precision | str = Precision.FP32,
+                 overflow: Overflow | str = Overflow.ERROR, precision: Precision | str = Precision.fp32,
                  progress: bool = False) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -295,14 +333,15 @@ class Scorer:
         segments = make_segments(encoded, cfg.sos_token_id, cfg.eos_token_id, cfg.max_position, self.overflow,
                                  causal=self.method is Method.CAUSAL)
         results = [[math.nan] * len(enc) for enc in encoded]
-        with torch.inference_mode():
+        with inference(self.model):
             if self.method in (Method.PLL, Method.PLL_WORD):
                 from .pll import pll_log_probs
 
-                found = pll_log_probs(self.model, segments, word_l2r=self.method is Method.PLL_WORD,
-                                      batch_size=self.batch_size, precision=self.precision, progress=self.progress)
+                found = pll_log_probs(Runner(self.model, self.precision), segments,
+                                      word_l2r=self.method is Method.PLL_WORD, batch_size=self.batch_size,
+                                      progress=self.progress)
             else:
-                found = self._one_pass(segments)
+                found = self._one_pass(Runner(self.model, self.precision), segments)
             for (sentence, piece), value in found:
                 results[sentence][piece] = value
         windows = [0] * len(encoded)
@@ -316,7 +355,7 @@ class Scorer:
                                      self.method.value, n_windows))
         return out
 
-    def _one_pass(self, segments: list[Segment]) -> list[tuple[tuple[int, int], float]]:
+    def _one_pass(self, runner: Runner, segments: list[Segment]) -> list[tuple[tuple[int, int], float]]:
         """T-TA and GPT: every scored piece of a batch of segments in one forward pass."""
         order = sorted(range(len(segments)), key=lambda k: -len(segments[k].ids))
         found = []
@@ -329,8 +368,8 @@ class Scorer:
                 rows.extend([row] * len(seg.scored))
                 cols.extend(seg.position(j) for j in seg.scored)
                 keys.extend((seg.sentence, j) for j in seg.scored)
-            values = position_log_probs(self.model, ids, attn, torch.tensor(rows, device=self.device),
-                                        torch.tensor(cols, device=self.device), self.precision).tolist()
+            values = position_log_probs(runner, ids, attn, torch.tensor(rows, device=self.device),
+                                        torch.tensor(cols, device=self.device)).tolist()
             found.extend(zip(keys, values, strict=True))
         return found
 

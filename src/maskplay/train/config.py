@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import FAMILIES, PRESETS, ModelConfig, from_dict, load_toml, preset
+from ..precision import Precision
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = tuple(p.value for p in Precision)  # fp32, bf16, bf16-autocast
 # ModelConfig fields that come from the tokenizer of the data, never from the training config.
 TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "eos_token_id", "unk_token_id", "sos_token_id", "mask_token_id",
                     "special_token_ids")
@@ -114,7 +115,9 @@ class RunSection:
     keep_last: int = 3  # checkpoints kept; older ones are deleted
     log_every: int = 10  # steps between metrics.jsonl records
     max_minutes: float | None = None  # wall-clock budget for the training loop, resumes included
-    precision: str = "fp32"  # fp32 | bf16 (bf16 autocast; weights and optimizer stay fp32)
+    # fp32 | bf16 (weights cast to bf16 at each forward, activations bf16 end to end) | bf16-autocast
+    # (torch.autocast); in every case parameters, gradients, AdamW state and checkpoints stay fp32
+    precision: str = "fp32"
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA needs it for bitwise resumes)
     threads: int | None = None  # torch.set_num_threads; None leaves torch's default

@@ -13,7 +13,6 @@ checkpoint, so a killed run resumed from its last checkpoint ends bitwise where 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -31,7 +30,8 @@ from torch import Tensor
 
 from ..config import ModelConfig, from_dict
 from ..data.dataset import TokenDataset
-from ..modeling import MaskplayModel, build_model
+from ..modeling import IGNORE_INDEX, MaskplayModel, build_model
+from ..precision import forward_in
 from ..tokenizer import Tokenizer, load_tokenizer
 from . import checkpoint as ckpt
 from . import distributed
@@ -54,6 +54,18 @@ class TrainResult:
     final_dir: Path | None  # the save_pretrained export (not written when interrupted)
     checkpoint: Path | None  # the last checkpoint written
     eval_loss: float | None
+
+
+def count_targets(model: MaskplayModel, batch: dict[str, Tensor]) -> int:
+    """How many target tokens model(**batch).loss averages over (the rows of its logits), read from the labels
+    so that the logits, which the loss never materialises, are not computed just to be counted."""
+    counter = getattr(model, "num_targets", None)
+    if callable(counter):  # a family that knows better says so
+        return int(counter(batch))
+    labels = batch["labels"]
+    if model.family == "gpt":  # GPT shifts its labels inside forward: position 0 is never a target
+        labels = labels[:, 1:]
+    return int((labels != IGNORE_INDEX).sum())
 
 
 class _Signals:
@@ -112,13 +124,13 @@ def prepare_data(config: TrainConfig, run_dir: Path, d: Dist, log: Any) -> Path:
         except ModuleNotFoundError as err:
             raise ValueError("preparing a corpus needs maskplay.data.prepare, which this installation lacks; "
                              "prepare the data elsewhere and pass --data DIR") from err
-        names = {f.name for f in dataclasses.fields(PrepareConfig)}
-        wanted = {"max_length": config.data.max_length, "seed": config.data.seed}
-        prep = PrepareConfig(**{k: v for k, v in wanted.items() if k in names})
-        log(f"preparing {len(config.data.corpus)} corpus file(s) into {out}")
-        summary = prepare_corpus([Path(p) for p in config.data.corpus], load_tokenizer(config.data.tokenizer), out,
-                                 prep)
-        log(f"prepared: {summary}")
+        # the defaults of `maskplay prepare` (one sentence per sequence), at this run's length and seed
+        prep = PrepareConfig(max_length=config.data.max_length, seed=config.data.seed,
+                             workers=min(4, os.cpu_count() or 1), progress=True)
+        log(f"preparing {len(config.data.corpus)} corpus path(s) into {out} (see docs/DATA.md)")
+        summary = prepare_corpus(list(config.data.corpus), config.data.tokenizer, out, prep)
+        log(f"prepared {summary.train_sequences:,} training sequences ({summary.train_tokens:,} tokens) and "
+            f"{summary.valid_sequences:,} held-out ones in {summary.seconds:.0f} s")
     elif d.is_main:
         log(f"using the data prepared earlier in {out}")
     distributed.barrier(d)
@@ -162,8 +174,6 @@ class Trainer:
         self.lengths = sequence_lengths(self.train_data)
         self.batches_per_epoch = len(self.lengths) // cfg.data.batch_size
         self.device = d.device
-        self.autocast = (torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
-                         if cfg.run.precision == "bf16" else contextlib.nullcontext())
 
         _seed_everything(cfg.data.seed)  # the same initial weights on every process
         self.model: MaskplayModel = build_model(self.model_config).to(self.device)
@@ -300,6 +310,13 @@ class Trainer:
     def save(self, eval_loss: float | None = None) -> Path:
         """Write a checkpoint of the current state (a collective: every process must call it)."""
         d = self.d
+        if d.enabled:
+            # DDP keeps replicas equal only if every gradient was all-reduced; check before saving rank 0's copy
+            mine = torch.stack([p.detach().double().sum() for p in self.model.parameters()])
+            copies = distributed.all_gather(d, mine)
+            if any(not torch.equal(c, copies[0]) for c in copies[1:]):
+                raise RuntimeError(f"step {self.step}: the processes' weights differ; gradients were not all "
+                                   "synchronised")
         rng = ckpt.rng_to_tensors(self.generator, self.device)
         gathered = {f"rank{r}/{key}": t for key, value in rng.items()
                     for r, t in enumerate(distributed.all_gather(d, value))}
@@ -379,16 +396,18 @@ class Trainer:
         batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
         module = self.ddp if self.ddp is not None else self.model
         no_sync = self.ddp.no_sync() if self.ddp is not None and not sync else contextlib.nullcontext()
+        n = count_targets(self.model, batch)
+        if n == 0:
+            # nothing to learn from (only special tokens); skipping is exact, except where DDP expects this
+            # process's backward to start the gradient all-reduce
+            if self.ddp is not None and sync:
+                raise ValueError(f"step {self.step}: the last micro-batch of process {self.d.rank} has no target "
+                                 "tokens (its sequences hold only special tokens); drop such sequences from the "
+                                 "data")
+            return 0.0, 0
         with no_sync:
-            with self.autocast:
-                out = module(**batch)
-            if out.logits is None or out.logits.dim() != 2:
-                raise ValueError(f"{type(self.model).__name__}.forward with labels must return logits of shape "
-                                 f"(targets, vocab), got {None if out.logits is None else tuple(out.logits.shape)}")
-            n = out.logits.shape[0]
-            # the family's loss is the mean over its n targets; n * mean is their sum. A micro-batch without
-            # targets still runs backward (zero gradient) so that DDP's all-reduce happens on every process.
-            total = out.loss.float() * n if n else out.logits.float().sum() * 0.0
+            out = forward_in(module, self.config.run.precision, **batch)
+            total = out.loss.float() * n  # the family's loss is the mean over its n targets: n * mean is their sum
             total.backward()
         return float(total.detach()), n
 
@@ -403,10 +422,9 @@ class Trainer:
             for j, (ids, mask) in self.eval_set:
                 g = torch.Generator().manual_seed(self.config.data.seed * 7919 + j)
                 batch = {k: v.to(self.device) for k, v in self.model.training_batch(ids, mask, generator=g).items()}
-                with self.autocast:
-                    out = self.model(**batch)
-                n = out.logits.shape[0]
+                n = count_targets(self.model, batch)
                 if n:
+                    out = forward_in(self.model, self.config.run.precision, **batch)
                     loss_sum += float(out.loss.float()) * n
                     count += n
         self.model.train()
@@ -504,7 +522,10 @@ class Trainer:
                                             tokens_per_s=rate, elapsed_s=self.elapsed(), epoch=self.epoch,
                                             tokens=self.tokens_seen)
                     if bar is not None:
-                        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", lr=f"{lr:.2e}", refresh=False)
+                        extra = {"budget_left": f"{max(0.0, budget - self.elapsed()) / 60:.1f}min"} \
+                            if math.isfinite(budget) else {}
+                        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", lr=f"{lr:.2e}", **extra,
+                                        refresh=False)
                     window = {"loss": 0.0, "n": 0.0, "tokens": 0.0, "time": now}
                 paused = time.monotonic()
                 if cfg.run.eval_every and self.step % cfg.run.eval_every == 0 and status != "interrupted":
@@ -534,7 +555,6 @@ class Trainer:
                      "(MaskplayModel.from_pretrained)")
         if self.metrics:
             self.metrics.plot()
-            self.metrics.close()
         return TrainResult(run_dir=self.run_dir, step=self.step, status=status, exit_code=exit_code, final_dir=final,
                            checkpoint=last_path, eval_loss=self.last_eval)
 
@@ -559,9 +579,13 @@ def train(config: TrainConfig, resume: bool = False, resume_from: str | Path | N
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it to be deterministic
         torch.use_deterministic_algorithms(True, warn_only=True)
     d = distributed.setup(config.run.device)
+    trainer = None
     try:
-        return Trainer(config, d, resume=resume, resume_from=resume_from, stream=stream).run()
+        trainer = Trainer(config, d, resume=resume, resume_from=resume_from, stream=stream)
+        return trainer.run()
     finally:
+        if trainer is not None and trainer.metrics is not None:
+            trainer.metrics.close()
         distributed.teardown(d)
 
 

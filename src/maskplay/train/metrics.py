@@ -98,6 +98,7 @@ class Metrics:
         return out
 
     def close(self) -> None:
+        """Idempotent: train() calls it whether the run ended or failed."""
         self.file.close()
         self.log_file.close()
         if self.writer is not None:

@@ -1,0 +1,184 @@
+"""Sentences per second for sentence scoring and embedding at the T-TA paper's size (3 layers, hidden 512,
+8 heads, FFN 2048, vocabulary 29,530; random weights), on real sentences from WikiText-103 valid:
+
+- T-TA one pass (maskplay Scorer, method one-pass),
+- BERT PLL bucketed (maskplay Scorer, method pll: copies of many sentences per batch, head at the masked
+  position only),
+- BERT PLL the naive way with HuggingFace BertForMaskedLM (one masked copy per token, all copies of one
+  sentence in one batch, the head over the whole sequence),
+- embeddings: maskplay encode (T-TA and BERT, mean pooling) vs HuggingFace BertModel mean pooling.
+
+The HuggingFace model gets the maskplay BERT's weights, so the two PLLs must agree; the run checks it.
+
+    .venv/bin/python benchmarks/score_speed.py --sentences 200 --threads 2 --dtype fp32
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import re
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from maskplay import preset
+from maskplay.convert import maskplay_to_hf_bert
+from maskplay.modeling import build_model
+from maskplay.precision import Precision
+from maskplay.score import Embedder, Scorer
+from maskplay.tokenizer import load_tokenizer
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def wikitext_sentences(path: Path, n: int, min_words: int, max_words: int) -> list[str]:
+    """The first n sentences of min..max words from WikiText (headings and sentences with <unk> skipped),
+    detokenised a little (@-@ -> -)."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("="):
+            continue
+        line = re.sub(r" @(.)@ ", r"\1", line)
+        for sentence in re.split(r"(?<= \.) ", line):
+            words = sentence.split()
+            if "<unk>" in sentence or not min_words <= len(words) <= max_words:
+                continue
+            out.append(sentence)
+            if len(out) == n:
+                return out
+    raise ValueError(f"{path}: only {len(out)} sentences of {min_words}-{max_words} words")
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def hf_naive_pll(hf, tok, sentences: list[str], context) -> list[float]:
+    """One batch per sentence holding its masked copies; logits over every position of every copy."""
+    totals = []
+    with torch.inference_mode(), context():
+        for sentence in sentences:
+            ids = tok.encode(sentence)
+            n = len(ids) - 2
+            copies = torch.tensor([ids] * n)
+            rows, positions = torch.arange(n), torch.arange(1, n + 1)
+            copies[rows, positions] = tok.special.mask
+            logits = hf(input_ids=copies).logits  # (n, L, V): the head over the whole sequence
+            logp = logits[rows, positions].float().log_softmax(-1)[rows, torch.tensor(ids[1:-1])]
+            totals.append(float(logp.sum()))
+    return totals
+
+
+def hf_mean_pool(hf_bert, tok, sentences: list[str], batch_size: int, context) -> torch.Tensor:
+    """sentence-transformers style: batches sorted by length, attention-masked mean over all tokens
+    ([CLS]/[SEP] included, as sentence-transformers does)."""
+    order = sorted(range(len(sentences)), key=lambda k: -len(sentences[k]))
+    out = torch.zeros(len(sentences), hf_bert.config.hidden_size)
+    with torch.inference_mode(), context():
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            encoded = [tok.encode(sentences[k]) for k in batch]
+            width = max(map(len, encoded))
+            ids = torch.zeros(len(batch), width, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for r, e in enumerate(encoded):
+                ids[r, :len(e)] = torch.tensor(e)
+                mask[r, :len(e)] = 1
+            h = hf_bert(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+            out[batch] = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sentences", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--dtype", choices=[p.value for p in Precision], default="fp32",
+                        help="bf16: maskplay runs bf16 end to end, HF gets bf16 weights; bf16-autocast: autocast for both")
+    parser.add_argument("--batch-size", type=int, default=64, help="rows per forward pass for maskplay and HF encode")
+    parser.add_argument("--min-words", type=int, default=5)
+    parser.add_argument("--max-words", type=int, default=60)
+    parser.add_argument("--data", type=Path, default=DATA)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    import transformers
+
+    tok = load_tokenizer(args.data / "tta-vocab")
+    sentences = wikitext_sentences(args.data / "wikitext-103" / "wiki.valid.tokens", args.sentences,
+                                   args.min_words, args.max_words)
+    pieces = sum(len(tok.encode(s)) - 2 for s in sentences)
+    words = sum(len(s.split()) for s in sentences)
+
+    torch.manual_seed(0)
+    ids = tok.model_config_ids()
+    tta = build_model(preset("tta-paper", family="tta", **ids)).eval()
+    # type_vocab_size=1: HuggingFace always adds a token-type embedding; with one, the weights map 1:1.
+    bert = build_model(preset("tta-paper", family="bert", type_vocab_size=1, **ids)).eval()
+    cfg = bert.config
+    hf_config = transformers.BertConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.max_position, type_vocab_size=1, layer_norm_eps=cfg.layer_norm_eps,
+        pad_token_id=cfg.pad_token_id, attn_implementation="sdpa")
+    hf = transformers.BertForMaskedLM(hf_config).eval()
+    loaded = hf.load_state_dict(maskplay_to_hf_bert(bert.state_dict()), strict=False)
+    assert not loaded.unexpected_keys and all(k.endswith("_ids") for k in loaded.missing_keys), loaded
+
+    precision = Precision(args.dtype)
+    context = nullcontext
+    if precision is Precision.bf16_autocast:
+        context = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
+    elif precision is Precision.bf16:
+        hf = hf.to(torch.bfloat16)  # after the weights were copied from the maskplay model (which stays fp32)
+    hf_bert = hf.bert
+    tta_scorer = Scorer(tta, tok, batch_size=args.batch_size, precision=precision)
+    pll_scorer = Scorer(bert, tok, batch_size=args.batch_size, method="pll", precision=precision)
+    tta_embed = Embedder(tta, tok, precision=precision)
+    bert_embed = Embedder(bert, tok, precision=precision)
+
+    warm = sentences[:4]  # one-time costs (allocator, kernels) out of the timings
+    tta_scorer.score(warm)
+    pll_scorer.score(warm)
+    hf_naive_pll(hf, tok, warm, context)
+    tta_embed.encode(warm)
+    hf_mean_pool(hf_bert, tok, warm, args.batch_size, context)
+
+    rows = []
+    t_tta, _ = timed(lambda: tta_scorer.score(sentences))
+    t_pll, ours = timed(lambda: pll_scorer.score(sentences))
+    t_hf, theirs = timed(lambda: hf_naive_pll(hf, tok, sentences, context))
+    diff = max(abs(a.log_prob - b) for a, b in zip(ours, theirs, strict=True))
+    rows += [("score", "T-TA one pass (maskplay)", t_tta, t_hf),
+             ("score", "BERT PLL bucketed (maskplay)", t_pll, t_hf),
+             ("score", "BERT PLL naive (HF BertForMaskedLM)", t_hf, t_hf)]
+    t_etta, _ = timed(lambda: tta_embed.encode(sentences, batch_size=args.batch_size))
+    t_ebert, mine = timed(lambda: bert_embed.encode(sentences, batch_size=args.batch_size))
+    t_ehf, _ = timed(lambda: hf_mean_pool(hf_bert, tok, sentences, args.batch_size, context))
+    rows += [("embed", "T-TA encode, mean (maskplay)", t_etta, t_ehf),
+             ("embed", "BERT encode, mean (maskplay)", t_ebert, t_ehf),
+             ("embed", "HF BertModel, mean pooling", t_ehf, t_ehf)]
+
+    print(f"{len(sentences)} WikiText-103 valid sentences, {args.min_words}-{args.max_words} words "
+          f"(mean {words / len(sentences):.1f} words, {pieces / len(sentences):.1f} pieces); tta-paper size "
+          f"(3x512, 8 heads, FFN 2048, vocab {cfg.vocab_size}), random weights")
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads, "
+          f"{args.dtype}, batch {args.batch_size}, {platform.processor() or platform.machine()}")
+    print(f"{'task':<6} {'method':<38} {'seconds':>8} {'sent/s':>8} {'speed-up':>9}")
+    for task, name, seconds, base in rows:
+        print(f"{task:<6} {name:<38} {seconds:>8.2f} {len(sentences) / seconds:>8.1f} {base / seconds:>8.1f}x")
+    print(f"speed-up = vs the HF row of the same task. T-TA one pass vs bucketed PLL: {t_pll / t_tta:.1f}x; "
+          f"bucketed vs naive PLL: {t_hf / t_pll:.1f}x")
+    print(f"check: max |sentence log p (maskplay PLL) - (HF naive PLL)| = {diff:.2e} nats; "
+          f"maskplay BERT encode excludes [SOS]/[EOS] from the mean, HF includes them ({mine.shape[0]} rows)")
+
+
+if __name__ == "__main__":
+    main()
