@@ -158,9 +158,17 @@ class MaskplayModel(nn.Module):
         self.load_state_dict(state, strict=True)
 
 
+ASSETS = Path(__file__).resolve().parent / "assets"
+# Models shipped inside the package, usable by name anywhere a model directory is expected.
+BUNDLED_MODELS = {"tta-mini-wiki": ASSETS / "tta-mini-wiki"}
+
+
 def resolve_model_dir(name: str | Path) -> Path:
-    """A local directory as it is; otherwise a hub repository id, downloaded (or found in the local cache)."""
+    """A local directory as it is; a bundled model's name (BUNDLED_MODELS); otherwise a hub repository id,
+    downloaded (or found in the local cache)."""
     path = Path(name)
+    if str(name) in BUNDLED_MODELS and not path.exists():
+        return BUNDLED_MODELS[str(name)]
     if path.exists() or str(name).count("/") != 1 or str(name).startswith((".", "/")):
         return path
     try:

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
-from ..modeling import IGNORE_INDEX, MaskplayModel
+from ..modeling import IGNORE_INDEX, MaskplayModel, resolve_model_dir
 from ..precision import Precision
 from ..tokenizer import Tokenizer, load_tokenizer
 from .text import Encoded, encode_texts, require_nonempty
@@ -189,8 +189,9 @@ def check_compatible(model: MaskplayModel, tokenizer: Tokenizer) -> None:
 
 
 def load_model_dir(directory: str | Path) -> tuple[MaskplayModel, Tokenizer]:
-    """A model directory as the trainer exports it: config.json + model.safetensors + tokenizer.json."""
-    directory = Path(directory)
+    """A model directory as the trainer exports it: config.json + model.safetensors + tokenizer.json; or a
+    bundled model's name (e.g. "tta-mini-wiki") or a hub id, see modeling.resolve_model_dir."""
+    directory = resolve_model_dir(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"model directory {directory} not found")
     if not (directory / "tokenizer.json").is_file():
