@@ -103,7 +103,10 @@ class Block(nn.Module):
 
 
 def fused_linear(x: Tensor, *layers: nn.Linear) -> tuple[Tensor, ...]:
-    """[layer(x) for layer in layers], computed as one matmul against the concatenated weights."""
+    """[layer(x) for layer in layers], computed as one matmul against the concatenated weights (layer by layer
+    for layers that are not plain nn.Linear, e.g. int8-quantised ones)."""
+    if any(type(layer) is not nn.Linear for layer in layers):
+        return tuple(layer(x) for layer in layers)
     weight = torch.cat([layer.weight for layer in layers])
     bias = torch.cat([layer.bias for layer in layers])
     return F.linear(x, weight, bias).split([layer.out_features for layer in layers], dim=-1)

@@ -21,6 +21,11 @@ class Precision(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"  # bf16 weights and activations, fp32 master parameters
     bf16_autocast = "bf16-autocast"  # torch.autocast, for comparison
+    int8 = "int8"  # inference only: dynamic int8 quantisation of the nn.Linear layers (weights int8)
+
+    @property
+    def trainable(self) -> bool:
+        return self is not Precision.int8
 
     @property
     def dtype(self) -> torch.dtype:
@@ -30,6 +35,8 @@ class Precision(str, Enum):
 def forward_in(model: nn.Module, precision: Precision | str, *args: Any, **kwargs: Any) -> Any:
     """model(*args, **kwargs) computed in `precision`; gradients reach the model's own parameters."""
     precision = Precision(precision)
+    if not precision.trainable:
+        raise ValueError(f"precision {precision.value} is for inference only (see quantize_int8)")
     if precision is Precision.fp32:
         return model(*args, **kwargs)
     device = next(model.parameters()).device.type
@@ -38,3 +45,17 @@ def forward_in(model: nn.Module, precision: Precision | str, *args: Any, **kwarg
             return model(*args, **kwargs)
     params = {name: p.to(torch.bfloat16) for name, p in model.named_parameters()}
     return functional_call(model, params, args=args, kwargs=kwargs, tie_weights=True, strict=False)
+
+
+def quantize_int8(model: nn.Module) -> nn.Module:
+    """A copy of `model` whose nn.Linear layers compute with int8 weights and dynamically quantised
+    activations (torch.ao dynamic quantisation, CPU). The tied vocabulary projection is not an nn.Linear and
+    stays in the model's dtype. For inference; the original model is untouched."""
+    import copy
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notices
+        return quantize_dynamic(copy.deepcopy(model).float().eval(), {nn.Linear}, dtype=torch.qint8)

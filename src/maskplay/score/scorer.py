@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.func import functional_call
 
 from ..modeling import IGNORE_INDEX, MaskplayModel, resolve_model_dir
-from ..precision import Precision
+from ..precision import Precision, quantize_int8
 from ..tokenizer import Tokenizer, load_tokenizer
 from .text import Encoded, encode_texts, require_nonempty
 
@@ -222,11 +222,12 @@ def inference(model: MaskplayModel) -> Iterator[None]:
 class Runner:
     """The model's forward pass and LM head in one precision (maskplay.precision): fp32; bf16 end to end (the
     parameters cast to bf16 once, here, and used through functional_call - the model keeps its fp32 weights);
-    or bf16 autocast. Make one per call, inside `inference`, so that the copies match the current weights."""
+    or bf16 autocast; or int8 (a dynamically quantised copy, precision.quantize_int8). Make one per call, inside
+    `inference`, so that the copies match the current weights."""
 
     def __init__(self, model: MaskplayModel, precision: Precision | str) -> None:
-        self.model = model
         self.precision = Precision(precision)
+        self.model = quantize_int8(model) if self.precision is Precision.int8 else model
         if self.precision is Precision.bf16:
             self.params = {name: p.detach().to(torch.bfloat16) for name, p in model.named_parameters()}
             self.head_params = {name[len("head."):]: p for name, p in self.params.items() if name.startswith("head.")}

@@ -13,7 +13,7 @@ from typing import Any
 from ..config import FAMILIES, PRESETS, ModelConfig, from_dict, load_toml, preset
 from ..precision import Precision
 
-PRECISIONS = tuple(p.value for p in Precision)  # fp32, bf16, bf16-autocast
+PRECISIONS = tuple(p.value for p in Precision if p.trainable)  # fp32, bf16, bf16-autocast
 # ModelConfig fields that come from the tokenizer of the data, never from the training config.
 TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "eos_token_id", "unk_token_id", "sos_token_id", "mask_token_id",
                     "special_token_ids")
