@@ -51,22 +51,27 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
     flops: dict[str, float] = {}
     tokens = args.batch_size * args.seq_len
 
-    def our_case(family: str, precision: str) -> Callable[[], object]:
-        torch.manual_seed(0)
-        model = build_model(preset(args.preset, family=family, vocab_size=vocab)).train()
+    def optimizer_step(model: torch.nn.Module, loss_of: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], None]:
+        """One full training step per call (AdamW as the trainer sets it up), on the batches in turn."""
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6)
-        gen = torch.Generator().manual_seed(0)
         state = {"i": 0}
 
         def step() -> None:
-            ids = batches[state["i"] % len(batches)]
+            loss = loss_of(batches[state["i"] % len(batches)])
             state["i"] += 1
-            loss = forward_in(model, precision, **model.training_batch(ids, mask, generator=gen)).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
 
+        return step
+
+    def our_case(family: str, precision: str) -> Callable[[], object]:
+        torch.manual_seed(0)
+        model = build_model(preset(args.preset, family=family, vocab_size=vocab)).train()
+        gen = torch.Generator().manual_seed(0)
+        step = optimizer_step(
+            model, lambda ids: forward_in(model, precision, **model.training_batch(ids, mask, generator=gen)).loss)
         flops[f"{family} {precision}"] = tokens * training_flops_per_token(
             model.config, args.seq_len, predicted_fraction(family))
         return step
@@ -81,21 +86,15 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
             max_position_embeddings=cfg.max_position)
         torch.manual_seed(0)
         model = transformers.BertForMaskedLM(hf_cfg).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6)
         gen = torch.Generator().manual_seed(0)
-        state = {"i": 0}
 
-        def step() -> None:
-            ids = batches[state["i"] % len(batches)]
-            state["i"] += 1
+        def loss_of(ids: torch.Tensor) -> torch.Tensor:
             corrupted, labels = mask_tokens(ids, mask, cfg.special_token_ids, cfg.mask_token_id, vocab,
                                             generator=gen)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-autocast"):
-                loss = model(input_ids=corrupted, attention_mask=mask.long(), labels=labels).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+                return model(input_ids=corrupted, attention_mask=mask.long(), labels=labels).loss
+
+        step = optimizer_step(model, loss_of)
 
         # HuggingFace applies its head at every position, so count what it computes
         flops[f"HF {precision}"] = tokens * training_flops_per_token(cfg, args.seq_len, 1.0)

@@ -35,7 +35,7 @@ def main() -> None:
     ]
     print("| model | " + " | ".join(name for name, _, _ in columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
-    names = sorted({p.name.split("-")[0] for p in folder.glob("*-*.json")}, key=lambda n: ["tta", "bert", "gpt"].index(n)
+    names = sorted({p.name.rsplit("-", 1)[0] for p in folder.glob("*-*.json")}, key=lambda n: ["tta", "bert", "gpt"].index(n)
                    if n in ("tta", "bert", "gpt") else 9)
     for fam in names:
         print(f"| {fam} | " + " | ".join(cell(folder / f"{fam}-{task}.json", pick) for _, task, pick in columns) + " |")
