@@ -1,0 +1,51 @@
+"""The model shipped in the package: small enough, loads by name, and the demo runs with it."""
+
+import pytest
+
+from maskplay.modeling import BUNDLED_MODELS, MaskplayModel, resolve_model_dir
+
+BUNDLE = BUNDLED_MODELS["tta-mini-wiki"]
+
+
+def test_bundled_model_is_small_fp16_and_loads_by_name():
+    from safetensors import safe_open
+
+    weights = BUNDLE / "model.safetensors"
+    assert weights.stat().st_size + (BUNDLE / "tokenizer.json").stat().st_size <= 15 * 2**20
+    with safe_open(str(weights), framework="pt") as f:
+        assert {str(f.get_slice(k).get_dtype()) for k in f.keys()} == {"F16"}
+    assert resolve_model_dir("tta-mini-wiki") == BUNDLE
+    model = MaskplayModel.from_pretrained("tta-mini-wiki")
+    assert model.family == "tta" and model.config.hidden_size == 256
+
+
+@pytest.mark.slow
+def test_demo_finds_the_odd_word_and_ranks_pairs(capsys):
+    from maskplay.demo import main
+
+    assert main(["--color", "never"]) == 0
+    out = capsys.readouterr().out
+    assert "most surprising word" in out and "Sentence similarity" in out
+    # the bundled model has learned something: the real-word error is the most surprising word of each sentence
+    flagged = [line.strip() for line in out.splitlines() if line.strip().startswith("->")]
+    assert [line.split()[1] for line in flagged] == ["'peace'", "'there'", "'build'"], flagged
+    # and the unrelated pair is the least similar
+    ranked = [line for line in out.split("Sentence similarity")[1].splitlines() if "~" in line]
+    assert "guitar.' ~ 'The stock market" in ranked[-1], ranked
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_reduced_precision_scores_stay_within_005_nats_of_fp32(precision):
+    """On real sentences and the trained bundled model: the mean per-token |log p - log p_fp32| <= 0.05."""
+    import numpy as np
+
+    from maskplay.score import Scorer
+
+    sentences = ["The river flows into the sea near the old harbour.",
+                 "She was elected to the city council in 1998 and served two terms.",
+                 "The album was released in the United States by a small independent label."]
+    ref = Scorer.from_pretrained("tta-mini-wiki").score(sentences)
+    got = Scorer.from_pretrained("tta-mini-wiki", precision=precision).score(sentences)
+    diff = np.concatenate([np.abs(np.subtract(a.token_log_probs, b.token_log_probs))
+                           for a, b in zip(ref, got, strict=True)])
+    assert 0 < diff.mean() <= 0.05, diff.mean()  # > 0: the reduced precision really ran
