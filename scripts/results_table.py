@@ -35,7 +35,9 @@ def main() -> None:
     ]
     print("| model | " + " | ".join(name for name, _, _ in columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
-    names = sorted({p.name.rsplit("-", 1)[0] for p in folder.glob("*-*.json")}, key=lambda n: ["tta", "bert", "gpt"].index(n)
+    tasks = {task for _, task, _ in columns}
+    stems = [p.stem.rsplit("-", 1) for p in folder.glob("*-*.json")]
+    names = sorted({name for name, task in stems if task in tasks}, key=lambda n: ["tta", "bert", "gpt"].index(n)
                    if n in ("tta", "bert", "gpt") else 9)
     for fam in names:
         print(f"| {fam} | " + " | ".join(cell(folder / f"{fam}-{task}.json", pick) for _, task, pick in columns) + " |")
