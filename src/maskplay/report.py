@@ -8,10 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from .viz import plt, save_figure
 
 
 def read_run(run_dir: str | Path) -> dict[str, Any]:
@@ -51,12 +48,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str = "held-ou
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)
 
 
 def summary_rows(run_dirs: list[str | Path]) -> list[dict[str, Any]]:

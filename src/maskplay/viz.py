@@ -56,6 +56,11 @@ def draw_masks(families: list[str], length: int, out: str | Path, padding: int =
                 if mask[i, j]:
                     ax.text(j, i, "•", ha="center", va="center", fontsize=6, color="white")
     fig.suptitle("maskplay masks: blue = may attend" + (f" ({padding} padded positions)" if padding else ""))
+    return save_figure(fig, out)
+
+
+def save_figure(fig: plt.Figure, out: str | Path) -> Path:
+    """Lay out, write (creating the folder) and close a figure; returns the path written."""
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
