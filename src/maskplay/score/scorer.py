@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
-from ..modeling import IGNORE_INDEX, MaskplayModel, resolve_model_dir
+from ..modeling import MaskplayModel, resolve_model_dir
 from ..precision import Precision, quantize_int8
 from ..tokenizer import Tokenizer, load_tokenizer
 from .text import Encoded, encode_texts, require_nonempty
@@ -256,18 +256,26 @@ def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows
     """log p(targets) (default: ids[rows, cols]) under the model, the LM head applied only at those positions:
     for T-TA and BERT the head reads the output at the position itself, for GPT the output one position to the
     left (so cols must be >= 1 there). PLL passes the true tokens as targets, its ids holding [MASK] there.
-    The forward pass gets a single label so that it runs its own head on one row only; its loss is ignored.
-    Log-softmax always runs in fp32."""
+    The forward pass computes no logits of its own (they are lazy). Log-softmax always runs in fp32."""
     if rows.numel() == 0:
         return torch.zeros(0, device=ids.device)
-    labels = torch.full_like(ids, IGNORE_INDEX)
-    labels[rows[0], cols[0]] = ids[rows[0], cols[0]]
-    hidden = runner.forward(ids, attention_mask=attention_mask, labels=labels).last_hidden_state
+    hidden = runner.forward(ids, attention_mask=attention_mask).last_hidden_state
     source = cols - 1 if runner.model.config.family == "gpt" else cols
     logits = runner.logits(hidden[rows, source])
     if targets is None:
         targets = ids[rows, cols]
-    return logits.float().log_softmax(-1).gather(1, targets[:, None])[:, 0]
+    return target_log_probs(logits, targets)
+
+
+def target_log_probs(logits: Tensor, targets: Tensor, chunk_bytes: int = 4 * 2**20) -> Tensor:
+    """log_softmax(logits)[n, targets[n]] in fp32, over row chunks small enough to stay in cache: no fp32 copy
+    of the (N, V) logits and no (N, V) log-probabilities are ever held."""
+    chunk = max(1, chunk_bytes // (4 * logits.shape[-1]))
+    out = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+    for start in range(0, logits.shape[0], chunk):
+        rows = torch.log_softmax(logits[start:start + chunk], dim=-1, dtype=torch.float32)
+        out[start:start + chunk] = rows.gather(1, targets[start:start + chunk, None])[:, 0]
+    return out
 
 
 def pad_rows(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
