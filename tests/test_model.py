@@ -206,3 +206,18 @@ def test_the_loss_without_gradients_equals_the_training_loss(tiny_model):
     with torch.no_grad():
         without = model(**batch).loss
     torch.testing.assert_close(without, with_grad.detach())
+
+
+def test_bf16_evaluation_loss_is_accumulated_in_fp32():
+    from maskplay.heads import linear_cross_entropy
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3000, 16, generator=g)
+    w = torch.randn(300, 16, generator=g) * 0.1
+    b = torch.zeros(300)
+    t = torch.randint(300, (3000,), generator=g)
+    exact = torch.nn.functional.cross_entropy(torch.nn.functional.linear(x, w, b), t)
+    with torch.no_grad():
+        got = linear_cross_entropy(x.bfloat16(), w.bfloat16(), b.bfloat16(), t)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, exact, atol=5e-3, rtol=0)  # bf16 inputs, but no bf16 sums

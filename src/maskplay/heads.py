@@ -49,8 +49,9 @@ def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor, targets: Tenso
     if weight.dtype != x.dtype or bias.dtype != x.dtype:
         weight, bias = weight.to(x.dtype), bias.to(x.dtype)
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or bias.requires_grad)):
-        # evaluation: no gradient to fold in, so the plain form (F.cross_entropy upcasts internally)
-        return F.cross_entropy(F.linear(x, weight, bias), targets, reduction="sum").float() / targets.numel()
+        # evaluation: no gradient to fold in; log-softmax and the sum in fp32 (a bf16 F.cross_entropy would
+        # round the summed loss to bf16)
+        return -target_log_probs(F.linear(x, weight, bias), targets).sum() / targets.numel()
     chunk = max(1, chunk_bytes // (4 * weight.shape[0]))
     return _LinearCrossEntropy.apply(x, weight, bias, targets, chunk)
 
@@ -93,3 +94,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
             None,
             None,
         )
+
+
+def target_log_probs(logits: Tensor, targets: Tensor, chunk_bytes: int = 4 * 2**20) -> Tensor:
+    """log_softmax(logits)[n, targets[n]] in fp32, over row chunks small enough to stay in cache: no fp32 copy
+    of the (N, V) logits and no (N, V) log-probabilities are ever held."""
+    chunk = max(1, chunk_bytes // (4 * logits.shape[-1]))
+    out = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+    for start in range(0, logits.shape[0], chunk):
+        rows = torch.log_softmax(logits[start:start + chunk], dim=-1, dtype=torch.float32)
+        out[start:start + chunk] = rows.gather(1, targets[start:start + chunk, None])[:, 0]
+    return out

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
+from ..heads import target_log_probs
 from ..modeling import MaskplayModel, resolve_model_dir
 from ..precision import Precision, quantize_int8
 from ..tokenizer import Tokenizer, load_tokenizer
@@ -265,17 +266,6 @@ def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows
     if targets is None:
         targets = ids[rows, cols]
     return target_log_probs(logits, targets)
-
-
-def target_log_probs(logits: Tensor, targets: Tensor, chunk_bytes: int = 4 * 2**20) -> Tensor:
-    """log_softmax(logits)[n, targets[n]] in fp32, over row chunks small enough to stay in cache: no fp32 copy
-    of the (N, V) logits and no (N, V) log-probabilities are ever held."""
-    chunk = max(1, chunk_bytes // (4 * logits.shape[-1]))
-    out = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
-    for start in range(0, logits.shape[0], chunk):
-        rows = torch.log_softmax(logits[start:start + chunk], dim=-1, dtype=torch.float32)
-        out[start:start + chunk] = rows.gather(1, targets[start:start + chunk, None])[:, 0]
-    return out
 
 
 def pad_rows(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
