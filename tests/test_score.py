@@ -294,4 +294,4 @@ def test_scoring_leaves_the_model_trainable(tok):
     from maskplay.score import Embedder
 
     Embedder(model, tok).encode(["a dog"])
-    assert all(p.requires_grad for p in model.parameters())  # switched off while scoring only
+    assert all(p.requires_grad for p in model.parameters())  # scoring does not touch the model's flags

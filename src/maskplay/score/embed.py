@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..modeling import IGNORE_INDEX, MaskplayModel
+from ..modeling import MaskplayModel
 from ..precision import Precision
 from ..tokenizer import Tokenizer
 from .scorer import Overflow, Runner, _progress, check_compatible, chunks, inference, load_model_dir, pad_rows
@@ -84,13 +84,9 @@ class Embedder:
             for batch in _progress(list(chunks(order, batch_size)), progress, "embedding"):
                 ids, attn = pad_rows([rows[k] for k in batch], cfg.pad_token_id, device)
                 lengths = attn.sum(1)
-                # A single label (row 0, position 1: never [SOS], so valid for GPT's shift too) keeps the LM
-                # head to one row; without labels the model would compute B x L x vocab logits for nothing.
-                labels = torch.full_like(ids, IGNORE_INDEX)
-                labels[0, 1] = ids[0, 1]
                 r = torch.arange(len(batch), device=device)
-                result = runner.forward(ids, attention_mask=attn, labels=labels, output_hidden_states=layer != -1,
-                                        **kwargs)
+                # no labels: the LM head never runs (the model's logits are computed only when read)
+                result = runner.forward(ids, attention_mask=attn, output_hidden_states=layer != -1, **kwargs)
                 hidden = (result.last_hidden_state if layer == -1 else result.hidden_states[layer]).float()
                 if pooling is Pooling.MEAN:
                     inner = attn.clone()

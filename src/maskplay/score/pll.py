@@ -3,8 +3,8 @@
 Every scored piece gets its own copy of its sentence with that piece masked ("pll"), or with that piece and
 the pieces of the same word to its right masked ("pll-word", Kauf & Ivanova 2023, PLL-word-l2r). The copies
 of all sentences are sorted by length and cut into batches, so a batch mixes sentences and holds little
-padding; each copy carries exactly one label, so the LM head runs once per copy, at its masked position,
-never over the whole sequence."""
+padding; the LM head runs once per copy, at its masked position (score.scorer.position_log_probs), never
+over the whole sequence."""
 
 from __future__ import annotations
 

@@ -206,18 +206,10 @@ def load_model_dir(directory: str | Path) -> tuple[MaskplayModel, Tokenizer]:
 
 @contextmanager
 def inference(model: MaskplayModel) -> Iterator[None]:
-    """inference_mode, with the parameters' requires_grad switched off meanwhile (and restored after): an
-    autograd.Function (the head's fused loss, which the forward pass runs on one label here) sees
-    needs_input_grad from requires_grad whatever the grad mode, and would prepare gradients nobody uses."""
-    flags = [(p, p.requires_grad) for p in model.parameters()]
-    try:
-        for p, _ in flags:
-            p.requires_grad_(False)
-        with torch.inference_mode():
-            yield
-    finally:
-        for p, flag in flags:
-            p.requires_grad_(flag)
+    """inference_mode for scoring and embedding. The model's own flags (requires_grad, train/eval) are left
+    as they are: the forward pass runs no loss, and the LM head's fused loss checks the grad mode itself."""
+    with torch.inference_mode():
+        yield
 
 
 class Runner:
