@@ -54,8 +54,13 @@ def setup(device_name: str) -> Dist:
     return Dist(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
 
 
-def teardown(d: Dist) -> None:
+def teardown(d: Dist, synchronize: bool = True) -> None:
+    """Leave the process group. After a normal end every process first waits for the others, so that none
+    tears its connections down while a peer still uses them; after an error nobody waits (the peers may never
+    come, and torchrun stops them anyway)."""
     if d.enabled and dist.is_initialized():
+        if synchronize:
+            dist.barrier()
         dist.destroy_process_group()
 
 

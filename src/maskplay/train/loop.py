@@ -13,6 +13,7 @@ checkpoint, so a killed run resumed from its last checkpoint ends bitwise where 
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import os
@@ -580,13 +581,20 @@ def train(config: TrainConfig, resume: bool = False, resume_from: str | Path | N
         torch.use_deterministic_algorithms(True, warn_only=True)
     d = distributed.setup(config.run.device)
     trainer = None
+    completed = False
     try:
         trainer = Trainer(config, d, resume=resume, resume_from=resume_from, stream=stream)
-        return trainer.run()
+        result = trainer.run()
+        completed = True
+        return result
     finally:
         if trainer is not None and trainer.metrics is not None:
             trainer.metrics.close()
-        distributed.teardown(d)
+        # DDP's reducer holds the process group; were it still alive when the group is destroyed, gloo's worker
+        # threads would be torn down at interpreter exit, which aborts a process now and then
+        del trainer
+        gc.collect()
+        distributed.teardown(d, synchronize=completed)
 
 
 def saved_run_config(run_dir: str | Path) -> TrainConfig | None:
