@@ -128,15 +128,17 @@ def test_presets_are_selectable_for_every_family():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fused_linear_cross_entropy_matches_the_naive_loss_and_gradients(dtype):
+@pytest.mark.parametrize("n", [37, 601])  # within one row block; across three (ROW_BLOCK = 256), 48-row chunks
+def test_fused_linear_cross_entropy_matches_the_naive_loss_and_gradients(dtype, n):
     from maskplay.heads import linear_cross_entropy
 
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(37, 16, generator=g).to(dtype).requires_grad_()
+    x = torch.randn(n, 16, generator=g).to(dtype).requires_grad_()
     w = (torch.randn(50, 16, generator=g)).to(dtype).requires_grad_()
     b = torch.randn(50, generator=g).to(dtype).requires_grad_()
-    t = torch.randint(50, (37,), generator=g)
-    fused = linear_cross_entropy(x, w, b, t, chunk_bytes=8 * 4 * 50) * 3.0  # 8-row chunks: N % 8 != 0
+    t = torch.randint(50, (n,), generator=g)
+    rows = 8 if n < 100 else 48
+    fused = linear_cross_entropy(x, w, b, t, chunk_bytes=rows * 4 * 50) * 3.0  # chunks that do not divide N
     grads = torch.autograd.grad(fused, (x, w, b))
     naive = torch.nn.functional.cross_entropy(torch.nn.functional.linear(x, w, b).float(), t) * 3.0
     want = torch.autograd.grad(naive, (x, w, b))
@@ -221,3 +223,36 @@ def test_bf16_evaluation_loss_is_accumulated_in_fp32():
         got = linear_cross_entropy(x.bfloat16(), w.bfloat16(), b.bfloat16(), t)
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, exact, atol=5e-3, rtol=0)  # bf16 inputs, but no bf16 sums
+
+
+@pytest.mark.parametrize("n", [5, 700])
+def test_linear_log_probs_equal_the_log_softmax_of_the_full_logits(n):
+    from maskplay.heads import linear_log_probs
+
+    g = torch.Generator().manual_seed(1)
+    x, w, b = torch.randn(n, 16, generator=g), torch.randn(90, 16, generator=g), torch.randn(90, generator=g)
+    t = torch.randint(90, (n,), generator=g)
+    want = torch.nn.functional.linear(x, w, b).log_softmax(-1)[torch.arange(n), t]
+    torch.testing.assert_close(linear_log_probs(x, w, b, t, chunk_bytes=40 * 4 * 90), want)
+    got16 = linear_log_probs(x.bfloat16(), w.bfloat16(), b.bfloat16(), t)
+    assert got16.dtype == torch.float32
+    torch.testing.assert_close(got16, want, atol=0.15, rtol=0.02)
+
+
+@pytest.mark.parametrize("family", ["bert", "tta"])
+def test_query_positions_give_the_full_forward_rows(tiny_model, family):
+    """PLL's short cut (the last block at one position per row) changes nothing at those positions, padding
+    included; and it refuses bad positions and labels."""
+    model = tiny_model(family)
+    ids, mask = padded_batch([7, 4, 6])
+    positions = torch.tensor([6, 0, 3])
+    full = model(ids, attention_mask=mask, output_hidden_states=True)
+    part = model(ids, attention_mask=mask, query_positions=positions, output_hidden_states=True)
+    assert part.last_hidden_state.shape == (3, 1, model.config.hidden_size)
+    torch.testing.assert_close(part.last_hidden_state[:, 0], full.last_hidden_state[torch.arange(3), positions])
+    for a, b in zip(part.hidden_states[:-1], full.hidden_states[:-1], strict=True):
+        torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match="query_positions"):
+        model(ids, attention_mask=mask, query_positions=torch.tensor([0, 7, 1]))
+    with pytest.raises(ValueError, match="labels"):
+        model(**model.training_batch(ids, mask), query_positions=positions)

@@ -126,19 +126,36 @@ class Encoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
 
-    def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None,
-                output_hidden_states: bool = False) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+    def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
+                query_positions: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         """`mask` is a (B, 1, Lq, Lk) bool tensor, True = may attend, built once per batch. `kv`, when given,
         is the key/value source of every layer (T-TA's embedding output); each layer projects it with its own
-        weights, all layers in one matmul."""
+        weights, all layers in one matmul.
+
+        `query_positions` (B,) runs the last block at one position per row only, its output then (B, 1, H):
+        PLL reads one masked position per copy, and the last block's queries, attention output and FFN are
+        needed nowhere else (its keys and values still come from every position of the block below)."""
         mask, dead = guard_empty_rows(mask)
+        B = h.shape[0]
+        if query_positions is not None:
+            L = mask.shape[-2]
+            if query_positions.shape != (B,) or bool(((query_positions < 0) | (query_positions >= L)).any()):
+                raise ValueError(f"query_positions must be a ({B},) tensor of positions in [0, {L}), "
+                                 f"got shape {tuple(query_positions.shape)}")
         states = [h] if output_hidden_states else None
         projected: list[Tensor] = []
         if kv is not None:
             projected = list(fused_linear(kv, *[m for layer in self.layers for m in (layer.attn.key, layer.attn.value)]))
         for index, layer in enumerate(self.layers):
             keys_values = (projected[2 * index], projected[2 * index + 1]) if projected else None
-            h = layer(h, mask, dead_rows=dead, keys_values=keys_values)
+            if query_positions is not None and index == len(self.layers) - 1:
+                rows = torch.arange(B, device=h.device)
+                at = (rows, slice(None), query_positions)  # -> (B, 1, Lk): that query's row of the mask
+                h = layer(h[rows, query_positions][:, None], mask.expand(B, -1, -1, -1)[at][:, :, None],
+                          kv=h if keys_values is None else None, keys_values=keys_values,
+                          dead_rows=None if dead is None else dead.expand(B, -1, -1, -1)[at][:, :, None])
+            else:
+                h = layer(h, mask, dead_rows=dead, keys_values=keys_values)
             if states is not None:
                 states.append(h)
         return h, tuple(states) if states is not None else None

@@ -3,6 +3,8 @@ token-embedding table itself (passed in, never copied) with a separate per-token
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -29,6 +31,38 @@ class LMHead(nn.Module):
         ever holding the (N, V) logits: see linear_cross_entropy."""
         return linear_cross_entropy(self.transform(hidden), embedding_weight, self.bias, targets)
 
+    def log_probs(self, hidden: Tensor, embedding_weight: Tensor, targets: Tensor) -> Tensor:
+        """log p(targets[n]) at `hidden[n]`, fp32, (N,): what scoring needs, without the (N, V) logits."""
+        return linear_log_probs(self.transform(hidden), embedding_weight, self.bias, targets)
+
+
+# Rows of the vocabulary projection per matmul. On this project's CPU (AMD EPYC, AVX-512 BF16) oneDNN runs
+# the (4096 x 256) @ (256 x 16384) bf16 product of a mini training step at ~480 GFLOP/s in one call and at
+# ~920 in 256-row blocks; the (864 x 512) @ (512 x 29530) of a tta-paper scoring batch at 530 vs 780
+# (benchmarks/head_blocks.py). A block's logits are also still in cache for the softmax that reads them.
+ROW_BLOCK = 256
+
+
+def _blocks(n: int) -> range:
+    return range(0, n, ROW_BLOCK)
+
+
+_SCRATCH = threading.local()  # per thread: two threads' losses must not share one buffer
+
+
+def _scratch(shape: tuple[int, int], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A reused buffer for the (N, V) logits of the fused loss, which live only inside its forward. A fresh
+    one each step is a fresh mapping of ~130 MB (mini, 32 x 128 tokens) that the kernel must fault in and
+    zero page by page; the one kept here is faulted in once. It grows to the largest batch seen."""
+    need = shape[0] * shape[1]
+    buffers = _SCRATCH.__dict__.setdefault("buffers", {})
+    buffer = buffers.get((dtype, device))
+    if buffer is None or buffer.numel() < need:
+        buffers.pop((dtype, device), None)  # free the old one before the new one is allocated
+        buffer = torch.empty(need, dtype=dtype, device=device)
+        buffers[(dtype, device)] = buffer
+    return buffer[:need].view(shape)
+
 
 def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
                          chunk_bytes: int = 4 * 2**20) -> Tensor:
@@ -51,7 +85,7 @@ def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor, targets: Tenso
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or bias.requires_grad)):
         # evaluation: no gradient to fold in; log-softmax and the sum in fp32 (a bf16 F.cross_entropy would
         # round the summed loss to bf16)
-        return -target_log_probs(F.linear(x, weight, bias), targets).sum() / targets.numel()
+        return -linear_log_probs(x, weight, bias, targets).sum() / targets.numel()
     chunk = max(1, chunk_bytes // (4 * weight.shape[0]))
     return _LinearCrossEntropy.apply(x, weight, bias, targets, chunk)
 
@@ -63,17 +97,23 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if n == 0:
             raise ValueError("cross-entropy over zero target positions: no labels are set")
         need_grad = any(ctx.needs_input_grad[:3])
-        buffer = torch.addmm(bias, x, weight.t())  # logits, then (in place) their gradient
+        buffer = _scratch((n, weight.shape[0]), x.dtype, x.device)  # logits, then (in place) their gradient
+        bias32 = bias.float()  # added in fp32 on the way into the softmax: no separate pass over the logits
         total = torch.zeros((), dtype=torch.float32, device=x.device)
         grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=x.device)
-        for start in range(0, n, chunk):
-            rows, ts = buffer[start:start + chunk], targets[start:start + chunk, None]
-            probs = torch.softmax(rows, dim=-1, dtype=torch.float32)
-            total -= probs.gather(1, ts).clamp_min_(torch.finfo(torch.float32).tiny).log_().sum()
-            if need_grad:
-                probs.scatter_add_(1, ts, torch.full_like(ts, -1, dtype=probs.dtype))  # softmax - one-hot
-                grad_b += probs.sum(0)
-                rows.copy_(probs)
+        for block_start in _blocks(n):
+            block = buffer[block_start:block_start + ROW_BLOCK]
+            torch.mm(x[block_start:block_start + ROW_BLOCK], weight.t(), out=block)
+            for offset in range(0, block.shape[0], chunk):
+                start = block_start + offset
+                rows = block[offset:offset + chunk]
+                ts = targets[start:start + rows.shape[0], None]
+                probs = torch.softmax(torch.add(rows, bias32), dim=-1)
+                total -= probs.gather(1, ts).clamp_min_(torch.finfo(torch.float32).tiny).log_().sum()
+                if need_grad:
+                    probs.scatter_add_(1, ts, torch.full_like(ts, -1, dtype=probs.dtype))  # softmax - one-hot
+                    grad_b += probs.sum(0)
+                    rows.copy_(probs)
         grads = (None, None, None)
         if need_grad:
             grad_x = (buffer @ weight).div_(n) if ctx.needs_input_grad[0] else None
@@ -96,12 +136,22 @@ class _LinearCrossEntropy(torch.autograd.Function):
         )
 
 
-def target_log_probs(logits: Tensor, targets: Tensor, chunk_bytes: int = 4 * 2**20) -> Tensor:
-    """log_softmax(logits)[n, targets[n]] in fp32, over row chunks small enough to stay in cache: no fp32 copy
-    of the (N, V) logits and no (N, V) log-probabilities are ever held."""
-    chunk = max(1, chunk_bytes // (4 * logits.shape[-1]))
-    out = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
-    for start in range(0, logits.shape[0], chunk):
-        rows = torch.log_softmax(logits[start:start + chunk], dim=-1, dtype=torch.float32)
-        out[start:start + chunk] = rows.gather(1, targets[start:start + chunk, None])[:, 0]
+def linear_log_probs(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
+                     chunk_bytes: int = 4 * 2**20) -> Tensor:
+    """log_softmax(x @ weight.T + bias)[n, targets[n]] in fp32, (N,). The logits are computed ROW_BLOCK rows
+    at a time and the log-softmax over row chunks small enough to stay in cache (`chunk_bytes` of fp32), so no
+    (N, V) tensor is ever held: memory stays flat however many positions are scored."""
+    if weight.dtype != x.dtype or bias.dtype != x.dtype:
+        weight, bias = weight.to(x.dtype), bias.to(x.dtype)
+    n = x.shape[0]
+    chunk = max(1, chunk_bytes // (4 * weight.shape[0]))
+    bias32 = bias.float()
+    out = torch.empty(n, dtype=torch.float32, device=x.device)
+    for block_start in _blocks(n):
+        block = torch.mm(x[block_start:block_start + ROW_BLOCK], weight.t())
+        for offset in range(0, block.shape[0], chunk):
+            start = block_start + offset
+            rows = torch.log_softmax(torch.add(block[offset:offset + chunk], bias32), dim=-1)
+            end = start + rows.shape[0]
+            out[start:end] = rows.gather(1, targets[start:end, None])[:, 0]
     return out

@@ -86,6 +86,13 @@ class MaskplayModel(nn.Module):
 
     # ---- outputs ------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _query_positions(query_positions: Tensor | None, labels: Tensor | None) -> Tensor | None:
+        if query_positions is not None and labels is not None:
+            raise ValueError("query_positions (one output position per row, for scoring) cannot be combined with "
+                             "labels, whose loss needs the outputs at every labelled position")
+        return query_positions
+
     def logits(self, hidden: Tensor) -> Tensor:
         return self.head(hidden, self.embeddings.word.weight)
 

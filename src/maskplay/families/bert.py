@@ -16,12 +16,15 @@ class BertMLM(MaskplayModel):
     mask_probability = 0.15
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                token_type_ids: Tensor | None = None, output_hidden_states: bool = False) -> ModelOutput:
+                token_type_ids: Tensor | None = None, output_hidden_states: bool = False,
+                query_positions: Tensor | None = None) -> ModelOutput:
+        """query_positions (B,): the last block runs at that one position per row (see Encoder.forward)."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
         B, L = input_ids.shape
         mask = materialize(and_masks(bidirectional(), padding(attention_mask)), B, L, device=input_ids.device)
         h = self.embeddings(input_ids, token_type_ids)
-        h, states = self.encoder(h, mask, output_hidden_states=output_hidden_states)
+        h, states = self.encoder(h, mask, output_hidden_states=output_hidden_states,
+                                 query_positions=self._query_positions(query_positions, labels))
         return self.output(h, labels, states)
 
     def training_batch(self, input_ids: Tensor, attention_mask: Tensor,

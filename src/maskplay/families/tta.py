@@ -22,9 +22,11 @@ class TTA(MaskplayModel):
         self.query_dropout = Dropout(config.hidden_dropout)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False, diagonal_mask: bool = True) -> ModelOutput:
+                output_hidden_states: bool = False, diagonal_mask: bool = True,
+                query_positions: Tensor | None = None) -> ModelOutput:
         """diagonal_mask=False lets each position see its own token: for feature extraction and fine-tuning,
-        as the paper does downstream. Language-model scores need the default."""
+        as the paper does downstream. Language-model scores need the default. query_positions (B,): the last
+        block runs at that one position per row (see Encoder.forward)."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
         cfg = self.config
         x = self.embeddings(input_ids)
@@ -33,5 +35,6 @@ class TTA(MaskplayModel):
         structure = no_diagonal() if diagonal_mask else bidirectional()
         B, L = input_ids.shape
         mask = materialize(and_masks(structure, padding(attention_mask)), B, L, device=input_ids.device)
-        h, states = self.encoder(h, mask, kv=x, output_hidden_states=output_hidden_states)
+        h, states = self.encoder(h, mask, kv=x, output_hidden_states=output_hidden_states,
+                                 query_positions=self._query_positions(query_positions, labels))
         return self.output(h, labels, states)

@@ -3,8 +3,8 @@
 Every scored piece gets its own copy of its sentence with that piece masked ("pll"), or with that piece and
 the pieces of the same word to its right masked ("pll-word", Kauf & Ivanova 2023, PLL-word-l2r). The copies
 of all sentences are sorted by length and cut into batches, so a batch mixes sentences and holds little
-padding; the LM head runs once per copy, at its masked position (score.scorer.position_log_probs), never
-over the whole sequence."""
+padding; the last block and the LM head run once per copy, at its masked position (the query_positions of
+backbone.Encoder.forward), never over the whole sequence."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .scorer import Runner, Segment, _progress, chunks, pad_rows, position_log_probs
+from .scorer import Runner, Segment, _progress, chunks, pad_rows
 
 
 def masked_span(segment: Segment, piece: int, word_l2r: bool) -> tuple[int, int]:
@@ -49,8 +49,9 @@ def pll_log_probs(runner: Runner, segments: list[Segment], word_l2r: bool, batch
         columns = torch.arange(ids.shape[1], device=device)[None, :]
         hide = (columns >= pos[:, None]) & (columns < end[:, None])
         masked = ids.masked_fill(hide, cfg.mask_token_id)
-        # Each copy is scored at its masked position only: model.logits(hidden[rows, pos]).
-        values = position_log_probs(runner, masked, attn, rows, pos, targets=ids[rows, pos]).tolist()
+        # each copy is read at its (first) masked position only: the last block and the LM head run there alone
+        hidden = runner.forward(masked, attention_mask=attn, query_positions=pos).last_hidden_state[:, 0]
+        values = runner.log_probs(hidden, ids[rows, pos]).tolist()
         found.extend(((segments[c[0]].sentence, c[1]), v) for c, v in zip(batch, values, strict=True))
     return found
 

@@ -18,6 +18,7 @@ pll and pll-word also run on T-TA (copies through the same code path); plain pll
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -30,7 +31,6 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
-from ..heads import target_log_probs
 from ..modeling import MaskplayModel, resolve_model_dir
 from ..precision import Precision, quantize_int8
 from ..tokenizer import Tokenizer, load_tokenizer
@@ -221,9 +221,10 @@ class Runner:
     def __init__(self, model: MaskplayModel, precision: Precision | str) -> None:
         self.precision = Precision(precision)
         self.model = quantize_int8(model) if self.precision is Precision.int8 else model
+        self.head = self.model.head
         if self.precision is Precision.bf16:
             self.params = {name: p.detach().to(torch.bfloat16) for name, p in model.named_parameters()}
-            self.head_params = {name[len("head."):]: p for name, p in self.params.items() if name.startswith("head.")}
+            self.head = copy.deepcopy(model.head).to(torch.bfloat16)
 
     def _autocast(self) -> Any:
         if self.precision is Precision.bf16_autocast:
@@ -236,12 +237,12 @@ class Runner:
         with self._autocast():
             return self.model(*args, **kwargs)
 
-    def logits(self, hidden: Tensor) -> Tensor:
+    def log_probs(self, hidden: Tensor, targets: Tensor) -> Tensor:
+        """log p(targets[n]) from the LM head at hidden[n], fp32 (heads.LMHead.log_probs)."""
         if self.precision is Precision.bf16:
-            return functional_call(self.model.head, self.head_params,
-                                   args=(hidden, self.params["embeddings.word.weight"]))
+            return self.head.log_probs(hidden, self.params["embeddings.word.weight"], targets)
         with self._autocast():
-            return self.model.logits(hidden)
+            return self.head.log_probs(hidden, self.model.embeddings.word.weight, targets)
 
 
 def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
@@ -254,10 +255,9 @@ def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows
         return torch.zeros(0, device=ids.device)
     hidden = runner.forward(ids, attention_mask=attention_mask).last_hidden_state
     source = cols - 1 if runner.model.config.family == "gpt" else cols
-    logits = runner.logits(hidden[rows, source])
     if targets is None:
         targets = ids[rows, cols]
-    return target_log_probs(logits, targets)
+    return runner.log_probs(hidden[rows, source], targets)
 
 
 def pad_rows(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
