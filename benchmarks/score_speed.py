@@ -8,29 +8,35 @@
   sentence in one batch, the head over the whole sequence),
 - embeddings: maskplay encode (T-TA and BERT, mean pooling) vs HuggingFace BertModel mean pooling.
 
-The HuggingFace model gets the maskplay BERT's weights, so the two PLLs must agree; the run checks it.
+The HuggingFace model gets the maskplay BERT's weights, so the two PLLs must agree; the run checks it. The
+cases run interleaved, round by round (the median is reported), after one warm-up call each; each row's model
+FLOP utilisation is against this machine's matmul peak, measured first (maskplay.flops.scoring_flops counts
+what each method computes).
 
-    .venv/bin/python benchmarks/score_speed.py --sentences 200 --threads 2 --dtype fp32
+    .venv/bin/python benchmarks/score_speed.py --sentences 200 --dtype bf16
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
+import json
 import re
-import time
-from collections.abc import Callable
+import sys
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
-from maskplay import preset
-from maskplay.convert import maskplay_to_hf_bert
-from maskplay.modeling import build_model
-from maskplay.precision import Precision
-from maskplay.score import Embedder, Scorer
-from maskplay.tokenizer import load_tokenizer
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import interleaved, machine, matmul_peak  # noqa: E402
+
+from maskplay import preset  # noqa: E402
+from maskplay.convert import maskplay_to_hf_bert  # noqa: E402
+from maskplay.flops import scoring_flops  # noqa: E402
+from maskplay.modeling import build_model  # noqa: E402
+from maskplay.precision import Precision  # noqa: E402
+from maskplay.score import Embedder, Scorer  # noqa: E402
+from maskplay.tokenizer import load_tokenizer  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -52,12 +58,6 @@ def wikitext_sentences(path: Path, n: int, min_words: int, max_words: int) -> li
             if len(out) == n:
                 return out
     raise ValueError(f"{path}: only {len(out)} sentences of {min_words}-{max_words} words")
-
-
-def timed(fn: Callable[[], object]) -> tuple[float, object]:
-    start = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - start, result
 
 
 def hf_naive_pll(hf, tok, sentences: list[str], context) -> list[float]:
@@ -102,13 +102,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--dtype", choices=[p.value for p in Precision], default="fp32",
                         help="bf16: maskplay runs bf16 end to end, HF gets bf16 weights; bf16-autocast: autocast for both")
-    parser.add_argument("--batch-size", type=int, default=64, help="rows per forward pass for maskplay and HF encode")
+    parser.add_argument("--batch-size", type=int, default=32,
+                        help="sentences (or PLL copies) per forward pass for maskplay, and for HF encode")
     parser.add_argument("--min-words", type=int, default=5)
     parser.add_argument("--max-words", type=int, default=60)
     parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is reported")
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    peak_bf16, peak_fp32 = matmul_peak(torch.bfloat16), matmul_peak(torch.float32)
     import transformers
 
     tok = load_tokenizer(args.data / "tta-vocab")
@@ -144,40 +148,51 @@ def main() -> None:
     tta_embed = Embedder(tta, tok, precision=precision)
     bert_embed = Embedder(bert, tok, precision=precision)
 
-    warm = sentences[:4]  # one-time costs (allocator, kernels) out of the timings
-    tta_scorer.score(warm)
-    pll_scorer.score(warm)
-    hf_naive_pll(hf, tok, warm, context)
-    tta_embed.encode(warm)
-    hf_mean_pool(hf_bert, tok, warm, args.batch_size, context)
-
-    rows = []
-    t_tta, _ = timed(lambda: tta_scorer.score(sentences))
-    t_pll, ours = timed(lambda: pll_scorer.score(sentences))
-    t_hf, theirs = timed(lambda: hf_naive_pll(hf, tok, sentences, context))
+    # the two PLLs must agree: the same weights, the same rule (every piece, [SOS]/[EOS] not scored)
+    ours = pll_scorer.score(sentences)
+    theirs = hf_naive_pll(hf, tok, sentences, context)
     diff = max(abs(a.log_prob - b) for a, b in zip(ours, theirs, strict=True))
-    rows += [("score", "T-TA one pass (maskplay)", t_tta, t_hf),
-             ("score", "BERT PLL bucketed (maskplay)", t_pll, t_hf),
-             ("score", "BERT PLL naive (HF BertForMaskedLM)", t_hf, t_hf)]
-    t_etta, _ = timed(lambda: tta_embed.encode(sentences, batch_size=args.batch_size))
-    t_ebert, mine = timed(lambda: bert_embed.encode(sentences, batch_size=args.batch_size))
-    t_ehf, _ = timed(lambda: hf_mean_pool(hf_bert, tok, sentences, args.batch_size, context))
-    rows += [("embed", "T-TA encode, mean (maskplay)", t_etta, t_ehf),
-             ("embed", "BERT encode, mean (maskplay)", t_ebert, t_ehf),
-             ("embed", "HF BertModel, mean pooling", t_ehf, t_ehf)]
 
+    lengths = [len(tok.encode(s)) - 2 for s in sentences]
+    cases = {  # (task, name, call, FLOPs per call, baseline row of the task)
+        "tta": ("score", "T-TA one pass (maskplay)", lambda: tta_scorer.score(sentences), "one-pass", tta.config),
+        "pll": ("score", "BERT PLL bucketed (maskplay)", lambda: pll_scorer.score(sentences), "pll", cfg),
+        "hf_pll": ("score", "BERT PLL naive (HF BertForMaskedLM)",
+                   lambda: hf_naive_pll(hf, tok, sentences, context), "pll-naive", cfg),
+        "e_tta": ("embed", "T-TA encode, mean (maskplay)",
+                  lambda: tta_embed.encode(sentences, batch_size=args.batch_size), "encode", tta.config),
+        "e_bert": ("embed", "BERT encode, mean (maskplay)",
+                   lambda: bert_embed.encode(sentences, batch_size=args.batch_size), "encode", cfg),
+        "e_hf": ("embed", "HF BertModel, mean pooling",
+                 lambda: hf_mean_pool(hf_bert, tok, sentences, args.batch_size, context), "encode", cfg),
+    }
+    seconds = interleaved({k: c[2] for k, c in cases.items()}, args.rounds)
+    base = {"score": seconds["hf_pll"], "embed": seconds["e_hf"]}
+
+    print(machine())
+    print(f"matmul peak (2048^3): bf16 {peak_bf16 / 1e9:.0f} GFLOP/s, fp32 {peak_fp32 / 1e9:.0f} GFLOP/s")
     print(f"{len(sentences)} WikiText-103 valid sentences, {args.min_words}-{args.max_words} words "
           f"(mean {words / len(sentences):.1f} words, {pieces / len(sentences):.1f} pieces); tta-paper size "
           f"(3x512, 8 heads, FFN 2048, vocab {cfg.vocab_size}), random weights")
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads, "
-          f"{args.dtype}, batch {args.batch_size}, {platform.processor() or platform.machine()}")
-    print(f"{'task':<6} {'method':<38} {'seconds':>8} {'sent/s':>8} {'speed-up':>9}")
-    for task, name, seconds, base in rows:
-        print(f"{task:<6} {name:<38} {seconds:>8.2f} {len(sentences) / seconds:>8.1f} {base / seconds:>8.1f}x")
-    print(f"speed-up = vs the HF row of the same task. T-TA one pass vs bucketed PLL: {t_pll / t_tta:.1f}x; "
-          f"bucketed vs naive PLL: {t_hf / t_pll:.1f}x")
+    print(f"transformers {transformers.__version__}, {args.dtype}, batch {args.batch_size}, "
+          f"median of {args.rounds} interleaved rounds; MFU against the {args.dtype.split('-')[0]} peak")
+    peak = peak_fp32 if precision is Precision.fp32 else peak_bf16
+    print(f"{'task':<6} {'method':<38} {'seconds':>8} {'sent/s':>8} {'speed-up':>9} {'MFU':>7}")
+    rows = []
+    for key, (task, name, _, method, config) in cases.items():
+        t = seconds[key]
+        mfu = scoring_flops(config, lengths, method) / t / peak
+        rows.append({"case": key, "task": task, "method": name, "seconds": t, "sentences_per_s": len(sentences) / t,
+                     "speed_up": base[task] / t, "mfu": mfu})
+        print(f"{task:<6} {name:<38} {t:>8.2f} {len(sentences) / t:>8.1f} {base[task] / t:>8.1f}x {mfu:>6.1%}")
+    print(f"speed-up = vs the HF row of the same task. T-TA one pass vs bucketed PLL: "
+          f"{seconds['pll'] / seconds['tta']:.1f}x; bucketed vs naive PLL: {seconds['hf_pll'] / seconds['pll']:.1f}x")
     print(f"check: max |sentence log p (maskplay PLL) - (HF naive PLL)| = {diff:.2e} nats; "
-          f"maskplay BERT encode excludes [SOS]/[EOS] from the mean, HF includes them ({mine.shape[0]} rows)")
+          "maskplay BERT encode excludes [SOS]/[EOS] from the mean, HF includes them")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"machine": machine(), "peak_bf16": peak_bf16, "peak_fp32": peak_fp32,
+                                              "args": {k: str(v) for k, v in vars(args).items()},
+                                              "pll_max_diff": diff, "rows": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

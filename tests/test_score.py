@@ -295,3 +295,19 @@ def test_scoring_leaves_the_model_trainable(tok):
 
     Embedder(model, tok).encode(["a dog"])
     assert all(p.requires_grad for p in model.parameters())  # scoring does not touch the model's flags
+
+
+def test_bf16_copies_follow_changes_to_the_weights(tok):
+    """The bf16 copies are reused across calls, but never once a parameter has changed."""
+    model = tiny("bert", tok)
+    scorer = Scorer(model, tok, precision="bf16")
+    before = scorer.score(SENTENCES[:2])
+    assert scorer.score(SENTENCES[:2])[0].token_log_probs == before[0].token_log_probs  # reused: identical
+    with torch.no_grad():
+        model.head.bias[tok.encode(SENTENCES[0])[1]] += 5.0  # in place: the first piece becomes likelier
+    after = scorer.score(SENTENCES[:2])
+    assert after[0].token_log_probs[0] > before[0].token_log_probs[0] + 1.0
+    with torch.no_grad():
+        model.embeddings.word.weight = torch.nn.Parameter(model.embeddings.word.weight * 0.0)  # replaced
+    flat = scorer.score(SENTENCES[:2])
+    assert flat[0].token_log_probs != pytest.approx(after[0].token_log_probs, abs=1e-3)

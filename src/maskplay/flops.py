@@ -23,3 +23,39 @@ def training_flops_per_token(config: ModelConfig, seq_len: int, predicted_fracti
 def predicted_fraction(family: str) -> float:
     """Share of tokens at which each family applies its LM head during training."""
     return {"bert": 0.15, "gpt": 1.0, "tta": 1.0}[family]
+
+
+def _layer_flops(config: ModelConfig, seq_len: int) -> float:
+    h, f = config.hidden_size, config.intermediate_size
+    return 8 * h * h + 4 * h * f + 4 * seq_len * h
+
+
+def _head_flops(config: ModelConfig) -> float:
+    return 2 * config.hidden_size ** 2 + 2 * config.hidden_size * config.vocab_size
+
+
+def scoring_flops(config: ModelConfig, lengths: list[int], method: str) -> float:
+    """Forward FLOPs to score sentences of `lengths` pieces each ([SOS]/[EOS] not included), as each method
+    computes them:
+    - "one-pass": one pass per sentence, the head at every piece (T-TA);
+    - "pll": one copy per piece, the last block and the head at the masked position only (maskplay's PLL);
+    - "pll-naive": one copy per piece, every block and the head everywhere (HuggingFace BertForMaskedLM);
+    - "encode": one pass, no head (embeddings)."""
+    total = 0.0
+    h, f, n_layers = config.hidden_size, config.intermediate_size, config.num_layers
+    for n in lengths:
+        L = n + 2
+        body = n_layers * L * _layer_flops(config, L)
+        if method == "one-pass":
+            total += body + n * _head_flops(config)
+        elif method == "encode":
+            total += body
+        elif method == "pll-naive":
+            total += n * (body + L * _head_flops(config))
+        elif method == "pll":
+            lower = (n_layers - 1) * L * _layer_flops(config, L)
+            last = L * 4 * h * h + (4 * h * h + 4 * h * f + 4 * L * h)  # K, V everywhere; the rest at one query
+            total += n * (lower + last + _head_flops(config))
+        else:
+            raise ValueError(f"unknown method {method!r}")
+    return total

@@ -44,7 +44,7 @@ class Embedder:
         return cls(model, tokenizer, **kwargs)
 
     def encode(self, sentences: Sequence[str], pooling: Pooling | str = Pooling.MEAN, layer: int = -1,
-               diagonal_mask: bool = True, normalize: bool = False, batch_size: int = 64,
+               diagonal_mask: bool = True, normalize: bool = False, batch_size: int = 32,
                overflow: Overflow | str = Overflow.ERROR, progress: bool = False) -> np.ndarray:
         """(len(sentences), hidden) float32. layer indexes the hidden states: 0 = the input of the first block
         (for T-TA the [MASK]+position query stream, which carries no information about the sentence), 1..N =
@@ -104,7 +104,7 @@ class Embedder:
 
 
 def encode(model: MaskplayModel, tokenizer: Tokenizer, sentences: Sequence[str], pooling: Pooling | str = Pooling.MEAN,
-           layer: int = -1, diagonal_mask: bool = True, normalize: bool = False, batch_size: int = 64,
+           layer: int = -1, diagonal_mask: bool = True, normalize: bool = False, batch_size: int = 32,
            overflow: Overflow | str = Overflow.ERROR) -> np.ndarray:
     """Embedder(model, tokenizer).encode(...) in one call."""
     return Embedder(model, tokenizer).encode(sentences, pooling=pooling, layer=layer, diagonal_mask=diagonal_mask,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import math
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -223,8 +224,7 @@ class Runner:
         self.model = quantize_int8(model) if self.precision is Precision.int8 else model
         self.head = self.model.head
         if self.precision is Precision.bf16:
-            self.params = {name: p.detach().to(torch.bfloat16) for name, p in model.named_parameters()}
-            self.head = copy.deepcopy(model.head).to(torch.bfloat16)
+            self.params, self.head = _bf16_copies(model)
 
     def _autocast(self) -> Any:
         if self.precision is Precision.bf16_autocast:
@@ -243,6 +243,23 @@ class Runner:
             return self.head.log_probs(hidden, self.params["embeddings.word.weight"], targets)
         with self._autocast():
             return self.head.log_probs(hidden, self.model.embeddings.word.weight, targets)
+
+
+_BF16: weakref.WeakKeyDictionary[MaskplayModel, tuple[tuple[int, ...], dict[str, Tensor], Any]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _bf16_copies(model: MaskplayModel) -> tuple[dict[str, Tensor], Any]:
+    """bf16 copies of the model's parameters and of its LM head, made once and reused by later calls for as
+    long as no parameter has changed (each in-place update, an optimizer step's included, bumps a tensor's
+    version counter; replacing a parameter changes its data pointer)."""
+    key = tuple(v for p in model.parameters() for v in (p.data_ptr(), p._version))
+    cached = _BF16.get(model)
+    if cached is None or cached[0] != key:
+        params = {name: p.detach().to(torch.bfloat16) for name, p in model.named_parameters()}
+        cached = (key, params, copy.deepcopy(model.head).to(torch.bfloat16))
+        _BF16[model] = cached
+    return cached[1], cached[2]
 
 
 def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
