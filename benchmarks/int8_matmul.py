@@ -1,0 +1,45 @@
+"""What int8 could give the encoders on this CPU (a measurement for a follow-up, not a maskplay feature):
+one FFN-sized product, (1024 x 512) @ (512 x 2048), as bf16 nn.Linear, as torch.ao dynamic int8 quantisation
+(what `--precision int8` uses), as a bare int8 x int8 -> int32 torch._int_mm, and as fp32; interleaved.
+
+    python benchmarks/int8_matmul.py
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import interleaved, machine  # noqa: E402
+
+
+def main() -> None:
+    m, k, n = 1024, 512, 2048
+    torch.manual_seed(0)
+    linear = nn.Linear(k, n)
+    x = torch.randn(m, k)
+    bf16, xb = nn.Linear(k, n).to(torch.bfloat16), x.bfloat16()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import quantize_dynamic
+
+        dynamic = quantize_dynamic(nn.Sequential(nn.Linear(k, n)), {nn.Linear}, dtype=torch.qint8)
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8)
+    b = torch.randint(-128, 128, (k, n), dtype=torch.int8)
+    with torch.inference_mode():
+        cases = {"fp32 nn.Linear": lambda: linear(x), "bf16 nn.Linear": lambda: bf16(xb),
+                 "torch.ao dynamic int8": lambda: dynamic(x), "torch._int_mm int8": lambda: torch._int_mm(a, b)}
+        seconds = interleaved(cases, rounds=20)
+    print(machine())
+    print(f"({m} x {k}) @ ({k} x {n}), median of 20 interleaved rounds")
+    for name, s in seconds.items():
+        print(f"  {name:<24}{s * 1e3:>7.2f} ms {2 * m * k * n / s / 1e9:>7.0f} G(FL)OP/s")
+
+
+if __name__ == "__main__":
+    main()
