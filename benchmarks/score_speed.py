@@ -118,7 +118,8 @@ def main() -> None:
     tok = load_tokenizer(args.data / "tta-vocab")
     sentences = wikitext_sentences(args.data / "wikitext-103" / "wiki.valid.tokens", args.sentences,
                                    args.min_words, args.max_words)
-    pieces = sum(len(tok.encode(s)) - 2 for s in sentences)
+    lengths = [len(tok.encode(s)) - 2 for s in sentences]  # pieces, [SOS]/[EOS] not counted
+    pieces = sum(lengths)
     words = sum(len(s.split()) for s in sentences)
 
     torch.manual_seed(0)
@@ -153,7 +154,6 @@ def main() -> None:
     theirs = hf_naive_pll(hf, tok, sentences, context)
     diff = max(abs(a.log_prob - b) for a, b in zip(ours, theirs, strict=True))
 
-    lengths = [len(tok.encode(s)) - 2 for s in sentences]
     cases = {  # (task, name, call, FLOPs per call, baseline row of the task)
         "tta": ("score", "T-TA one pass (maskplay)", lambda: tta_scorer.score(sentences), "one-pass", tta.config),
         "pll": ("score", "BERT PLL bucketed (maskplay)", lambda: pll_scorer.score(sentences), "pll", cfg),

@@ -9,10 +9,7 @@ from .config import ModelConfig
 def forward_flops_per_token(config: ModelConfig, seq_len: int, predicted_fraction: float = 1.0) -> float:
     """Forward FLOPs per input token: blocks over every token (dense attention over `seq_len` keys), the
     LM head (transform + tied decoder) over the predicted fraction of tokens."""
-    h, f, v = config.hidden_size, config.intermediate_size, config.vocab_size
-    per_layer = 8 * h * h + 4 * h * f + 4 * seq_len * h
-    head = 2 * h * h + 2 * h * v
-    return config.num_layers * per_layer + predicted_fraction * head
+    return config.num_layers * _layer_flops(config, seq_len) + predicted_fraction * _head_flops(config)
 
 
 def training_flops_per_token(config: ModelConfig, seq_len: int, predicted_fraction: float = 1.0) -> float:

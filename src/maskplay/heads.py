@@ -4,6 +4,7 @@ token-embedding table itself (passed in, never copied) with a separate per-token
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -43,8 +44,19 @@ class LMHead(nn.Module):
 ROW_BLOCK = 256
 
 
-def _blocks(n: int) -> range:
-    return range(0, n, ROW_BLOCK)
+def _logit_chunks(x: Tensor, weight: Tensor, bias32: Tensor, chunk: int,
+                  buffer: Tensor | None = None) -> Iterator[tuple[int, Tensor, Tensor]]:
+    """(first row, bias-free logits rows, their fp32 logits with the bias) for chunks of `chunk` rows, the
+    logits computed ROW_BLOCK rows per matmul (into `buffer` when given, so the rows can be overwritten)."""
+    for block_start in range(0, x.shape[0], ROW_BLOCK):
+        rows_x = x[block_start:block_start + ROW_BLOCK]
+        if buffer is None:
+            block = torch.mm(rows_x, weight.t())
+        else:
+            block = torch.mm(rows_x, weight.t(), out=buffer[block_start:block_start + ROW_BLOCK])
+        for offset in range(0, block.shape[0], chunk):
+            rows = block[offset:offset + chunk]
+            yield block_start + offset, rows, torch.add(rows, bias32)  # fp32: the bias is fp32
 
 
 _SCRATCH = threading.local()  # per thread: two threads' losses must not share one buffer
@@ -98,22 +110,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
             raise ValueError("cross-entropy over zero target positions: no labels are set")
         need_grad = any(ctx.needs_input_grad[:3])
         buffer = _scratch((n, weight.shape[0]), x.dtype, x.device)  # logits, then (in place) their gradient
-        bias32 = bias.float()  # added in fp32 on the way into the softmax: no separate pass over the logits
         total = torch.zeros((), dtype=torch.float32, device=x.device)
         grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=x.device)
-        for block_start in _blocks(n):
-            block = buffer[block_start:block_start + ROW_BLOCK]
-            torch.mm(x[block_start:block_start + ROW_BLOCK], weight.t(), out=block)
-            for offset in range(0, block.shape[0], chunk):
-                start = block_start + offset
-                rows = block[offset:offset + chunk]
-                ts = targets[start:start + rows.shape[0], None]
-                probs = torch.softmax(torch.add(rows, bias32), dim=-1)
-                total -= probs.gather(1, ts).clamp_min_(torch.finfo(torch.float32).tiny).log_().sum()
-                if need_grad:
-                    probs.scatter_add_(1, ts, torch.full_like(ts, -1, dtype=probs.dtype))  # softmax - one-hot
-                    grad_b += probs.sum(0)
-                    rows.copy_(probs)
+        # the bias is added in fp32 on the way into the softmax: no separate pass over the logits
+        for start, rows, logits in _logit_chunks(x, weight, bias.float(), chunk, buffer):
+            ts = targets[start:start + rows.shape[0], None]
+            probs = torch.softmax(logits, dim=-1)
+            total -= probs.gather(1, ts).clamp_min_(torch.finfo(torch.float32).tiny).log_().sum()
+            if need_grad:
+                probs.scatter_add_(1, ts, torch.full_like(ts, -1, dtype=probs.dtype))  # softmax - one-hot
+                grad_b += probs.sum(0)
+                rows.copy_(probs)
         grads = (None, None, None)
         if need_grad:
             grad_x = (buffer @ weight).div_(n) if ctx.needs_input_grad[0] else None
@@ -143,15 +150,9 @@ def linear_log_probs(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
     (N, V) tensor is ever held: memory stays flat however many positions are scored."""
     if weight.dtype != x.dtype or bias.dtype != x.dtype:
         weight, bias = weight.to(x.dtype), bias.to(x.dtype)
-    n = x.shape[0]
     chunk = max(1, chunk_bytes // (4 * weight.shape[0]))
-    bias32 = bias.float()
-    out = torch.empty(n, dtype=torch.float32, device=x.device)
-    for block_start in _blocks(n):
-        block = torch.mm(x[block_start:block_start + ROW_BLOCK], weight.t())
-        for offset in range(0, block.shape[0], chunk):
-            start = block_start + offset
-            rows = torch.log_softmax(torch.add(block[offset:offset + chunk], bias32), dim=-1)
-            end = start + rows.shape[0]
-            out[start:end] = rows.gather(1, targets[start:end, None])[:, 0]
+    out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+    for start, rows, logits in _logit_chunks(x, weight, bias.float(), chunk):
+        end = start + rows.shape[0]
+        out[start:end] = torch.log_softmax(logits, dim=-1).gather(1, targets[start:end, None])[:, 0]
     return out

@@ -130,7 +130,7 @@ def run_nbest(args: argparse.Namespace) -> int:
     splits = {s: load_nbest(data_path(folder / f"{s}.jsonl.gz"), args.limit) for s in SPLITS}
     scorer = _scorer(args)
     done = _timed("nbest")
-    results = evaluate_nbest(splits, lambda texts: [s.log_prob for s in scorer.score(texts)],
+    results = evaluate_nbest(splits, _sentence_values(scorer, "sum"),
                              FirstPass(args.first_pass), args.weights, args.bonuses)
     print(f"N-best reranking, LibriSpeech 30-best (ESPnet conformer+HuBERT); LM {scorer.model.config.family} "
           f"({scorer.method.value}); first pass = {args.first_pass}; WER %")
