@@ -6,7 +6,10 @@
   position only),
 - BERT PLL the naive way with HuggingFace BertForMaskedLM (one masked copy per token, all copies of one
   sentence in one batch, the head over the whole sequence),
-- embeddings: maskplay encode (T-TA and BERT, mean pooling) vs HuggingFace BertModel mean pooling.
+- embeddings: maskplay encode (T-TA and BERT, mean pooling) at --dtype and at int8 vs HuggingFace BertModel
+  mean pooling at --dtype and with torch.ao dynamic int8 quantisation (the int8 route HuggingFace documents);
+  the embedding speed-ups are against the faster HuggingFace row, and the int8 rows' cosine similarity to the
+  fp32 embeddings of the same model is reported.
 
 The HuggingFace model gets the maskplay BERT's weights, so the two PLLs must agree; the run checks it. The
 cases run interleaved, round by round (the median is reported), after one warm-up call each; each row's model
@@ -19,13 +22,16 @@ what each method computes).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import re
 import sys
+import warnings
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+from torch.ao.quantization import quantize_dynamic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved, machine, matmul_peak  # noqa: E402
@@ -100,7 +106,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--dtype", choices=[p.value for p in Precision], default="fp32",
+    parser.add_argument("--dtype", choices=[p.value for p in Precision if p.trainable], default="fp32",
                         help="bf16: maskplay runs bf16 end to end, HF gets bf16 weights; bf16-autocast: autocast for both")
     parser.add_argument("--batch-size", type=int, default=32,
                         help="sentences (or PLL copies) per forward pass for maskplay, and for HF encode")
@@ -139,6 +145,10 @@ def main() -> None:
 
     precision = Precision(args.dtype)
     context = nullcontext
+    hf_bert_fp32 = copy.deepcopy(hf.bert)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notices
+        hf_bert_int8 = quantize_dynamic(copy.deepcopy(hf.bert), {torch.nn.Linear}, dtype=torch.qint8)
     if precision is Precision.bf16_autocast:
         context = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
     elif precision is Precision.bf16:
@@ -148,6 +158,8 @@ def main() -> None:
     pll_scorer = Scorer(bert, tok, batch_size=args.batch_size, method="pll", precision=precision)
     tta_embed = Embedder(tta, tok, precision=precision)
     bert_embed = Embedder(bert, tok, precision=precision)
+    tta_embed8 = Embedder(tta, tok, precision=Precision.int8)
+    bert_embed8 = Embedder(bert, tok, precision=Precision.int8)
 
     # the two PLLs must agree: the same weights, the same rule (every piece, [SOS]/[EOS] not scored)
     ours = pll_scorer.score(sentences)
@@ -163,11 +175,28 @@ def main() -> None:
                   lambda: tta_embed.encode(sentences, batch_size=args.batch_size), "encode", tta.config),
         "e_bert": ("embed", "BERT encode, mean (maskplay)",
                    lambda: bert_embed.encode(sentences, batch_size=args.batch_size), "encode", cfg),
+        "e_tta8": ("embed", "T-TA encode, mean, int8 (maskplay)",
+                   lambda: tta_embed8.encode(sentences, batch_size=args.batch_size), "encode", tta.config),
+        "e_bert8": ("embed", "BERT encode, mean, int8 (maskplay)",
+                    lambda: bert_embed8.encode(sentences, batch_size=args.batch_size), "encode", cfg),
         "e_hf": ("embed", "HF BertModel, mean pooling",
                  lambda: hf_mean_pool(hf_bert, tok, sentences, args.batch_size, context), "encode", cfg),
+        "e_hf8": ("embed", "HF BertModel, mean, torch.ao int8",
+                  lambda: hf_mean_pool(hf_bert_int8, tok, sentences, args.batch_size, nullcontext), "encode", cfg),
     }
     seconds = interleaved({k: c[2] for k, c in cases.items()}, args.rounds)
-    base = {"score": seconds["hf_pll"], "embed": seconds["e_hf"]}
+    hf_embed = min(("e_hf", "e_hf8"), key=seconds.__getitem__)
+    base = {"score": seconds["hf_pll"], "embed": seconds[hf_embed]}
+
+    def min_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float(torch.nn.functional.cosine_similarity(torch.as_tensor(a), torch.as_tensor(b)).min())
+
+    cosines = {  # int8 embeddings against the fp32 ones of the same model
+        "e_tta8": min_cosine(tta_embed8.encode(sentences), Embedder(tta, tok).encode(sentences)),
+        "e_bert8": min_cosine(bert_embed8.encode(sentences), Embedder(bert, tok).encode(sentences)),
+        "e_hf8": min_cosine(hf_mean_pool(hf_bert_int8, tok, sentences, args.batch_size, nullcontext),
+                            hf_mean_pool(hf_bert_fp32, tok, sentences, args.batch_size, nullcontext)),
+    }
 
     print(machine())
     print(f"matmul peak (2048^3): bf16 {peak_bf16 / 1e9:.0f} GFLOP/s, fp32 {peak_fp32 / 1e9:.0f} GFLOP/s")
@@ -175,7 +204,8 @@ def main() -> None:
           f"(mean {words / len(sentences):.1f} words, {pieces / len(sentences):.1f} pieces); tta-paper size "
           f"(3x512, 8 heads, FFN 2048, vocab {cfg.vocab_size}), random weights")
     print(f"transformers {transformers.__version__}, {args.dtype}, batch {args.batch_size}, "
-          f"median of {args.rounds} interleaved rounds; MFU against the {args.dtype.split('-')[0]} peak")
+          f"median of {args.rounds} interleaved rounds; MFU against the {args.dtype.split('-')[0]} peak "
+          "(int8 rows too)")
     peak = peak_fp32 if precision is Precision.fp32 else peak_bf16
     print(f"{'task':<6} {'method':<38} {'seconds':>8} {'sent/s':>8} {'speed-up':>9} {'MFU':>7}")
     rows = []
@@ -185,14 +215,17 @@ def main() -> None:
         rows.append({"case": key, "task": task, "method": name, "seconds": t, "sentences_per_s": len(sentences) / t,
                      "speed_up": base[task] / t, "mfu": mfu})
         print(f"{task:<6} {name:<38} {t:>8.2f} {len(sentences) / t:>8.1f} {base[task] / t:>8.1f}x {mfu:>6.1%}")
-    print(f"speed-up = vs the HF row of the same task. T-TA one pass vs bucketed PLL: "
+    print(f"speed-up = vs the fastest HF row of the same task (embed: {cases[hf_embed][1]}). T-TA one pass vs bucketed PLL: "
           f"{seconds['pll'] / seconds['tta']:.1f}x; bucketed vs naive PLL: {seconds['hf_pll'] / seconds['pll']:.1f}x")
     print(f"check: max |sentence log p (maskplay PLL) - (HF naive PLL)| = {diff:.2e} nats; "
           "maskplay BERT encode excludes [SOS]/[EOS] from the mean, HF includes them")
+    print("int8 embeddings vs fp32 of the same model, lowest cosine similarity over the sentences: "
+          + ", ".join(f"{cases[k][1]} {v:.5f}" for k, v in cosines.items()))
     if args.out:
         Path(args.out).write_text(json.dumps({"machine": machine(), "peak_bf16": peak_bf16, "peak_fp32": peak_fp32,
                                               "args": {k: str(v) for k, v in vars(args).items()},
-                                              "pll_max_diff": diff, "rows": rows}, indent=2) + "\n")
+                                              "pll_max_diff": diff, "int8_min_cosine": cosines, "rows": rows},
+                                             indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -297,10 +297,11 @@ def test_scoring_leaves_the_model_trainable(tok):
     assert all(p.requires_grad for p in model.parameters())  # scoring does not touch the model's flags
 
 
-def test_bf16_copies_follow_changes_to_the_weights(tok):
-    """The bf16 copies are reused across calls, but never once a parameter has changed."""
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_reduced_precision_copies_follow_changes_to_the_weights(tok, precision):
+    """The bf16 / int8 copies are reused across calls, but never once a parameter has changed."""
     model = tiny("bert", tok)
-    scorer = Scorer(model, tok, precision="bf16")
+    scorer = Scorer(model, tok, precision=precision)
     before = scorer.score(SENTENCES[:2])
     assert scorer.score(SENTENCES[:2])[0].token_log_probs == before[0].token_log_probs  # reused: identical
     with torch.no_grad():
@@ -308,6 +309,10 @@ def test_bf16_copies_follow_changes_to_the_weights(tok):
     after = scorer.score(SENTENCES[:2])
     assert after[0].token_log_probs[0] > before[0].token_log_probs[0] + 1.0
     with torch.no_grad():
+        model.encoder.layers[-1].ffn.down.bias[::2] += 3.0  # int8 in the int8 copy; uneven, or LayerNorm undoes it
+    shifted = scorer.score(SENTENCES[:2])
+    assert shifted[0].token_log_probs != pytest.approx(after[0].token_log_probs, abs=1e-3)
+    with torch.no_grad():
         model.embeddings.word.weight = torch.nn.Parameter(model.embeddings.word.weight * 0.0)  # replaced
     flat = scorer.score(SENTENCES[:2])
-    assert flat[0].token_log_probs != pytest.approx(after[0].token_log_probs, abs=1e-3)
+    assert flat[0].token_log_probs != pytest.approx(shifted[0].token_log_probs, abs=1e-3)

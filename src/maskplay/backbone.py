@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from .config import ModelConfig
 from .dropout import Dropout, dropout
+from .quant import Int8Linear, int8_fused_linear
 
 
 class Embeddings(nn.Module):
@@ -79,10 +80,11 @@ class FeedForward(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.up = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = nn.GELU()  # a module, so that int8 inference can fold it into `up` (precision.quantize_int8)
         self.down = nn.Linear(config.intermediate_size, config.hidden_size)
 
     def forward(self, h: Tensor) -> Tensor:
-        return self.down(F.gelu(self.up(h)))
+        return self.down(self.act(self.up(h)))
 
 
 class Block(nn.Module):
@@ -104,7 +106,9 @@ class Block(nn.Module):
 
 def fused_linear(x: Tensor, *layers: nn.Linear) -> tuple[Tensor, ...]:
     """[layer(x) for layer in layers], computed as one matmul against the concatenated weights (layer by layer
-    for layers that are not plain nn.Linear, e.g. int8-quantised ones)."""
+    for other layers; int8 layers have their own concatenation)."""
+    if all(isinstance(layer, Int8Linear) for layer in layers):
+        return int8_fused_linear(x, layers)
     if any(type(layer) is not nn.Linear for layer in layers):
         return tuple(layer(x) for layer in layers)
     weight = torch.cat([layer.weight for layer in layers])

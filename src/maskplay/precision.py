@@ -21,7 +21,7 @@ class Precision(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"  # bf16 weights and activations, fp32 master parameters
     bf16_autocast = "bf16-autocast"  # torch.autocast, for comparison
-    int8 = "int8"  # inference only: dynamic int8 quantisation of the nn.Linear layers (weights int8)
+    int8 = "int8"  # inference only, CPU: the encoder's linear layers in int8 (quantize_int8, quant.Int8Linear)
 
     @property
     def trainable(self) -> bool:
@@ -48,14 +48,25 @@ def forward_in(model: nn.Module, precision: Precision | str, *args: Any, **kwarg
 
 
 def quantize_int8(model: nn.Module) -> nn.Module:
-    """A copy of `model` whose nn.Linear layers compute with int8 weights and dynamically quantised
-    activations (torch.ao dynamic quantisation, CPU). The tied vocabulary projection is not an nn.Linear and
-    stays in the model's dtype. For inference; the original model is untouched."""
+    """A copy of `model` for int8 inference on CPU: every nn.Linear of its encoder becomes a quant.Int8Linear
+    (int8 weights, activations quantised per call, int32 accumulation; the FFN's GELU fused into its first
+    matmul). Embeddings, LayerNorms, attention and the LM head stay fp32 in the copy (scoring runs the head in
+    bf16, see score.scorer.Runner). The original model is untouched."""
     import copy
-    import warnings
 
-    from torch.ao.quantization import quantize_dynamic
+    from .backbone import FeedForward
+    from .quant import Int8Linear
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notices
-        return quantize_dynamic(copy.deepcopy(model).float().eval(), {nn.Linear}, dtype=torch.qint8)
+    if next(model.parameters()).device.type != "cpu":
+        raise ValueError("int8 inference runs on CPU only; on a GPU use bf16")
+    quantized = copy.deepcopy(model).float().eval()
+    encoder = getattr(quantized, "encoder", quantized)
+    for module in list(encoder.modules()):
+        if isinstance(module, FeedForward) and isinstance(module.act, nn.GELU) and module.act.approximate == "none":
+            module.up, module.act = Int8Linear(module.up, activation="gelu"), nn.Identity()
+        for name, child in list(module.named_children()):
+            if type(child) is nn.Linear:
+                setattr(module, name, Int8Linear(child))
+    for p in quantized.parameters():
+        p.requires_grad_(False)
+    return quantized

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import math
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from enum import Enum
@@ -216,15 +216,15 @@ def inference(model: MaskplayModel) -> Iterator[None]:
 class Runner:
     """The model's forward pass and LM head in one precision (maskplay.precision): fp32; bf16 end to end (the
     parameters cast to bf16 once, here, and used through functional_call - the model keeps its fp32 weights);
-    or bf16 autocast; or int8 (a dynamically quantised copy, precision.quantize_int8). Make one per call, inside
-    `inference`, so that the copies match the current weights."""
+    or bf16 autocast; or int8 (the encoder's linear layers in int8, precision.quantize_int8; the LM head in
+    bf16). The bf16 and int8 copies are made on first use and reused while the model's weights stay the same."""
 
     def __init__(self, model: MaskplayModel, precision: Precision | str) -> None:
         self.precision = Precision(precision)
-        self.model = quantize_int8(model) if self.precision is Precision.int8 else model
+        self.model = _cached(model, "int8", quantize_int8) if self.precision is Precision.int8 else model
         self.head = self.model.head
-        if self.precision is Precision.bf16:
-            self.params, self.head = _bf16_copies(model)
+        if self.precision in (Precision.bf16, Precision.int8):
+            self.params, self.head = _cached(model, "bf16", _bf16_copies)
 
     def _autocast(self) -> Any:
         if self.precision is Precision.bf16_autocast:
@@ -239,27 +239,32 @@ class Runner:
 
     def log_probs(self, hidden: Tensor, targets: Tensor) -> Tensor:
         """log p(targets[n]) from the LM head at hidden[n], fp32 (heads.LMHead.log_probs)."""
-        if self.precision is Precision.bf16:
-            return self.head.log_probs(hidden, self.params["embeddings.word.weight"], targets)
+        if self.precision in (Precision.bf16, Precision.int8):
+            return self.head.log_probs(hidden.to(torch.bfloat16), self.params["embeddings.word.weight"], targets)
         with self._autocast():
             return self.head.log_probs(hidden, self.model.embeddings.word.weight, targets)
 
 
-_BF16: weakref.WeakKeyDictionary[MaskplayModel, tuple[tuple[int, ...], dict[str, Tensor], Any]] = \
+_COPIES: weakref.WeakKeyDictionary[MaskplayModel, dict[str, tuple[tuple[int, ...], Any]]] = \
     weakref.WeakKeyDictionary()
 
 
-def _bf16_copies(model: MaskplayModel) -> tuple[dict[str, Tensor], Any]:
-    """bf16 copies of the model's parameters and of its LM head, made once and reused by later calls for as
-    long as no parameter has changed (each in-place update, an optimizer step's included, bumps a tensor's
-    version counter; replacing a parameter changes its data pointer)."""
+def _cached(model: MaskplayModel, kind: str, make: Callable[[MaskplayModel], Any]) -> Any:
+    """make(model), made once and reused by later calls for as long as no parameter has changed (each in-place
+    update, an optimizer step's included, bumps a tensor's version counter; replacing a parameter changes its
+    data pointer)."""
     key = tuple(v for p in model.parameters() for v in (p.data_ptr(), p._version))
-    cached = _BF16.get(model)
-    if cached is None or cached[0] != key:
-        params = {name: p.detach().to(torch.bfloat16) for name, p in model.named_parameters()}
-        cached = (key, params, copy.deepcopy(model.head).to(torch.bfloat16))
-        _BF16[model] = cached
-    return cached[1], cached[2]
+    copies = _COPIES.setdefault(model, {})
+    if kind not in copies or copies[kind][0] != key:
+        copies.pop(kind, None)  # free the stale copy before making the new one
+        copies[kind] = (key, make(model))
+    return copies[kind][1]
+
+
+def _bf16_copies(model: MaskplayModel) -> tuple[dict[str, Tensor], Any]:
+    """bf16 copies of the model's parameters and of its LM head."""
+    params = {name: p.detach().to(torch.bfloat16) for name, p in model.named_parameters()}
+    return params, copy.deepcopy(model.head).to(torch.bfloat16)
 
 
 def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,

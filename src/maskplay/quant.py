@@ -1,0 +1,110 @@
+"""int8 inference for the encoder's linear layers: int8 weights (one scale per output channel, quantised once)
+times uint8 activations (one scale and zero point per call, measured on the input: dynamic quantisation),
+accumulated in int32 and dequantised inside the matmul kernel, with the bias and an optional GELU fused in.
+
+Why not torch.ao's quantize_dynamic: it quantises and dequantises in separate fp32 passes around the matmul
+and ran the tta-paper encoders slower than bf16 on this project's CPU. oneDNN's int8 kernel with the epilogue
+fused (the one torch.compile's x86 int8 lowering calls) runs at about twice the bf16 matmul rate
+(benchmarks/int8_matmul.py). Activations are unsigned with a zero point because oneDNN's signed-activation path
+is a slow reference one. Where that kernel is missing (not an x86 build of PyTorch), the same arithmetic runs
+in fp32: the same numbers, no speed-up.
+
+One scale per call means a row's result depends slightly on the other rows of its batch (as with torch.ao)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ONEDNN_INT8 = hasattr(torch.ops.onednn, "qlinear_pointwise") and torch.backends.mkldnn.is_available()
+
+# torch.quantize_per_tensor is the one fused fp32 -> uint8 kernel in eager PyTorch (6x the three-op version);
+# its quantized-tensor result is deprecated, so only its storage is used, and the notice is not for our users.
+warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor.*deprecated", category=UserWarning)
+
+
+def quantize_activations(x: Tensor) -> tuple[Tensor, float, int]:
+    """(uint8 tensor, scale, zero point) with x ~ scale * (q - zero_point), the range taken from x itself and
+    widened to hold 0 exactly. x is 2-D."""
+    lo, hi = (float(v) for v in torch.aminmax(x))
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    scale = max(hi - lo, 1e-8) / 255
+    zero_point = min(255, max(0, round(-lo / scale)))
+    x = x.float()
+    try:
+        q = torch.quantize_per_tensor(x, scale, zero_point, torch.quint8)
+        as_uint8 = torch.empty(0, dtype=torch.uint8, device=x.device)
+        return as_uint8.set_(q.untyped_storage(), 0, q.shape, q.stride()), scale, zero_point
+    except (AttributeError, RuntimeError):  # a PyTorch without quantized tensors
+        return (x / scale).round_().add_(zero_point).clamp_(0, 255).to(torch.uint8), scale, zero_point
+
+
+class Int8Linear(nn.Module):
+    """An nn.Linear (optionally followed by GELU) computed as uint8 activations x int8 weights. Inference only:
+    the weights are copied and quantised here, and the module has no parameters."""
+
+    def __init__(self, linear: nn.Linear, activation: str = "none") -> None:
+        super().__init__()
+        if activation not in ("none", "gelu"):
+            raise ValueError(f"activation must be 'none' or 'gelu', got {activation!r}")
+        weight = linear.weight.detach().float()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.activation = activation
+        self.weight_scale = (weight.abs().amax(dim=1) / 127).clamp_min(1e-12)
+        self.weight_int8 = (weight / self.weight_scale[:, None]).round().clamp(-127, 127).to(torch.int8)
+        bias = linear.bias.detach().float() if linear.bias is not None else torch.zeros(self.out_features)
+        self.bias = bias.to(weight.device)
+        self._zero_points = torch.zeros(self.out_features, dtype=torch.long, device=weight.device)
+        self._packed = (torch.ops.onednn.qlinear_prepack(self.weight_int8, None)
+                        if ONEDNN_INT8 and weight.device.type == "cpu" else None)
+
+    @classmethod
+    def concatenated(cls, layers: Sequence[Int8Linear]) -> Int8Linear:
+        """One layer computing all of `layers` side by side (one wide matmul, the input quantised once). Exact:
+        every output channel keeps its own weight scale."""
+        if len({(layer.in_features, layer.activation) for layer in layers}) != 1:
+            raise ValueError("only layers with the same input size and activation can be concatenated")
+        fused = cls.__new__(cls)
+        nn.Module.__init__(fused)
+        fused.in_features, fused.activation = layers[0].in_features, layers[0].activation
+        fused.out_features = sum(layer.out_features for layer in layers)
+        for name in ("weight_scale", "weight_int8", "bias", "_zero_points"):
+            setattr(fused, name, torch.cat([getattr(layer, name) for layer in layers]))
+        fused._packed = torch.ops.onednn.qlinear_prepack(fused.weight_int8, None) if layers[0]._packed is not None \
+            else None
+        return fused
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        q, scale, zero_point = quantize_activations(x.reshape(-1, shape[-1]))
+        if self._packed is not None:
+            y = torch.ops.onednn.qlinear_pointwise(q, scale, zero_point, self._packed, self.weight_scale,
+                                                   self._zero_points, self.bias, 1.0, 0, x.dtype, self.activation,
+                                                   [], "none" if self.activation == "gelu" else "")
+        else:
+            y = self.reference(q, scale, zero_point).to(x.dtype)
+        return y.view(*shape[:-1], self.out_features)
+
+    def reference(self, q: Tensor, scale: float, zero_point: int, dtype: torch.dtype = torch.float32) -> Tensor:
+        """What the oneDNN kernel computes, in `dtype` (float64 for a test oracle)."""
+        x = (q.to(dtype) - zero_point) * scale
+        y = F.linear(x, self.weight_int8.to(dtype) * self.weight_scale.to(dtype)[:, None], self.bias.to(dtype))
+        return F.gelu(y) if self.activation == "gelu" else y
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, activation={self.activation}, " \
+               f"onednn={self._packed is not None}"
+
+
+def int8_fused_linear(x: Tensor, layers: Sequence[Int8Linear]) -> tuple[Tensor, ...]:
+    """backbone.fused_linear for int8 layers: the concatenation is built on first use and kept on the first
+    layer (an int8 model is never modified, so it cannot go stale)."""
+    cache = layers[0].__dict__.setdefault("_concatenated", {})
+    key = tuple(id(layer) for layer in layers)
+    if key not in cache:
+        cache[key] = Int8Linear.concatenated(layers)
+    return cache[key](x).split([layer.out_features for layer in layers], dim=-1)
