@@ -256,3 +256,35 @@ def test_query_positions_give_the_full_forward_rows(tiny_model, family):
         model(ids, attention_mask=mask, query_positions=torch.tensor([0, 7, 1]))
     with pytest.raises(ValueError, match="labels"):
         model(**model.training_batch(ids, mask), query_positions=positions)
+
+
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt"])
+@pytest.mark.parametrize("int8", [False, True])
+def test_inference_runs_the_real_tokens_only_with_the_same_results(tiny_model, family, int8, monkeypatch):
+    """Without autograd a padded batch runs its per-token layers on the real tokens alone (backbone.Packing);
+    the padded layout (what training uses) is the oracle. A one-token row (T-TA: a query that may attend to
+    nothing) is in the batch."""
+    from maskplay import backbone
+    from maskplay.precision import quantize_int8
+
+    model = tiny_model(family)
+    if int8:
+        model = quantize_int8(model)
+    ids, mask = padded_batch([9, 4, 1, 7], vocab=model.config.vocab_size)
+    packings = []
+    monkeypatch.setattr(backbone.Packing, "__init__", lambda self, tokens, _init=backbone.Packing.__init__:
+                        (packings.append(tokens), _init(self, tokens))[1])
+    with torch.no_grad():
+        packed = model(ids, attention_mask=mask, output_hidden_states=True)
+    assert len(packings) == 1 and torch.equal(packings[0], mask)
+    padded = model(ids, attention_mask=mask, output_hidden_states=True)  # grad enabled: the padded layout
+    assert len(packings) == 1
+    # int8: each matmul's activation range is taken over the tokens it gets, padding or not: near, not equal
+    tol = 5e-3 if int8 else 1e-5
+    for a, b in zip(packed.hidden_states + (packed.last_hidden_state,),
+                    padded.hidden_states + (padded.last_hidden_state,), strict=True):
+        torch.testing.assert_close(a[mask], b[mask].detach(), rtol=tol, atol=tol)
+        assert not a[~mask].any()  # zero at the padding
+    with torch.no_grad():  # a batch without padding keeps its layout
+        model(ids[:, :1], attention_mask=mask[:, :1])
+    assert len(packings) == 1

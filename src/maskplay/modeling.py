@@ -86,6 +86,14 @@ class MaskplayModel(nn.Module):
 
     # ---- outputs ------------------------------------------------------------------------------------
 
+    def _real_tokens(self, attention_mask: Tensor, query_positions: Tensor | None = None) -> Tensor | None:
+        """What Encoder.forward's `tokens` gets: at inference (eval mode, no autograd) a batch with padding runs
+        its per-token layers on the real tokens only (outputs at the padding are then zero); training keeps
+        the padded layout."""
+        if self.training or torch.is_grad_enabled() or query_positions is not None or bool(attention_mask.all()):
+            return None
+        return attention_mask
+
     @staticmethod
     def _query_positions(query_positions: Tensor | None, labels: Tensor | None) -> Tensor | None:
         if query_positions is not None and labels is not None:

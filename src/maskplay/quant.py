@@ -100,11 +100,12 @@ class Int8Linear(nn.Module):
                f"onednn={self._packed is not None}"
 
 
-def int8_fused_linear(x: Tensor, layers: Sequence[Int8Linear]) -> tuple[Tensor, ...]:
-    """backbone.fused_linear for int8 layers: the concatenation is built on first use and kept on the first
-    layer (an int8 model is never modified, so it cannot go stale)."""
+def concatenated_int8(x: Tensor, layers: Sequence[Int8Linear]) -> Tensor:
+    """torch.cat([layer(x) for layer in layers], -1) in one matmul (backbone.wide_linear for int8 layers): the
+    concatenation is built on first use and kept on the first layer (an int8 model is never modified, so it
+    cannot go stale)."""
     cache = layers[0].__dict__.setdefault("_concatenated", {})
     key = tuple(id(layer) for layer in layers)
     if key not in cache:
         cache[key] = Int8Linear.concatenated(layers)
-    return cache[key](x).split([layer.out_features for layer in layers], dim=-1)
+    return cache[key](x)

@@ -23,8 +23,9 @@ class BertMLM(MaskplayModel):
         B, L = input_ids.shape
         mask = materialize(and_masks(bidirectional(), padding(attention_mask)), B, L, device=input_ids.device)
         h = self.embeddings(input_ids, token_type_ids)
-        h, states = self.encoder(h, mask, output_hidden_states=output_hidden_states,
-                                 query_positions=self._query_positions(query_positions, labels))
+        query_positions = self._query_positions(query_positions, labels)
+        h, states = self.encoder(h, mask, output_hidden_states=output_hidden_states, query_positions=query_positions,
+                                 tokens=self._real_tokens(attention_mask, query_positions))
         return self.output(h, labels, states)
 
     def training_batch(self, input_ids: Tensor, attention_mask: Tensor,

@@ -35,6 +35,7 @@ class TTA(MaskplayModel):
         structure = no_diagonal() if diagonal_mask else bidirectional()
         B, L = input_ids.shape
         mask = materialize(and_masks(structure, padding(attention_mask)), B, L, device=input_ids.device)
+        query_positions = self._query_positions(query_positions, labels)
         h, states = self.encoder(h, mask, kv=x, output_hidden_states=output_hidden_states,
-                                 query_positions=self._query_positions(query_positions, labels))
+                                 query_positions=query_positions, tokens=self._real_tokens(attention_mask, query_positions))
         return self.output(h, labels, states)
