@@ -10,7 +10,7 @@ import torch
 
 from maskplay.score import Method, Overflow, Scorer
 from maskplay.score.scorer import check_compatible, load_model_dir
-from maskplay.score.text import decode_text, encode_texts, read_lines
+from maskplay.score.text import decode_text, encode_ids, encode_texts, read_lines
 from tests.test_score_support import SENTENCES, one_thread, save_model_dir, small_tokenizer, tiny  # noqa: F401 (autouse fixture)
 
 ATOL = 2e-5
@@ -286,6 +286,15 @@ def test_encode_texts_matches_the_tokenizer(tok):
     for enc, ids in zip(encode_texts(tok, SENTENCES), tok.encode_batch(SENTENCES), strict=True):
         assert [tok.special.sos, *enc.ids, tok.special.eos] == ids
         assert len(enc.word_ids) == len(enc.offsets) == len(enc.ids)
+
+
+def test_encode_ids_matches_encode_texts(tok):
+    texts = [*SENTENCES, "Ünïcödé — naïve café, 1998!", "a  b\tc"]
+    assert encode_ids(tok, texts) == [enc.ids for enc in encode_texts(tok, texts)]
+    with pytest.raises(ValueError, match="sentence 1 is empty"):
+        encode_ids(tok, ["a dog", "  "])
+    with pytest.raises(ValueError, match="sentence 0 is a int"):
+        encode_ids(tok, [3])
 
 
 def test_scoring_leaves_the_model_trainable(tok):

@@ -131,9 +131,9 @@ class Packing:
         lengths = tokens.sum(1)
         positions = torch.arange(self.length, device=tokens.device)
         if bool((tokens == (positions < lengths[:, None])).all()):
-            ends = [int(lengths[start:start + self.GROUP].max()) for start in range(0, self.batch, self.GROUP)]
-            self.groups = [(start, min(start + self.GROUP, self.batch), end)
-                           for start, end in zip(range(0, self.batch, self.GROUP), ends, strict=True)]
+            rows = lengths.tolist()
+            self.groups = [(start, min(start + self.GROUP, self.batch), max(rows[start:start + self.GROUP]))
+                           for start in range(0, self.batch, self.GROUP)]
         else:
             self.groups = [(0, self.batch, self.length)]
         # each group's real tokens in its own (rows, end) grid

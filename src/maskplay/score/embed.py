@@ -19,7 +19,7 @@ from ..modeling import MaskplayModel
 from ..precision import Precision
 from ..tokenizer import Tokenizer
 from .scorer import Overflow, Runner, _progress, check_compatible, chunks, inference, load_model_dir, pad_rows
-from .text import encode_texts, require_nonempty
+from .text import encode_ids
 
 
 class Pooling(str, Enum):
@@ -66,15 +66,14 @@ class Embedder:
         sentences = list(sentences)
         if not sentences:
             return np.zeros((0, cfg.hidden_size), dtype=np.float32)
-        encoded = encode_texts(self.tokenizer, sentences)
-        require_nonempty(encoded)
+        encoded = encode_ids(self.tokenizer, sentences)
         width = cfg.max_position - 2
         rows = []
         for index, enc in enumerate(encoded):
             if len(enc) > width and overflow is Overflow.ERROR:
                 raise ValueError(f"sentence {index} has {len(enc) + 2} tokens with [SOS]/[EOS], more than the "
                                  f"model's {cfg.max_position} positions; shorten it or use overflow='truncate'")
-            rows.append([cfg.sos_token_id, *enc.ids[:width], cfg.eos_token_id])
+            rows.append([cfg.sos_token_id, *enc[:width], cfg.eos_token_id])
         out = np.zeros((len(rows), cfg.hidden_size), dtype=np.float32)
         order = sorted(range(len(rows)), key=lambda k: -len(rows[k]))
         device = next(self.model.parameters()).device

@@ -26,11 +26,15 @@ class Encoded:
         return len(self.ids)
 
 
-def encode_texts(tokenizer: Tokenizer, texts: list[str]) -> list[Encoded]:
-    """Tokenize without specials; the ids are exactly tokenizer.encode(text)[1:-1]."""
+def _require_str(texts: list[str]) -> None:
     for index, text in enumerate(texts):
         if not isinstance(text, str):
             raise ValueError(f"sentence {index} is a {type(text).__name__}, not a str")
+
+
+def encode_texts(tokenizer: Tokenizer, texts: list[str]) -> list[Encoded]:
+    """Tokenize without specials; the ids are exactly tokenizer.encode(text)[1:-1]."""
+    _require_str(texts)
     out = []
     for text, enc in zip(texts, tokenizer.backend.encode_batch(texts, add_special_tokens=False), strict=True):
         # A piece without a word (only specials have none, and none are added here) gets a word of its own,
@@ -40,11 +44,27 @@ def encode_texts(tokenizer: Tokenizer, texts: list[str]) -> list[Encoded]:
     return out
 
 
+def encode_ids(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
+    """The ids of encode_texts alone (what embeddings need), without building the spans: about half the time."""
+    _require_str(texts)
+    backend = tokenizer.backend
+    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)  # _fast: no offsets (tokenizers >= 0.20)
+    ids = [enc.ids for enc in encode(texts, add_special_tokens=False)]
+    for index, (text, one) in enumerate(zip(texts, ids, strict=True)):
+        if not one:
+            _nothing_to_score(index, text)
+    return ids
+
+
 def require_nonempty(encoded: list[Encoded]) -> None:
     for index, enc in enumerate(encoded):
         if not enc.ids:
-            what = "empty" if not enc.text.strip() else f"{enc.text!r}, which has no tokens after tokenization"
-            raise ValueError(f"sentence {index} is {what}: there is nothing to score or embed")
+            _nothing_to_score(index, enc.text)
+
+
+def _nothing_to_score(index: int, text: str) -> None:
+    what = "empty" if not text.strip() else f"{text!r}, which has no tokens after tokenization"
+    raise ValueError(f"sentence {index} is {what}: there is nothing to score or embed")
 
 
 def decode_text(data: bytes, source: str) -> str:
