@@ -52,25 +52,22 @@ class Attention(nn.Module):
                 keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None) -> Tensor:
         """Self-attention by default; queries from `h` against keys/values projected from `kv`, or against
         `keys_values` already projected (T-TA projects every layer's from the embedding output in one matmul).
-        With `packing`, h (and kv) hold the real tokens only, (N, H); keys_values stay padded."""
-        # one wide matmul instead of three narrow ones: narrow matmuls waste most of a CPU's bf16 throughput.
-        # Attention itself needs the padded layout: packed projections are spread out first.
-        spread = packing.spread if packing is not None else (lambda t: t)
+        With `packing`, h, kv and keys_values hold the real tokens only, (N, C)."""
+        # one wide matmul instead of three narrow ones: narrow matmuls waste most of a CPU's bf16 throughput
         if keys_values is not None:
-            q, (k, v) = spread(self.query(h)), keys_values
+            q, (k, v) = self.query(h), keys_values
         elif kv is None:
-            q, k, v = spread(wide_linear(h, self.query, self.key, self.value)).split(
-                [self.query.out_features, self.key.out_features, self.value.out_features], dim=-1)
+            q, k, v = fused_linear(h, self.query, self.key, self.value)
         else:
-            q, k, v = (spread(t) for t in (self.query(h), *fused_linear(kv, self.key, self.value)))
+            q, (k, v) = self.query(h), fused_linear(kv, self.key, self.value)
+        if packing is not None:
+            return self.out(packing.attend(q, k, v, mask, dead_rows, self.num_heads))
         B, Lq, H = q.shape
         nh = self.num_heads
         Lk = k.shape[1]
         q = q.view(B, Lq, nh, -1).transpose(1, 2)
         k = k.view(B, Lk, nh, -1).transpose(1, 2)
         v = v.view(B, Lk, nh, -1).transpose(1, 2)
-        if packing is not None:
-            return self.out(packing.attend(q, k, v, mask, dead_rows))
         if self.training and self.dropout_p > 0:
             # what SDPA does with dropout on CPU (its math path), with the cheaper dropout
             scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5).masked_fill_(~mask, float("-inf"))
@@ -126,8 +123,8 @@ class Packing:
         self.batch, self.length = tokens.shape
         flat = tokens.reshape(-1)
         self.index = flat.nonzero().squeeze(1)
-        # for each padded position, the packed row it reads in `spread` (padding reads row 0)
-        self.source = (flat.long().cumsum(0) - 1).clamp_min(0).masked_fill_(~flat, 0)
+        # for each padded position, the packed row attention reads there (padding reads row 0)
+        source = (flat.long().cumsum(0) - 1).clamp_min(0).masked_fill_(~flat, 0).view(self.batch, self.length)
         lengths = tokens.sum(1)
         positions = torch.arange(self.length, device=tokens.device)
         if bool((tokens == (positions < lengths[:, None])).all()):
@@ -136,33 +133,35 @@ class Packing:
                            for start in range(0, self.batch, self.GROUP)]
         else:
             self.groups = [(0, self.batch, self.length)]
-        # each group's real tokens in its own (rows, end) grid
+        # each group's real tokens in its own (rows, end) grid, and the packed row each of its cells reads
         self.group_index = [tokens[a:b, :end].reshape(-1).nonzero().squeeze(1) for a, b, end in self.groups]
+        self.group_source = [source[a:b, :end].reshape(-1) for a, b, end in self.groups]
 
     def pack(self, x: Tensor) -> Tensor:
         """(B, L, C) -> (N, C), the real tokens in row-major order."""
         return x.reshape(-1, x.shape[-1]).index_select(0, self.index)
-
-    def spread(self, x: Tensor) -> Tensor:
-        """(N, C) -> (B, L, C) for attention, in one gather: the padding holds copies of a real row, which no
-        query may attend to (as key) and whose outputs are dropped (as query)."""
-        return x.index_select(0, self.source).view(self.batch, self.length, -1)
 
     def pad(self, x: Tensor) -> Tensor:
         """(N, C) -> (B, L, C), zeros at the padding: for outputs."""
         out = x.new_zeros(self.batch * self.length, x.shape[-1])
         return out.index_copy_(0, self.index, x).view(self.batch, self.length, -1)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dead_rows: Tensor | None) -> Tensor:
-        """SDPA over (B, heads, L, d) queries/keys/values group by group; the real tokens' outputs, (N, H)."""
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dead_rows: Tensor | None, heads: int) -> Tensor:
+        """SDPA group by group, q, k and v packed (N, C); the real tokens' outputs, (N, H)."""
         out = []
-        for (a, b, end), index in zip(self.groups, self.group_index, strict=True):
-            o = F.scaled_dot_product_attention(q[a:b, :, :end], k[a:b, :, :end], v[a:b, :, :end],
-                                               attn_mask=mask[a:b, :, :end, :end])
+        for group, (a, b, end) in enumerate(self.groups):
+            q_, k_, v_ = (self._cut(x, group, heads) for x in (q, k, v))
+            o = F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask[a:b, :, :end, :end])
             if dead_rows is not None:
                 o = o.masked_fill(dead_rows[a:b, :, :end], 0.0)
-            out.append(o.transpose(1, 2).reshape((b - a) * end, -1).index_select(0, index))
+            out.append(o.transpose(1, 2).reshape((b - a) * end, -1).index_select(0, self.group_index[group]))
         return torch.cat(out) if len(out) > 1 else out[0]
+
+    def _cut(self, x: Tensor, group: int, heads: int) -> Tensor:
+        """(N, C) packed -> (rows, heads, end, C / heads): one group's cut of the padded layout, in one gather
+        (the padding reads a real row, which no query may attend to as a key and whose output is dropped)."""
+        a, b, end = self.groups[group]
+        return x.index_select(0, self.group_source[group]).view(b - a, end, heads, -1).transpose(1, 2)
 
 
 def fused_linear(x: Tensor, *layers: nn.Linear) -> tuple[Tensor, ...]:
@@ -244,10 +243,9 @@ class Encoder(nn.Module):
         h = packing.pack(h)
         states = [packing.pad(h)] if output_hidden_states else None
         projected: list[Tensor] = []
-        if kv is not None:  # projected on the real tokens, then spread for attention
-            layers = [m for layer in self.layers for m in (layer.attn.key, layer.attn.value)]
-            wide = packing.spread(wide_linear(packing.pack(kv), *layers))
-            projected = list(wide.split([m.out_features for m in layers], dim=-1))
+        if kv is not None:  # projected on the real tokens, all layers in one matmul
+            projected = list(fused_linear(packing.pack(kv), *[m for layer in self.layers
+                                                              for m in (layer.attn.key, layer.attn.value)]))
         for index, layer in enumerate(self.layers):
             keys_values = (projected[2 * index], projected[2 * index + 1]) if projected else None
             h = layer(h, mask, dead_rows=dead, keys_values=keys_values, packing=packing)
