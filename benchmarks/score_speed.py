@@ -11,7 +11,9 @@
   mean pooling at --dtype and with torch.ao dynamic int8 quantisation (the int8 route HuggingFace documents);
   the int8 rows' cosine similarity to the fp32 embeddings of the same model is reported.
 
-Every speed-up is against the fastest HuggingFace row of its task.
+Every speed-up is against the fastest HuggingFace row of its task. The process keeps freed heap memory
+(maskplay.allocator.keep_freed_memory, as `maskplay score/embed/eval` do), which speeds up both sides; pass
+--default-malloc to measure without.
 
 The HuggingFace model gets the maskplay BERT's weights, so the two PLLs must agree; the run checks it. The
 cases run interleaved, round by round (the median is reported), after one warm-up call each; each row's model
@@ -39,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved, machine, matmul_peak  # noqa: E402
 
 from maskplay import preset  # noqa: E402
+from maskplay.allocator import keep_freed_memory  # noqa: E402
 from maskplay.convert import maskplay_to_hf_bert  # noqa: E402
 from maskplay.flops import scoring_flops  # noqa: E402
 from maskplay.modeling import build_model  # noqa: E402
@@ -117,7 +120,11 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is reported")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument("--default-malloc", action="store_true",
+                        help="leave glibc malloc as it is (default: keep freed memory, as the maskplay CLI does)")
     args = parser.parse_args()
+    malloc = "glibc default" if args.default_malloc else \
+        ("freed memory kept" if keep_freed_memory() else "not glibc: default")
     if args.threads:
         torch.set_num_threads(args.threads)
     peak_bf16, peak_fp32 = matmul_peak(torch.bfloat16), matmul_peak(torch.float32)
@@ -212,7 +219,7 @@ def main() -> None:
     print(f"{len(sentences)} WikiText-103 valid sentences, {args.min_words}-{args.max_words} words "
           f"(mean {words / len(sentences):.1f} words, {pieces / len(sentences):.1f} pieces); tta-paper size "
           f"(3x512, 8 heads, FFN 2048, vocab {cfg.vocab_size}), random weights")
-    print(f"transformers {transformers.__version__}, {args.dtype}, batch {args.batch_size}, "
+    print(f"transformers {transformers.__version__}, {args.dtype}, batch {args.batch_size}, malloc: {malloc}, "
           f"median of {args.rounds} interleaved rounds; MFU against the {args.dtype.split('-')[0]} peak "
           "(int8 rows too)")
     peak = peak_fp32 if precision is Precision.fp32 else peak_bf16

@@ -60,9 +60,16 @@ def _register_optional(sub: argparse._SubParsersAction) -> None:
         module.add_parser(sub)
 
 
+INFERENCE_COMMANDS = ("score", "embed", "eval")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in INFERENCE_COMMANDS:
+        from .allocator import keep_freed_memory
+
+        keep_freed_memory()  # batch after batch, the same large activations: reuse their memory
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as err:
