@@ -28,6 +28,8 @@ def test_activation_quantisation_round_trips_within_half_a_step():
     assert torch.equal(q0, torch.full((3, 4), z0, dtype=torch.uint8))  # 0 is exact (padding, ReLU-like zeros)
     pos, _, zp = quantize_activations(torch.rand(8, 8) + 1)  # the range always holds 0
     assert zp == 0 and int(pos.max()) == 255
+    with pytest.raises(ValueError, match="non-finite"):
+        quantize_activations(torch.tensor([[1.0, float("nan")]]))
 
 
 def test_activation_quantisation_fallback_matches_the_fused_kernel(monkeypatch):

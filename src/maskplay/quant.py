@@ -13,6 +13,7 @@ One scale per call means a row's result depends slightly on the other rows of it
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 
@@ -31,6 +32,9 @@ def quantize_activations(x: Tensor) -> tuple[Tensor, float, int]:
     """(uint8 tensor, scale, zero point) with x ~ scale * (q - zero_point), the range taken from x itself and
     widened to hold 0 exactly. x is 2-D."""
     lo, hi = (float(v) for v in torch.aminmax(x))
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"int8: the input of a linear layer holds non-finite values (range {lo}..{hi}); "
+                         "run in fp32 to see where they arise")
     lo, hi = min(lo, 0.0), max(hi, 0.0)
     scale = max(hi - lo, 1e-8) / 255
     zero_point = min(255, max(0, round(-lo / scale)))
