@@ -270,7 +270,7 @@ def test_inference_runs_the_real_tokens_only_with_the_same_results(tiny_model, f
     model = tiny_model(family)
     if int8:
         model = quantize_int8(model)
-    ids, mask = padded_batch([9, 4, 1, 7], vocab=model.config.vocab_size)
+    ids, mask = padded_batch([9, 4, 1, 7] + [0] * 9, vocab=model.config.vocab_size)  # a group of empty rows too
     packings = []
     monkeypatch.setattr(backbone.Packing, "__init__", lambda self, tokens, _init=backbone.Packing.__init__:
                         (packings.append(tokens), _init(self, tokens))[1])
@@ -285,6 +285,7 @@ def test_inference_runs_the_real_tokens_only_with_the_same_results(tiny_model, f
                     padded.hidden_states + (padded.last_hidden_state,), strict=True):
         torch.testing.assert_close(a[mask], b[mask].detach(), rtol=tol, atol=tol)
         assert not a[~mask].any()  # zero at the padding
-    with torch.no_grad():  # a batch without padding keeps its layout
-        model(ids[:, :1], attention_mask=mask[:, :1])
+    with torch.no_grad():  # a batch without padding keeps its layout, and so does one of padding only
+        model(ids[:4, :1], attention_mask=mask[:4, :1])
+        model(ids[4:], attention_mask=mask[4:])
     assert len(packings) == 1

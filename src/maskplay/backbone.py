@@ -131,6 +131,7 @@ class Packing:
             rows = lengths.tolist()
             self.groups = [(start, min(start + self.GROUP, self.batch), max(rows[start:start + self.GROUP]))
                            for start in range(0, self.batch, self.GROUP)]
+            self.groups = [group for group in self.groups if group[2] > 0]  # rows of padding only: no work
         else:
             self.groups = [(0, self.batch, self.length)]
         # each group's real tokens in its own (rows, end) grid, and the packed row each of its cells reads

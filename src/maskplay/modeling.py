@@ -90,7 +90,8 @@ class MaskplayModel(nn.Module):
         """What Encoder.forward's `tokens` gets: at inference (eval mode, no autograd) a batch with padding runs
         its per-token layers on the real tokens only (outputs at the padding are then zero); training keeps
         the padded layout."""
-        if self.training or torch.is_grad_enabled() or query_positions is not None or bool(attention_mask.all()):
+        if self.training or torch.is_grad_enabled() or query_positions is not None or bool(attention_mask.all()) \
+                or not bool(attention_mask.any()):
             return None
         return attention_mask
 
