@@ -289,3 +289,15 @@ def test_inference_runs_the_real_tokens_only_with_the_same_results(tiny_model, f
         model(ids[:4, :1], attention_mask=mask[:4, :1])
         model(ids[4:], attention_mask=mask[4:])
     assert len(packings) == 1
+
+
+def test_left_padded_batches_run_packed_with_the_same_results(tiny_model):
+    """Not right-padded: attention runs as one group over the whole padded length."""
+    model = tiny_model("bert")
+    ids, mask = padded_batch([8, 5, 2])
+    ids, mask = ids.flip(1), mask.flip(1)  # padding first
+    with torch.no_grad():
+        packed = model(ids, attention_mask=mask).last_hidden_state
+    padded = model(ids, attention_mask=mask).last_hidden_state.detach()
+    torch.testing.assert_close(packed[mask], padded[mask], rtol=1e-5, atol=1e-5)
+    assert not packed[~mask].any()
