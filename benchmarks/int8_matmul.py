@@ -34,7 +34,7 @@ def main() -> None:
         dynamic = quantize_dynamic(nn.Sequential(nn.Linear(k, n)), {nn.Linear}, dtype=torch.qint8)
     a = torch.randint(-128, 128, (m, k), dtype=torch.int8)
     b = torch.randint(-128, 128, (k, n), dtype=torch.int8)
-    ours = Int8Linear(linear)
+    ours = Int8Linear.from_linear(linear)
     qx, scale, zero_point = quantize_activations(x)
     kernel_args = (ours._packed, ours.weight_scale, ours._zero_points, ours.bias, 1.0, 0, torch.float32, "none", [], "")
     with torch.inference_mode():

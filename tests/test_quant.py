@@ -50,7 +50,7 @@ def test_activation_quantisation_fallback_matches_the_fused_kernel(monkeypatch):
 @pytest.mark.parametrize("activation", ["none", "gelu"])
 def test_onednn_kernel_computes_the_reference_arithmetic(activation):
     torch.manual_seed(0)
-    layer = Int8Linear(nn.Linear(96, 80), activation=activation)
+    layer = Int8Linear.from_linear(nn.Linear(96, 80), activation=activation)
     assert layer._packed is not None
     x = torch.randn(5, 7, 96)
     got = layer(x)
@@ -68,19 +68,19 @@ def test_int8_linear_is_close_to_the_fp32_layer(activation):
     linear = nn.Linear(128, 64)
     x = torch.randn(32, 128)
     want = linear(x) if activation == "none" else F.gelu(linear(x))
-    err = rel(Int8Linear(linear, activation)(x).detach(), want.detach())
+    err = rel(Int8Linear.from_linear(linear, activation)(x).detach(), want.detach())
     assert 1e-4 < err < 0.02  # above zero: it really quantised
 
 
 def test_concatenated_layers_equal_the_separate_ones():
     torch.manual_seed(0)
-    layers = [Int8Linear(nn.Linear(64, n)) for n in (32, 48, 16)]
+    layers = [Int8Linear.from_linear(nn.Linear(64, n)) for n in (32, 48, 16)]
     x = torch.randn(10, 64)
     fused = Int8Linear.concatenated(layers)(x).split([32, 48, 16], dim=-1)
     for one, layer in zip(fused, layers, strict=True):
         torch.testing.assert_close(one, layer(x), rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="same input size"):
-        Int8Linear.concatenated([layers[0], Int8Linear(nn.Linear(8, 8))])
+        Int8Linear.concatenated([layers[0], Int8Linear.from_linear(nn.Linear(8, 8))])
 
 
 @pytest.mark.parametrize("family", ["tta", "bert", "gpt"])

@@ -90,10 +90,10 @@ class MaskplayModel(nn.Module):
         """What Encoder.forward's `tokens` gets: at inference (eval mode, no autograd) a batch with padding runs
         its per-token layers on the real tokens only (outputs at the padding are then zero); training keeps
         the padded layout."""
-        if self.training or torch.is_grad_enabled() or query_positions is not None or bool(attention_mask.all()) \
-                or not bool(attention_mask.any()):
+        if self.training or torch.is_grad_enabled() or query_positions is not None:
             return None
-        return attention_mask
+        real = int(attention_mask.sum())
+        return None if real in (0, attention_mask.numel()) else attention_mask  # no padding, or nothing but
 
     @staticmethod
     def _query_positions(query_positions: Tensor | None, labels: Tensor | None) -> Tensor | None:

@@ -63,10 +63,10 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     encoder = getattr(quantized, "encoder", quantized)
     for module in list(encoder.modules()):
         if isinstance(module, FeedForward) and isinstance(module.act, nn.GELU) and module.act.approximate == "none":
-            module.up, module.act = Int8Linear(module.up, activation="gelu"), nn.Identity()
+            module.up, module.act = Int8Linear.from_linear(module.up, activation="gelu"), nn.Identity()
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
-                setattr(module, name, Int8Linear(child))
+                setattr(module, name, Int8Linear.from_linear(child))
     for p in quantized.parameters():
         p.requires_grad_(False)
     return quantized

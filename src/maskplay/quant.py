@@ -49,22 +49,28 @@ def quantize_activations(x: Tensor) -> tuple[Tensor, float, int]:
 
 class Int8Linear(nn.Module):
     """An nn.Linear (optionally followed by GELU) computed as uint8 activations x int8 weights. Inference only:
-    the weights are copied and quantised here, and the module has no parameters."""
+    the module has no parameters. Make one with from_linear (or concatenated)."""
 
-    def __init__(self, linear: nn.Linear, activation: str = "none") -> None:
+    def __init__(self, weight_int8: Tensor, weight_scale: Tensor, bias: Tensor, activation: str = "none") -> None:
+        """weight ~ weight_int8 * weight_scale[:, None], (out, in); bias fp32 (out,)."""
         super().__init__()
         if activation not in ("none", "gelu"):
             raise ValueError(f"activation must be 'none' or 'gelu', got {activation!r}")
-        weight = linear.weight.detach().float()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.out_features, self.in_features = weight_int8.shape
         self.activation = activation
-        self.weight_scale = (weight.abs().amax(dim=1) / 127).clamp_min(1e-12)
-        self.weight_int8 = (weight / self.weight_scale[:, None]).round().clamp(-127, 127).to(torch.int8)
-        bias = linear.bias.detach().float() if linear.bias is not None else torch.zeros(self.out_features)
-        self.bias = bias.to(weight.device)
-        self._zero_points = torch.zeros(self.out_features, dtype=torch.long, device=weight.device)
-        self._packed = (torch.ops.onednn.qlinear_prepack(self.weight_int8, None)
-                        if ONEDNN_INT8 and weight.device.type == "cpu" else None)
+        self.weight_int8, self.weight_scale, self.bias = weight_int8, weight_scale, bias
+        self._zero_points = torch.zeros(self.out_features, dtype=torch.long, device=weight_int8.device)
+        self._packed = (torch.ops.onednn.qlinear_prepack(weight_int8, None)
+                        if ONEDNN_INT8 and weight_int8.device.type == "cpu" else None)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, activation: str = "none") -> Int8Linear:
+        """`linear`'s weights quantised to int8, one scale per output channel (copied: `linear` is untouched)."""
+        weight = linear.weight.detach().float()
+        scale = (weight.abs().amax(dim=1) / 127).clamp_min(1e-12)
+        weight_int8 = (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8)
+        bias = linear.bias.detach().float() if linear.bias is not None else weight.new_zeros(weight.shape[0])
+        return cls(weight_int8, scale, bias, activation)
 
     @classmethod
     def concatenated(cls, layers: Sequence[Int8Linear]) -> Int8Linear:
@@ -72,15 +78,8 @@ class Int8Linear(nn.Module):
         every output channel keeps its own weight scale."""
         if len({(layer.in_features, layer.activation) for layer in layers}) != 1:
             raise ValueError("only layers with the same input size and activation can be concatenated")
-        fused = cls.__new__(cls)
-        nn.Module.__init__(fused)
-        fused.in_features, fused.activation = layers[0].in_features, layers[0].activation
-        fused.out_features = sum(layer.out_features for layer in layers)
-        for name in ("weight_scale", "weight_int8", "bias", "_zero_points"):
-            setattr(fused, name, torch.cat([getattr(layer, name) for layer in layers]))
-        fused._packed = torch.ops.onednn.qlinear_prepack(fused.weight_int8, None) if layers[0]._packed is not None \
-            else None
-        return fused
+        return cls(*(torch.cat([getattr(layer, name) for layer in layers])
+                     for name in ("weight_int8", "weight_scale", "bias")), activation=layers[0].activation)
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape

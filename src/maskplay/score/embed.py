@@ -18,7 +18,7 @@ import torch
 from ..modeling import MaskplayModel
 from ..precision import Precision
 from ..tokenizer import Tokenizer
-from .scorer import Overflow, Runner, _progress, check_compatible, chunks, inference, load_model_dir, pad_rows
+from .scorer import Overflow, Runner, _progress, check_compatible, chunks, load_model_dir, pad_rows
 from .text import encode_ids
 
 
@@ -78,7 +78,7 @@ class Embedder:
         order = sorted(range(len(rows)), key=lambda k: -len(rows[k]))
         device = next(self.model.parameters()).device
         kwargs = {} if cfg.family != "tta" else {"diagonal_mask": diagonal_mask}
-        with inference(self.model):
+        with torch.inference_mode():
             runner = Runner(self.model, self.precision)
             for batch in _progress(list(chunks(order, batch_size)), progress, "embedding"):
                 ids, attn = pad_rows([rows[k] for k in batch], cfg.pad_token_id, device)

@@ -22,7 +22,7 @@ import copy
 import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -205,14 +205,6 @@ def load_model_dir(directory: str | Path) -> tuple[MaskplayModel, Tokenizer]:
     return model, tokenizer
 
 
-@contextmanager
-def inference(model: MaskplayModel) -> Iterator[None]:
-    """inference_mode for scoring and embedding. The model's own flags (requires_grad, train/eval) are left
-    as they are: the forward pass runs no loss, and the LM head's fused loss checks the grad mode itself."""
-    with torch.inference_mode():
-        yield
-
-
 class Runner:
     """The model's forward pass and LM head in one precision (maskplay.precision): fp32; bf16 end to end (the
     parameters cast to bf16 once, here, and used through functional_call - the model keeps its fp32 weights);
@@ -347,7 +339,7 @@ class Scorer:
         segments = make_segments(encoded, cfg.sos_token_id, cfg.eos_token_id, cfg.max_position, self.overflow,
                                  causal=self.method is Method.CAUSAL)
         results = [[math.nan] * len(enc) for enc in encoded]
-        with inference(self.model):
+        with torch.inference_mode():
             if self.method in (Method.PLL, Method.PLL_WORD):
                 from .pll import pll_log_probs
 
