@@ -222,9 +222,7 @@ class Encoder(nn.Module):
                 raise ValueError("tokens (packing) and query_positions cannot be combined")
             return self._packed(h, mask, dead, kv, output_hidden_states, Packing(tokens))
         states = [h] if output_hidden_states else None
-        projected: list[Tensor] = []
-        if kv is not None:
-            projected = list(fused_linear(kv, *[m for layer in self.layers for m in (layer.attn.key, layer.attn.value)]))
+        projected = self._project_keys_values(kv)
         for index, layer in enumerate(self.layers):
             keys_values = (projected[2 * index], projected[2 * index + 1]) if projected else None
             if query_positions is not None and index == len(self.layers) - 1:
@@ -243,13 +241,16 @@ class Encoder(nn.Module):
                 packing: Packing) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         h = packing.pack(h)
         states = [packing.pad(h)] if output_hidden_states else None
-        projected: list[Tensor] = []
-        if kv is not None:  # projected on the real tokens, all layers in one matmul
-            projected = list(fused_linear(packing.pack(kv), *[m for layer in self.layers
-                                                              for m in (layer.attn.key, layer.attn.value)]))
+        projected = self._project_keys_values(None if kv is None else packing.pack(kv))  # the real tokens only
         for index, layer in enumerate(self.layers):
             keys_values = (projected[2 * index], projected[2 * index + 1]) if projected else None
             h = layer(h, mask, dead_rows=dead, keys_values=keys_values, packing=packing)
             if states is not None:
                 states.append(packing.pad(h))
         return packing.pad(h), tuple(states) if states is not None else None
+
+    def _project_keys_values(self, kv: Tensor | None) -> list[Tensor]:
+        """Every layer's keys and values from `kv` (k_1, v_1, k_2, ...), in one matmul; none without `kv`."""
+        if kv is None:
+            return []
+        return list(fused_linear(kv, *[m for layer in self.layers for m in (layer.attn.key, layer.attn.value)]))
