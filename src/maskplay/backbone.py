@@ -18,10 +18,11 @@ class Embeddings(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.word = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.position = nn.Embedding(config.max_position, config.hidden_size)
-        self.segment = nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        width = config.embedding_width  # the hidden size unless embedding_size says otherwise
+        self.word = nn.Embedding(config.vocab_size, width)
+        self.position = nn.Embedding(config.max_position, width)
+        self.segment = nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size else None
+        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,

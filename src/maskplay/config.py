@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +12,28 @@ from typing import Any, TypeVar
 
 import tomllib
 
-FAMILIES = ("tta", "bert", "gpt")
+FAMILIES = ("tta", "bert", "gpt", "electra")
+
+
+@dataclass
+class ElectraConfig:
+    """ELECTRA's switches (Clark et al., 2020); read only by family="electra". The defaults are the paper's."""
+
+    mask_prob: float = 0.15  # share of real tokens the generator fills in (the paper's large model: 0.25)
+    generator_hidden_fraction: float = 0.25  # generator hidden/heads/FFN = this x the discriminator's, same depth
+    disc_weight: float = 50.0  # lambda in  loss = generator MLM + lambda * discriminator BCE
+    tie_embeddings: bool = True  # generator and discriminator share the token/position/segment embeddings
+    all_tokens_mlm: bool = False  # the paper's "All-Tokens MLM" ablation instead of replaced-token detection
+    generator: bool = True  # false: a discriminator alone (an export, or HuggingFace ElectraForPreTraining)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.mask_prob < 1:
+            raise ValueError(f"electra.mask_prob must be in (0, 1), got {self.mask_prob}")
+        if not 0 < self.generator_hidden_fraction <= 1:
+            raise ValueError("electra.generator_hidden_fraction must be in (0, 1]: a generator larger than the "
+                             f"discriminator is not ELECTRA, got {self.generator_hidden_fraction}")
+        if not (self.disc_weight >= 0 and math.isfinite(self.disc_weight)):
+            raise ValueError(f"electra.disc_weight must be a finite number >= 0, got {self.disc_weight}")
 
 
 @dataclass
@@ -27,6 +49,9 @@ class ModelConfig:
     intermediate_size: int = 2048
     max_position: int = 128
     type_vocab_size: int = 0  # 0 = no segment embedding
+    # width of the embedding tables; None = hidden_size. When it differs, a linear projection maps the embeddings
+    # to the hidden size and the LM head maps back (HuggingFace ELECTRA's embedding_size, ALBERT's factorisation)
+    embedding_size: int | None = None
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     layer_norm_eps: float = 1e-12
@@ -37,6 +62,7 @@ class ModelConfig:
     sos_token_id: int = 3
     mask_token_id: int = 4
     special_token_ids: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4, 5, 6])
+    electra: ElectraConfig = field(default_factory=ElectraConfig)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -48,6 +74,10 @@ class ModelConfig:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})"
             )
+        if self.embedding_size is not None and self.embedding_size <= 0:
+            raise ValueError(f"embedding_size must be positive (or left out: the hidden size), got {self.embedding_size}")
+        if self.family == "electra":
+            self.generator_sizes()  # raises if the generator cannot be built
         for name in ("pad_token_id", "eos_token_id", "unk_token_id", "sos_token_id", "mask_token_id"):
             value = getattr(self, name)
             if not 0 <= value < self.vocab_size:
@@ -56,6 +86,22 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def embedding_width(self) -> int:
+        return self.embedding_size if self.embedding_size is not None else self.hidden_size
+
+    def generator_sizes(self) -> dict[str, int]:
+        """ELECTRA's generator: hidden size, heads and FFN width scaled by electra.generator_hidden_fraction, as
+        the official code's get_generator_config does (heads keep their width)."""
+        f = self.electra.generator_hidden_fraction
+        hidden = int(round(self.hidden_size * f))
+        heads = max(1, int(round(self.num_heads * f)))
+        if hidden < 1 or hidden % heads:
+            raise ValueError(f"electra.generator_hidden_fraction={f} gives a generator of hidden size {hidden} with "
+                             f"{heads} heads (hidden_size {self.hidden_size} x {f}); choose a fraction that divides it")
+        return {"hidden_size": hidden, "num_heads": heads,
+                "intermediate_size": max(1, int(round(self.intermediate_size * f)))}
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

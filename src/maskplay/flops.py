@@ -19,7 +19,7 @@ def training_flops_per_token(config: ModelConfig, seq_len: int, predicted_fracti
 
 def predicted_fraction(family: str) -> float:
     """Share of tokens at which each family applies its LM head during training."""
-    return {"bert": 0.15, "gpt": 1.0, "tta": 1.0}[family]
+    return {"bert": 0.15, "gpt": 1.0, "tta": 1.0, "electra": 0.15}[family]  # ELECTRA: its generator's head
 
 
 def _layer_flops(config: ModelConfig, seq_len: int) -> float:

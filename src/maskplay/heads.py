@@ -1,5 +1,7 @@
 """BERT's masked-LM head, exactly: Dense -> GELU -> LayerNorm -> x @ E_tok^T + b, the decoder being the
-token-embedding table itself (passed in, never copied) with a separate per-token bias."""
+token-embedding table itself (passed in, never copied) with a separate per-token bias. Where the embeddings
+are narrower than the hidden size (config.embedding_size), the Dense maps hidden -> embedding width, as
+HuggingFace ELECTRA's generator head and ALBERT's head do."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ from .config import ModelConfig
 class LMHead(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dense = nn.Linear(config.hidden_size, config.embedding_width)
+        self.norm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def transform(self, hidden: Tensor) -> Tensor:
@@ -31,6 +33,11 @@ class LMHead(nn.Module):
         """Mean cross-entropy of the head's predictions at `hidden` (N, H) against `targets` (N,), without
         ever holding the (N, V) logits: see linear_cross_entropy."""
         return linear_cross_entropy(self.transform(hidden), embedding_weight, self.bias, targets)
+
+    def loss_and_sample(self, hidden: Tensor, embedding_weight: Tensor, targets: Tensor,
+                        uniforms: Tensor) -> tuple[Tensor, Tensor]:
+        """loss(...) and one token per row sampled from the same predictions (linear_cross_entropy_and_sample)."""
+        return linear_cross_entropy_and_sample(self.transform(hidden), embedding_weight, self.bias, targets, uniforms)
 
     def log_probs(self, hidden: Tensor, embedding_weight: Tensor, targets: Tensor) -> Tensor:
         """log p(targets[n]) at `hidden[n]`, fp32, (N,): what scoring needs, without the (N, V) logits."""
@@ -87,24 +94,47 @@ def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor, targets: Tenso
     that buffer, still inside the forward pass: backward only scales the stored gradients. So there is one
     (N, V) buffer in the input dtype, not fp32 logits plus fp32 probabilities plus their gradient.
     A predicted probability below fp32's smallest normal (1e-38, a loss above 87 nats) is clamped there."""
+    return linear_cross_entropy_and_sample(x, weight, bias, targets, None, chunk_bytes)[0]
+
+
+def linear_cross_entropy_and_sample(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
+                                    uniforms: Tensor | None, chunk_bytes: int = 4 * 2**20) -> tuple[Tensor, Tensor]:
+    """linear_cross_entropy, and with `uniforms` (N,) in [0, 1) one sample per row from the same softmax
+    (temperature 1), drawn by inverse CDF in the chunk loop that computes the loss: ELECTRA's generator needs
+    its loss and its samples from one pass over the (N, V) logits. The samples carry no gradient. Without
+    `uniforms` the samples are an empty tensor."""
     device = x.device.type
     if torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
         with torch.autocast(device, enabled=False):
-            return linear_cross_entropy(x.to(dtype), weight.to(dtype), bias.to(dtype), targets, chunk_bytes)
+            return linear_cross_entropy_and_sample(x.to(dtype), weight.to(dtype), bias.to(dtype), targets, uniforms,
+                                                   chunk_bytes)
     if weight.dtype != x.dtype or bias.dtype != x.dtype:
         weight, bias = weight.to(x.dtype), bias.to(x.dtype)
+    if uniforms is not None and uniforms.shape != targets.shape:
+        raise ValueError(f"uniforms {tuple(uniforms.shape)} must have the shape of targets {tuple(targets.shape)}")
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or bias.requires_grad)):
         # evaluation: no gradient to fold in; log-softmax and the sum in fp32 (a bf16 F.cross_entropy would
         # round the summed loss to bf16)
-        return -linear_log_probs(x, weight, bias, targets).sum() / targets.numel()
+        log_probs, samples = _log_probs_and_samples(x, weight, bias, targets, uniforms, chunk_bytes)
+        return -log_probs.sum() / targets.numel(), samples
     chunk = max(1, chunk_bytes // (4 * weight.shape[0]))
-    return _LinearCrossEntropy.apply(x, weight, bias, targets, chunk)
+    return _LinearCrossEntropy.apply(x, weight, bias, targets, chunk, uniforms)
+
+
+def sample_rows(probs: Tensor, uniforms: Tensor) -> Tensor:
+    """Inverse-CDF sampling, one index per row of `probs` (N, V): the first index whose cumulative probability
+    exceeds uniforms[n] x the row's total (so rounding in the sum cannot push a draw past the end, and a token
+    of probability 0 is never drawn)."""
+    cdf = probs.float().cumsum(-1)
+    drawn = torch.searchsorted(cdf, uniforms.float()[:, None] * cdf[:, -1:], right=True)[:, 0]
+    return drawn.clamp_max_(probs.shape[-1] - 1)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, chunk: int) -> Tensor:
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, chunk: int,
+                uniforms: Tensor | None) -> tuple[Tensor, Tensor]:
         n = x.shape[0]
         if n == 0:
             raise ValueError("cross-entropy over zero target positions: no labels are set")
@@ -112,10 +142,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
         buffer = _scratch((n, weight.shape[0]), x.dtype, x.device)  # logits, then (in place) their gradient
         total = torch.zeros((), dtype=torch.float32, device=x.device)
         grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=x.device)
+        samples = torch.empty(n if uniforms is not None else 0, dtype=torch.long, device=x.device)
         # the bias is added in fp32 on the way into the softmax: no separate pass over the logits
         for start, rows, logits in _logit_chunks(x, weight, bias.float(), chunk, buffer):
             ts = targets[start:start + rows.shape[0], None]
             probs = torch.softmax(logits, dim=-1)
+            if uniforms is not None:
+                samples[start:start + rows.shape[0]] = sample_rows(probs, uniforms[start:start + rows.shape[0]])
             total -= probs.gather(1, ts).clamp_min_(torch.finfo(torch.float32).tiny).log_().sum()
             if need_grad:
                 probs.scatter_add_(1, ts, torch.full_like(ts, -1, dtype=probs.dtype))  # softmax - one-hot
@@ -128,16 +161,18 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grads = (grad_x, grad_w, grad_b.div_(n) if ctx.needs_input_grad[2] else None)
         ctx.save_for_backward(*grads)
         ctx.dtypes = (x.dtype, weight.dtype, bias.dtype)
-        return total / n
+        ctx.mark_non_differentiable(samples)
+        return total / n, samples
 
     @staticmethod
-    def backward(ctx, grad_output: Tensor):
+    def backward(ctx, grad_output: Tensor, _grad_samples: Tensor | None = None):
         grad_x, grad_w, grad_b = ctx.saved_tensors
         dx, dw, db = ctx.dtypes
         return (
             None if grad_x is None else grad_x * grad_output.to(dx),
             None if grad_w is None else (grad_w * grad_output).to(dw),
             None if grad_b is None else (grad_b * grad_output).to(db),
+            None,
             None,
             None,
         )
@@ -150,9 +185,18 @@ def linear_log_probs(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
     (N, V) tensor is ever held: memory stays flat however many positions are scored."""
     if weight.dtype != x.dtype or bias.dtype != x.dtype:
         weight, bias = weight.to(x.dtype), bias.to(x.dtype)
+    return _log_probs_and_samples(x, weight, bias, targets, None, chunk_bytes)[0]
+
+
+def _log_probs_and_samples(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, uniforms: Tensor | None,
+                           chunk_bytes: int) -> tuple[Tensor, Tensor]:
     chunk = max(1, chunk_bytes // (4 * weight.shape[0]))
     out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+    samples = torch.empty(x.shape[0] if uniforms is not None else 0, dtype=torch.long, device=x.device)
     for start, rows, logits in _logit_chunks(x, weight, bias.float(), chunk):
         end = start + rows.shape[0]
-        out[start:end] = torch.log_softmax(logits, dim=-1).gather(1, targets[start:end, None])[:, 0]
-    return out
+        log_softmax = torch.log_softmax(logits, dim=-1)
+        out[start:end] = log_softmax.gather(1, targets[start:end, None])[:, 0]
+        if uniforms is not None:
+            samples[start:end] = sample_rows(log_softmax.exp(), uniforms[start:end])
+    return out, samples

@@ -34,9 +34,22 @@ class MaskplayModel(nn.Module):
                              f"got {config.family!r}")
         self.config = config
         self.embeddings = Embeddings(config)
+        # embeddings narrower (or wider) than the blocks: one projection into the hidden size
+        width = config.embedding_width
+        self.embeddings_project = nn.Linear(width, config.hidden_size) if width != config.hidden_size else None
         self.encoder = Encoder(config)
-        self.head = LMHead(config)
+        self.head = self.make_head(config)
         self.apply(self._init_weights)
+
+    def make_head(self, config: ModelConfig) -> nn.Module:
+        """The family's output head; the tied masked-LM head unless a family says otherwise."""
+        return LMHead(config)
+
+    def embed(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+              dropout: nn.Module | None = None) -> Tensor:
+        """The embedding output at the hidden size: what the first block reads."""
+        x = self.embeddings(input_ids, token_type_ids, dropout=dropout)
+        return x if self.embeddings_project is None else self.embeddings_project(x)
 
     def _init_weights(self, module: nn.Module) -> None:
         std = self.config.initializer_range

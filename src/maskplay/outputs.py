@@ -14,11 +14,15 @@ class ModelOutput:
         computed without materialising these logits, so with labels they are computed on first access.
     last_hidden_state: (B, L, H), the output of the last block.
     hidden_states: the input of the first block, then the output of every block (with output_hidden_states).
+    parts: named components of the loss and training statistics (ELECTRA's generator and discriminator losses),
+        each a mean over the batch, detached; logged by the trainer.
     """
 
     def __init__(self, loss: Tensor | None = None, logits: Tensor | Callable[[], Tensor] | None = None,
-                 last_hidden_state: Tensor | None = None, hidden_states: tuple[Tensor, ...] | None = None) -> None:
+                 last_hidden_state: Tensor | None = None, hidden_states: tuple[Tensor, ...] | None = None,
+                 parts: dict[str, Tensor] | None = None) -> None:
         self.loss = loss
+        self.parts = parts
         self._logits = logits
         self.last_hidden_state = last_hidden_state
         self.hidden_states = hidden_states

@@ -1,8 +1,9 @@
 from ..modeling import MaskplayModel
 from .bert import BertMLM
+from .electra import Electra
 from .gpt import GPT
 from .tta import TTA
 
-FAMILY_CLASSES: dict[str, type[MaskplayModel]] = {"tta": TTA, "bert": BertMLM, "gpt": GPT}
+FAMILY_CLASSES: dict[str, type[MaskplayModel]] = {"tta": TTA, "bert": BertMLM, "gpt": GPT, "electra": Electra}
 
-__all__ = ["BertMLM", "GPT", "TTA", "FAMILY_CLASSES"]
+__all__ = ["BertMLM", "Electra", "GPT", "TTA", "FAMILY_CLASSES"]

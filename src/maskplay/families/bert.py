@@ -22,7 +22,7 @@ class BertMLM(MaskplayModel):
         attention_mask = self.check_inputs(input_ids, attention_mask)
         B, L = input_ids.shape
         mask = materialize(and_masks(bidirectional(), padding(attention_mask)), B, L, device=input_ids.device)
-        h = self.embeddings(input_ids, token_type_ids)
+        h = self.embed(input_ids, token_type_ids)
         query_positions = self._query_positions(query_positions, labels)
         h, states = self.encoder(h, mask, output_hidden_states=output_hidden_states, query_positions=query_positions,
                                  tokens=self._real_tokens(attention_mask, query_positions))
@@ -37,10 +37,12 @@ class BertMLM(MaskplayModel):
 
 
 def mask_tokens(input_ids: Tensor, attention_mask: Tensor, special_ids: list[int], mask_id: int,
-                vocab_size: int, probability: float = 0.15,
-                generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-    """BERT's corruption. Special tokens are never selected; a batch with none selected by chance gets its
-    first eligible token selected, so the loss is always defined."""
+                vocab_size: int, probability: float = 0.15, generator: torch.Generator | None = None,
+                mask_share: float = 0.8, random_share: float = 0.1) -> tuple[Tensor, Tensor]:
+    """BERT's corruption: `probability` of the real tokens selected, of those mask_share -> [MASK],
+    random_share -> a random token, the rest kept (ELECTRA: 0.85 / 0 / 0.15). Special tokens are never
+    selected; a batch with none selected by chance gets its first eligible token selected, so the loss is
+    always defined."""
     eligible = attention_mask.bool() & ~torch.isin(input_ids, torch.tensor(special_ids, device=input_ids.device))
     draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
     selected = eligible & (draw < probability)
@@ -50,6 +52,7 @@ def mask_tokens(input_ids: Tensor, attention_mask: Tensor, special_ids: list[int
     labels = input_ids.masked_fill(~selected, IGNORE_INDEX)
     action = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
     random_ids = torch.randint(vocab_size, input_ids.shape, generator=generator, device=input_ids.device)
-    corrupted = torch.where(selected & (action < 0.8), torch.full_like(input_ids, mask_id), input_ids)
-    corrupted = torch.where(selected & (action >= 0.8) & (action < 0.9), random_ids, corrupted)
+    corrupted = torch.where(selected & (action < mask_share), torch.full_like(input_ids, mask_id), input_ids)
+    corrupted = torch.where(selected & (action >= mask_share) & (action < mask_share + random_share), random_ids,
+                            corrupted)
     return corrupted, labels

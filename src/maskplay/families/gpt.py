@@ -19,7 +19,7 @@ class GPT(MaskplayModel):
         attention_mask = self.check_inputs(input_ids, attention_mask)
         B, L = input_ids.shape
         mask = materialize(and_masks(causal(), padding(attention_mask)), B, L, device=input_ids.device)
-        h, states = self.encoder(self.embeddings(input_ids), mask, output_hidden_states=output_hidden_states,
+        h, states = self.encoder(self.embed(input_ids), mask, output_hidden_states=output_hidden_states,
                                  tokens=self._real_tokens(attention_mask))
         if labels is None:
             return self.output(h, None, states)

@@ -29,9 +29,9 @@ class TTA(MaskplayModel):
         block runs at that one position per row (see Encoder.forward)."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
         cfg = self.config
-        x = self.embeddings(input_ids)
+        x = self.embed(input_ids)
         query_ids = attention_mask.long() * cfg.mask_token_id + (~attention_mask).long() * cfg.pad_token_id
-        h = self.embeddings(query_ids, dropout=self.query_dropout)
+        h = self.embed(query_ids, dropout=self.query_dropout)
         structure = no_diagonal() if diagonal_mask else bidirectional()
         B, L = input_ids.shape
         mask = materialize(and_masks(structure, padding(attention_mask)), B, L, device=input_ids.device)

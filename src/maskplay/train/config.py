@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import FAMILIES, PRESETS, ModelConfig, from_dict, load_toml, preset
+from ..config import FAMILIES, PRESETS, ElectraConfig, ModelConfig, from_dict, load_toml, preset
 from ..precision import Precision
 
 PRECISIONS = tuple(p.value for p in Precision if p.trainable)  # fp32, bf16, bf16-autocast
@@ -31,10 +31,12 @@ class ModelSection:
     intermediate_size: int | None = None
     max_position: int | None = None
     type_vocab_size: int | None = None
+    embedding_size: int | None = None
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     layer_norm_eps: float | None = None
     initializer_range: float | None = None
+    electra: ElectraConfig = field(default_factory=ElectraConfig)  # [model.electra], read by family = "electra"
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -44,11 +46,12 @@ class ModelSection:
 
     def overrides(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("family", "preset") and getattr(self, f.name) is not None}
+                if f.name not in ("family", "preset", "electra") and getattr(self, f.name) is not None}
 
     def build(self, tokenizer_fields: dict[str, Any]) -> ModelConfig:
         """The ModelConfig of this section for a vocabulary (Tokenizer.model_config_ids())."""
-        return preset(self.preset, family=self.family, **{**self.overrides(), **tokenizer_fields})
+        return preset(self.preset, family=self.family, electra=self.electra,
+                      **{**self.overrides(), **tokenizer_fields})
 
 
 @dataclass
@@ -168,12 +171,19 @@ class TrainConfig:
         """TOML that load_train_config reads back to an equal config (None fields are left out)."""
         lines: list[str] = []
         for section, values in self.to_dict().items():
-            lines.append(f"[{section}]")
-            for key, value in values.items():
-                if value is not None:
-                    lines.append(f"{key} = {_toml_value(value)}")
-            lines.append("")
+            _toml_table(lines, section, values)
         return "\n".join(lines)
+
+
+def _toml_table(lines: list[str], name: str, values: dict[str, Any]) -> None:
+    lines.append(f"[{name}]")
+    tables = {k: v for k, v in values.items() if isinstance(v, dict)}
+    for key, value in values.items():
+        if value is not None and key not in tables:
+            lines.append(f"{key} = {_toml_value(value)}")
+    lines.append("")
+    for key, value in tables.items():
+        _toml_table(lines, f"{name}.{key}", value)
 
 
 def _toml_value(value: Any) -> str:

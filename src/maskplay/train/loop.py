@@ -187,6 +187,7 @@ class Trainer:
         self.step, self.epoch, self.position = 0, 0, 0
         self.tokens_seen, self.elapsed_before = 0, 0.0
         self.last_eval: float | None = None
+        self.eval_parts: dict[str, float] = {}  # the family's loss parts at the last evaluation (ModelOutput.parts)
         if self.checkpoint_path is not None:
             self._load(self.checkpoint_path)
         self.ddp = None
@@ -391,8 +392,9 @@ class Trainer:
                 for k in remaining:
                     yield steps[k]
 
-    def _micro_step(self, ids: Tensor, mask: Tensor, sync: bool) -> tuple[float, int]:
-        """Forward and backward one micro-batch's summed token loss; returns (loss sum, target count)."""
+    def _micro_step(self, ids: Tensor, mask: Tensor, sync: bool) -> tuple[float, int, dict[str, float]]:
+        """Forward and backward one micro-batch's summed token loss; returns (loss sum, target count, the
+        family's loss parts (ModelOutput.parts) times the target count)."""
         batch = self.model.training_batch(ids, mask, generator=self.generator)  # on the CPU: device-independent
         batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
         module = self.ddp if self.ddp is not None else self.model
@@ -405,12 +407,12 @@ class Trainer:
                 raise ValueError(f"step {self.step}: the last micro-batch of process {self.d.rank} has no target "
                                  "tokens (its sequences hold only special tokens); drop such sequences from the "
                                  "data")
-            return 0.0, 0
+            return 0.0, 0, {}
         with no_sync:
             out = forward_in(module, self.config.run.precision, **batch)
             total = out.loss.float() * n  # the family's loss is the mean over its n targets: n * mean is their sum
             total.backward()
-        return float(total.detach()), n
+        return float(total.detach()), n, {k: float(v) * n for k, v in (out.parts or {}).items()}
 
     def evaluate(self) -> float | None:
         """Mean token loss over the fixed held-out batches (all processes' shares together)."""
@@ -419,6 +421,7 @@ class Trainer:
             return None if totals[1] == 0 else float(totals[0] / totals[1])
         self.model.eval()
         loss_sum, count = 0.0, 0
+        parts: dict[str, float] = {}
         with torch.no_grad():
             for j, (ids, mask) in self.eval_set:
                 g = torch.Generator().manual_seed(self.config.data.seed * 7919 + j)
@@ -428,7 +431,11 @@ class Trainer:
                     out = forward_in(self.model, self.config.run.precision, **batch)
                     loss_sum += float(out.loss.float()) * n
                     count += n
+                    for key, value in (out.parts or {}).items():
+                        parts[key] = parts.get(key, 0.0) + float(value) * n
         self.model.train()
+        # the loss parts are this process's (rank 0 reports them); the loss itself is summed over all
+        self.eval_parts = {f"eval_{k}": v / count for k, v in parts.items()} if count else {}
         totals = distributed.all_reduce_sum(self.d, torch.tensor([loss_sum, count], dtype=torch.float64))
         return None if totals[1] == 0 else float(totals[0] / totals[1])
 
@@ -451,7 +458,7 @@ class Trainer:
         if self.step == 0:
             self.last_eval = self.evaluate()
             if self.metrics and self.last_eval is not None:
-                self.metrics.record(step=0, eval_loss=self.last_eval, elapsed_s=0.0)
+                self.metrics.record(step=0, eval_loss=self.last_eval, elapsed_s=0.0, **self.eval_parts)
                 self.log(f"step 0: held-out loss {self.last_eval:.4f}")
         budget = cfg.run.max_minutes * 60 if cfg.run.max_minutes is not None else math.inf
         status = "finished" if self.step >= cfg.optim.max_steps else ""
@@ -459,6 +466,7 @@ class Trainer:
         evaluated_at = self.step
         last_path = self.checkpoint_path
         window = {"loss": 0.0, "n": 0.0, "tokens": 0.0, "time": time.monotonic()}
+        window_parts: dict[str, float] = {}  # this process's loss parts (ModelOutput.parts) x targets
         bar = None
         if d.is_main and cfg.run.progress:
             from tqdm import tqdm
@@ -475,9 +483,12 @@ class Trainer:
                 micro_batches = next(batches)
                 loss_sum, n_targets, n_tokens = 0.0, 0, 0
                 for m, (ids, mask) in enumerate(micro_batches):
-                    part, n = self._micro_step(ids, mask, sync=m == len(micro_batches) - 1)
+                    part, n, parts = self._micro_step(ids, mask, sync=m == len(micro_batches) - 1)
                     loss_sum += part
                     n_targets += n
+                    window["local_n"] = window.get("local_n", 0.0) + n
+                    for key, value in parts.items():
+                        window_parts[key] = window_parts.get(key, 0.0) + value
                     n_tokens += int(mask.sum())
                 # whether to stop after this step is decided here, together, so every process stops at the same one
                 flags = [float(signals.received is not None), float(self.elapsed() >= budget)]
@@ -521,13 +532,16 @@ class Trainer:
                     if self.metrics:
                         self.metrics.record(step=self.step, loss=loss, lr=lr, grad_norm=float(grad_norm),
                                             tokens_per_s=rate, elapsed_s=self.elapsed(), epoch=self.epoch,
-                                            tokens=self.tokens_seen)
+                                            tokens=self.tokens_seen,
+                                            **{k: v / max(window.get("local_n", 0.0), 1.0)
+                                               for k, v in window_parts.items()})
                     if bar is not None:
                         extra = {"budget_left": f"{max(0.0, budget - self.elapsed()) / 60:.1f}min"} \
                             if math.isfinite(budget) else {}
                         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", lr=f"{lr:.2e}", **extra,
                                         refresh=False)
                     window = {"loss": 0.0, "n": 0.0, "tokens": 0.0, "time": now}
+                    window_parts = {}
                 paused = time.monotonic()
                 if cfg.run.eval_every and self.step % cfg.run.eval_every == 0 and status != "interrupted":
                     self._eval_and_report()
@@ -565,7 +579,7 @@ class Trainer:
             return
         self.last_eval = loss
         if self.metrics:
-            self.metrics.record(step=self.step, eval_loss=loss, elapsed_s=self.elapsed())
+            self.metrics.record(step=self.step, eval_loss=loss, elapsed_s=self.elapsed(), **self.eval_parts)
             self.metrics.plot()
             self.log(f"step {self.step}: held-out loss {loss:.4f}")
 

@@ -1,0 +1,181 @@
+"""ELECTRA (Clark et al., ICLR 2020): a small BERT-MLM generator fills in the selected tokens with samples,
+and the discriminator (the same backbone at full size) tells, for every real token, whether it was replaced.
+
+Two towers of the one backbone plus a loss, as lucidrains/electra-pytorch wraps them:
+- the generator is a BertMLM (the family's own code) sized by electra.generator_hidden_fraction, same depth;
+- with electra.tie_embeddings the generator uses this model's embedding module (token, position and segment
+  tables and their LayerNorm: the official code's shared "electra/embeddings" scope); each tower has its own
+  projection when the embedding width differs from its hidden size;
+- corruption as the official pretrain_helpers: mask_prob of the real non-special tokens selected, 85 % of them
+  shown to the generator as [MASK], 15 % as themselves; every selected token is then replaced by a sample of
+  the generator's softmax (temperature 1, drawn by inverse CDF from uniforms that training_batch draws, so the
+  corruption is reproducible and device-independent); a sample equal to the original is labelled original;
+- loss = generator MLM + disc_weight * binary cross-entropy of "replaced?" averaged over real tokens.
+
+Without labels, forward runs the discriminator alone: logits (B, L) are "replaced" logits, and
+last_hidden_state is the discriminator's output (what embeddings and the evaluations read).
+With electra.generator = false the model is a discriminator alone (a HuggingFace ElectraForPreTraining, or the
+export of one): it scores and embeds but cannot pretrain."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import ElectraConfig, ModelConfig
+from ..heads import LMHead
+from ..masks import and_masks, bidirectional, materialize, padding
+from ..modeling import IGNORE_INDEX, MaskplayModel
+from ..outputs import ModelOutput
+from .bert import BertMLM, mask_tokens
+
+
+class ReplacedTokenHead(nn.Module):
+    """Dense(H, H) -> GELU -> Dense(H, 1): the logit that a token was replaced (HuggingFace's
+    ElectraDiscriminatorPredictions)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.out = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.out(F.gelu(self.dense(hidden))).squeeze(-1)
+
+
+def generator_config(config: ModelConfig) -> ModelConfig:
+    """The generator's BertMLM config: the discriminator's, scaled (ModelConfig.generator_sizes), at the same
+    embedding width."""
+    return dataclasses.replace(config, family="bert", embedding_size=config.embedding_width,
+                               electra=ElectraConfig(), **config.generator_sizes())
+
+
+class Electra(MaskplayModel):
+    family = "electra"
+    mask_share = 0.85  # of the selected tokens, shown to the generator as [MASK]; the rest as themselves
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        options = config.electra
+        self.generator: BertMLM | None = None
+        if options.generator:
+            self.generator = BertMLM(generator_config(config))
+            if options.tie_embeddings:
+                self.generator.embeddings = self.embeddings  # one module, two towers: saved once (hooks below)
+        # All-Tokens MLM: a discriminator-size MLM head over every token, mixed with a copy probability
+        self.mlm_head = LMHead(config) if options.all_tokens_mlm else None
+        if self.mlm_head is not None:
+            self.mlm_head.apply(self._init_weights)
+        self.register_state_dict_post_hook(_drop_shared_embeddings)
+        self.register_load_state_dict_pre_hook(_restore_shared_embeddings)
+
+    def make_head(self, config: ModelConfig) -> nn.Module:
+        return ReplacedTokenHead(config)
+
+    @property
+    def shares_embeddings(self) -> bool:
+        return self.generator is not None and self.generator.embeddings is self.embeddings
+
+    # ---- inputs ---------------------------------------------------------------------------------------
+
+    def training_batch(self, input_ids: Tensor, attention_mask: Tensor,
+                       generator: torch.Generator | None = None) -> dict[str, Tensor]:
+        """The generator's input (selected tokens mostly [MASK]), its labels (the originals at the selected
+        positions, -100 elsewhere), the clean ids, and one uniform per position for the generator's samples."""
+        if self.generator is None:
+            raise ValueError("this ELECTRA model is a discriminator alone (electra.generator = false): it scores "
+                             "and embeds, but pretraining needs the generator")
+        cfg = self.config
+        masked, labels = mask_tokens(input_ids, attention_mask, cfg.special_token_ids, cfg.mask_token_id,
+                                     cfg.vocab_size, cfg.electra.mask_prob, generator,
+                                     mask_share=self.mask_share, random_share=0.0)
+        uniforms = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
+        return {"input_ids": masked, "attention_mask": attention_mask, "labels": labels,
+                "original_ids": input_ids, "sample_uniforms": uniforms}
+
+    def num_targets(self, batch: dict[str, Tensor]) -> int:
+        """The discriminator's loss averages over every real token: those are the targets the trainer counts."""
+        return int(batch["attention_mask"].sum())
+
+    # ---- forward ----------------------------------------------------------------------------------------
+
+    def discriminate(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
+                     output_hidden_states: bool = False) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        """The discriminator tower's output (B, L, H)."""
+        B, L = input_ids.shape
+        mask = materialize(and_masks(bidirectional(), padding(attention_mask)), B, L, device=input_ids.device)
+        return self.encoder(self.embed(input_ids, token_type_ids), mask, output_hidden_states=output_hidden_states,
+                            tokens=self._real_tokens(attention_mask))
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        return self.head(hidden)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                token_type_ids: Tensor | None = None, output_hidden_states: bool = False,
+                original_ids: Tensor | None = None, sample_uniforms: Tensor | None = None) -> ModelOutput:
+        """Without labels: the discriminator on `input_ids`. With labels (training_batch's output): the
+        generator on the masked `input_ids`, its samples, and the discriminator on the corrupted text."""
+        attention_mask = self.check_inputs(input_ids, attention_mask)
+        if labels is None:
+            h, states = self.discriminate(input_ids, attention_mask, token_type_ids, output_hidden_states)
+            return self.output(h, None, states)
+        if self.generator is None:
+            raise ValueError("this ELECTRA model has no generator (electra.generator = false): it cannot pretrain")
+        if original_ids is None or sample_uniforms is None:
+            raise ValueError("ELECTRA pretraining needs original_ids and sample_uniforms with the labels: build the "
+                             "batch with model.training_batch(ids, attention_mask)")
+        selected = labels != IGNORE_INDEX
+        gen = self.generator(input_ids, attention_mask, token_type_ids=token_type_ids)
+        gen_loss, sampled = self.generator.head.loss_and_sample(
+            gen.last_hidden_state[selected], self.generator.embeddings.word.weight, labels[selected],
+            sample_uniforms[selected])
+        corrupted = original_ids.masked_scatter(selected, sampled)  # integer ids: no gradient flows back
+        replaced = (corrupted != original_ids)[attention_mask]
+        h, states = self.discriminate(corrupted, attention_mask, token_type_ids, output_hidden_states)
+        real_hidden = h[attention_mask]
+        replaced_logits = self.head(real_hidden)
+        if self.mlm_head is None:
+            disc_loss = F.binary_cross_entropy_with_logits(replaced_logits.float(), replaced.float())
+            loss = gen_loss + self.config.electra.disc_weight * disc_loss
+            parts = {"gen_loss": gen_loss.detach(), "disc_loss": disc_loss.detach(),
+                     "disc_accuracy": ((replaced_logits > 0) == replaced).float().mean(),
+                     "replaced": replaced.float().mean()}
+        else:
+            disc_loss = self._all_tokens_loss(real_hidden, replaced_logits, replaced, original_ids[attention_mask])
+            loss = gen_loss + disc_loss
+            parts = {"gen_loss": gen_loss.detach(), "all_tokens_loss": disc_loss.detach(),
+                     "replaced": replaced.float().mean()}
+        return ModelOutput(loss=loss, logits=replaced_logits, last_hidden_state=h, hidden_states=states,
+                           parts=parts)
+
+    def _all_tokens_loss(self, hidden: Tensor, replaced_logits: Tensor, replaced: Tensor, originals: Tensor) -> Tensor:
+        """The paper's All-Tokens MLM with its copy mechanism: p(original) = D [input == original] + (1 - D)
+        softmax(original), D = sigmoid(-replaced logit) the probability of copying the input token."""
+        logits = self.mlm_head(hidden, self.embeddings.word.weight).float()
+        vocab_log_prob = logits.log_softmax(-1).gather(1, originals[:, None])[:, 0]
+        z = replaced_logits.float()
+        copy = F.logsigmoid(-z).masked_fill(replaced, float("-inf"))  # copying a replaced token is never right
+        return -torch.logaddexp(copy, F.logsigmoid(z) + vocab_log_prob).mean()
+
+    def replaced_log_probs(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """log P(original) per position, (B, L) fp32: the discriminator's score of each token."""
+        out = self(input_ids, attention_mask)
+        return F.logsigmoid(-out.logits.float())
+
+
+def _drop_shared_embeddings(module: Electra, state: dict[str, Tensor], prefix: str, _meta: object) -> None:
+    """The generator's embeddings are this model's: the checkpoint holds them once (safetensors refuses two
+    names for one tensor, and a loader must not see two copies that could differ)."""
+    if module.shares_embeddings:
+        for key in [k for k in state if k.startswith(prefix + "generator.embeddings.")]:
+            del state[key]
+
+
+def _restore_shared_embeddings(module: Electra, state: dict[str, Tensor], prefix: str, *_: object) -> None:
+    if module.shares_embeddings:
+        shared = prefix + "embeddings."
+        for key in [k for k in state if k.startswith(shared)]:
+            state.setdefault(prefix + "generator." + key[len(prefix):], state[key])
