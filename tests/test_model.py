@@ -258,7 +258,7 @@ def test_query_positions_give_the_full_forward_rows(tiny_model, family):
         model(**model.training_batch(ids, mask), query_positions=positions)
 
 
-@pytest.mark.parametrize("family", ["tta", "bert", "gpt"])
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt", "electra"])
 @pytest.mark.parametrize("int8", [False, True])
 def test_inference_runs_the_real_tokens_only_with_the_same_results(tiny_model, family, int8, monkeypatch):
     """Without autograd a padded batch runs its per-token layers on the real tokens alone (backbone.Packing);

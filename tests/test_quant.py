@@ -83,7 +83,7 @@ def test_concatenated_layers_equal_the_separate_ones():
         Int8Linear.concatenated([layers[0], Int8Linear.from_linear(nn.Linear(8, 8))])
 
 
-@pytest.mark.parametrize("family", ["tta", "bert", "gpt"])
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt", "electra"])
 def test_quantised_model_is_close_to_fp32_and_leaves_the_original_alone(tiny_model, family):
     from tests.conftest import padded_batch
 

@@ -156,7 +156,7 @@ def test_batch_size_does_not_change_scores(tok):
     assert [s.log_prob for s in one] == pytest.approx([s.log_prob for s in many], abs=1e-4)
 
 
-@pytest.mark.parametrize("family", ["tta", "bert", "gpt"])
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt", "electra"])
 def test_bf16_is_close_to_fp32(tok, family):
     model = tiny(family, tok)
     a = Scorer(model, tok).score(SENTENCES[:3])
@@ -182,7 +182,7 @@ def test_words_sum_their_pieces(tok):
 LONG = " ".join(["the cat sat on the mat"] * 5)  # 30 pieces
 
 
-@pytest.mark.parametrize("family", ["tta", "bert", "gpt"])
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt", "electra"])
 def test_long_sentence_is_an_error_naming_it(tok, family):
     model = tiny(family, tok, max_position=16)
     with pytest.raises(ValueError, match=r"sentence 1 has 32 tokens .* 16 positions"):
@@ -325,3 +325,27 @@ def test_reduced_precision_copies_follow_changes_to_the_weights(tok, precision):
         model.embeddings.word.weight = torch.nn.Parameter(model.embeddings.word.weight * 0.0)  # replaced
     flat = scorer.score(SENTENCES[:2])
     assert flat[0].token_log_probs != pytest.approx(shifted[0].token_log_probs, abs=1e-3)
+
+
+# ---- ELECTRA -------------------------------------------------------------------------------------------
+
+def test_electra_discriminator_scores_are_log_p_original_of_each_piece_alone(tok):
+    """Oracle: the discriminator on each unpadded sentence alone, log sigmoid(-logit) per piece."""
+    model = tiny("electra", tok)
+    got = Scorer(model, tok, batch_size=3).score(SENTENCES)
+    for sentence, score in zip(SENTENCES, got, strict=True):
+        ids = tok.encode(sentence)
+        with torch.no_grad():
+            want = torch.nn.functional.logsigmoid(-model(torch.tensor([ids])).logits[0])[1:-1]
+        assert score.token_log_probs == pytest.approx(want.tolist(), abs=ATOL)
+        assert score.method == "discriminator"
+        assert score.replaced_probs == pytest.approx((1 - want.exp()).tolist(), abs=ATOL)
+
+
+def test_electra_pll_is_the_generators_pll(tok):
+    model = tiny("electra", tok)
+    got = Scorer(model, tok, method=Method.PLL).score(SENTENCES[:3])
+    generator = model.standalone("generator").eval()
+    for sentence, score in zip(SENTENCES[:3], got, strict=True):
+        assert score.token_log_probs == pytest.approx(naive_pll(generator, tok, sentence, False), abs=ATOL)
+        assert score.replaced_probs is None

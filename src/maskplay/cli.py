@@ -50,7 +50,8 @@ def _register_optional(sub: argparse._SubParsersAction) -> None:
     import importlib
 
     for name in ("maskplay.tokenizer_cli", "maskplay.data.prepare_cli", "maskplay.train.cli",
-                 "maskplay.score.cli", "maskplay.eval.cli", "maskplay.report"):
+                 "maskplay.score.cli", "maskplay.eval.cli", "maskplay.report", "maskplay.export_cli",
+                 "maskplay.convert_cli"):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as err:

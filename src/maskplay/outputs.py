@@ -15,7 +15,7 @@ class ModelOutput:
     last_hidden_state: (B, L, H), the output of the last block.
     hidden_states: the input of the first block, then the output of every block (with output_hidden_states).
     parts: named components of the loss and training statistics (ELECTRA's generator and discriminator losses),
-        each a mean over the batch, detached; logged by the trainer.
+        each a mean over the batch (the losses keep their graph, for tests of where gradients go); logged by the trainer.
     """
 
     def __init__(self, loss: Tensor | None = None, logits: Tensor | Callable[[], Tensor] | None = None,

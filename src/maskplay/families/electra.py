@@ -64,13 +64,14 @@ class Electra(MaskplayModel):
         if options.generator:
             self.generator = BertMLM(generator_config(config))
             if options.tie_embeddings:
-                self.generator.embeddings = self.embeddings  # one module, two towers: saved once (hooks below)
+                # a reference, not a second registration: a module registered under two names is saved twice, and
+                # functional_call (bf16 training) swaps its tensors twice and restores the wrong ones
+                del self.generator.embeddings
+                object.__setattr__(self.generator, "embeddings", self.embeddings)
         # All-Tokens MLM: a discriminator-size MLM head over every token, mixed with a copy probability
         self.mlm_head = LMHead(config) if options.all_tokens_mlm else None
         if self.mlm_head is not None:
             self.mlm_head.apply(self._init_weights)
-        self.register_state_dict_post_hook(_drop_shared_embeddings)
-        self.register_load_state_dict_pre_hook(_restore_shared_embeddings)
 
     def make_head(self, config: ModelConfig) -> nn.Module:
         return ReplacedTokenHead(config)
@@ -132,21 +133,21 @@ class Electra(MaskplayModel):
         gen_loss, sampled = self.generator.head.loss_and_sample(
             gen.last_hidden_state[selected], self.generator.embeddings.word.weight, labels[selected],
             sample_uniforms[selected])
-        corrupted = original_ids.masked_scatter(selected, sampled)  # integer ids: no gradient flows back
-        replaced = (corrupted != original_ids)[attention_mask]
+        corrupted, replaced = corrupt(original_ids, selected, sampled)
+        replaced = replaced[attention_mask]
         h, states = self.discriminate(corrupted, attention_mask, token_type_ids, output_hidden_states)
         real_hidden = h[attention_mask]
         replaced_logits = self.head(real_hidden)
         if self.mlm_head is None:
             disc_loss = F.binary_cross_entropy_with_logits(replaced_logits.float(), replaced.float())
             loss = gen_loss + self.config.electra.disc_weight * disc_loss
-            parts = {"gen_loss": gen_loss.detach(), "disc_loss": disc_loss.detach(),
+            parts = {"gen_loss": gen_loss, "disc_loss": disc_loss,
                      "disc_accuracy": ((replaced_logits > 0) == replaced).float().mean(),
                      "replaced": replaced.float().mean()}
         else:
             disc_loss = self._all_tokens_loss(real_hidden, replaced_logits, replaced, original_ids[attention_mask])
             loss = gen_loss + disc_loss
-            parts = {"gen_loss": gen_loss.detach(), "all_tokens_loss": disc_loss.detach(),
+            parts = {"gen_loss": gen_loss, "all_tokens_loss": disc_loss,
                      "replaced": replaced.float().mean()}
         return ModelOutput(loss=loss, logits=replaced_logits, last_hidden_state=h, hidden_states=states,
                            parts=parts)
@@ -160,22 +161,36 @@ class Electra(MaskplayModel):
         copy = F.logsigmoid(-z).masked_fill(replaced, float("-inf"))  # copying a replaced token is never right
         return -torch.logaddexp(copy, F.logsigmoid(z) + vocab_log_prob).mean()
 
+    def standalone(self, part: str) -> MaskplayModel:
+        """One tower as a model of its own: "discriminator" (an Electra with electra.generator = false, the
+        weights copied) or "generator" (a BertMLM with its own copy of the embeddings)."""
+        device = next(self.parameters()).device
+        if part == "generator":
+            if self.generator is None:
+                raise ValueError("this ELECTRA model has no generator to export (electra.generator = false)")
+            gen = BertMLM(self.generator.config).to(device)
+            state = self.generator.state_dict()
+            if self.shares_embeddings:
+                state.update({f"embeddings.{k}": v for k, v in self.embeddings.state_dict().items()})
+            gen.load_strict(state, source="the generator's weights")
+            return gen.train(self.training)
+        if part != "discriminator":
+            raise ValueError(f"an ELECTRA model exports 'discriminator' or 'generator', got {part!r}")
+        config = dataclasses.replace(self.config, electra=dataclasses.replace(self.config.electra, generator=False))
+        disc = Electra(config).to(device)
+        state = {k: v for k, v in self.state_dict().items() if not k.startswith("generator.")}
+        disc.load_strict(state, source="the discriminator's weights")
+        return disc.train(self.training)
+
     def replaced_log_probs(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """log P(original) per position, (B, L) fp32: the discriminator's score of each token."""
         out = self(input_ids, attention_mask)
         return F.logsigmoid(-out.logits.float())
 
 
-def _drop_shared_embeddings(module: Electra, state: dict[str, Tensor], prefix: str, _meta: object) -> None:
-    """The generator's embeddings are this model's: the checkpoint holds them once (safetensors refuses two
-    names for one tensor, and a loader must not see two copies that could differ)."""
-    if module.shares_embeddings:
-        for key in [k for k in state if k.startswith(prefix + "generator.embeddings.")]:
-            del state[key]
-
-
-def _restore_shared_embeddings(module: Electra, state: dict[str, Tensor], prefix: str, *_: object) -> None:
-    if module.shares_embeddings:
-        shared = prefix + "embeddings."
-        for key in [k for k in state if k.startswith(shared)]:
-            state.setdefault(prefix + "generator." + key[len(prefix):], state[key])
+def corrupt(original_ids: Tensor, selected: Tensor, sampled: Tensor) -> tuple[Tensor, Tensor]:
+    """The discriminator's input (the samples, in row-major order, at the selected positions) and its labels:
+    replaced where the text changed, so a sample equal to the original is labelled original. Integer ids: no
+    gradient can flow from the discriminator back into the generator through them."""
+    corrupted = original_ids.masked_scatter(selected, sampled)
+    return corrupted, corrupted != original_ids

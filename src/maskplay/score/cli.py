@@ -48,10 +48,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("sentences", nargs="*", metavar="SENTENCE")
     p.add_argument("--format", choices=["table", "jsonl", "tsv"], default="table")
     p.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value,
-                   help="auto = one-pass for T-TA, pll for BERT, causal for GPT")
+                   help="auto = one-pass for T-TA, pll for BERT, causal for GPT, discriminator for ELECTRA "
+                        "(sum of log P(original)); pll on ELECTRA = its generator's PLL")
     p.add_argument("--overflow", choices=[Overflow.ERROR.value, Overflow.WINDOW.value], default=Overflow.ERROR.value,
                    help="a sentence longer than the model: error, or score it in overlapping windows")
-    p.add_argument("--explain", action="store_true", help="show each piece's surprisal; mark the most surprising word")
+    p.add_argument("--explain", action="store_true",
+                   help="show each piece's surprisal (ELECTRA: its probability of having been replaced); mark the "
+                        "most surprising word")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                    help="colours for --explain (auto: only when stdout is a terminal)")
     p.set_defaults(func=run_score)
@@ -87,7 +90,7 @@ def run_score(args: argparse.Namespace) -> int:
         from .explain import explain, legend
 
         colour = args.color == "always" or (args.color == "auto" and out.isatty())
-        print(legend(colour), file=out)
+        print(legend(colour, replaced=scorer.method is Method.DISCRIMINATOR), file=out)
         for (index, _), score in zip(rows, scores, strict=True):
             print(f"[{index}] " + explain(score, colour), file=out)
         return 0

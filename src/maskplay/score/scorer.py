@@ -12,6 +12,9 @@ Log-probabilities are natural logs (nats).
 - pll-word (Kauf & Ivanova 2023, "PLL-word-l2r"): as pll, but scoring a piece of a multi-piece word also masks
   the pieces of the same word to its right, so a word's later pieces cannot give its earlier ones away.
 - GPT (method causal): log p(token i | the tokens before it), [SOS] first.
+- ELECTRA (method discriminator): log P(original) of every piece from the discriminator, in one pass per batch
+  of sentences: the probability that the token was not replaced, so the sentence score is the sum of
+  log P(original). pll and pll-word on an ELECTRA model run on its generator (the generator's PLL).
 
 pll and pll-word also run on T-TA (copies through the same code path); plain pll there equals one-pass.
 """
@@ -44,6 +47,7 @@ class Method(str, Enum):
     PLL = "pll"
     PLL_WORD = "pll-word"
     CAUSAL = "causal"
+    DISCRIMINATOR = "discriminator"  # ELECTRA: log P(original) per piece, one pass
 
 
 class Overflow(str, Enum):
@@ -54,12 +58,13 @@ class Overflow(str, Enum):
     TRUNCATE = "truncate"  # embeddings only: keep the first pieces that fit
 
 
-_AUTO = {"tta": Method.ONE_PASS, "bert": Method.PLL, "gpt": Method.CAUSAL}
+_AUTO = {"tta": Method.ONE_PASS, "bert": Method.PLL, "gpt": Method.CAUSAL, "electra": Method.DISCRIMINATOR}
 _ALLOWED = {
     Method.ONE_PASS: ("tta",),
-    Method.PLL: ("tta", "bert"),
-    Method.PLL_WORD: ("tta", "bert"),
+    Method.PLL: ("tta", "bert", "electra"),
+    Method.PLL_WORD: ("tta", "bert", "electra"),
     Method.CAUSAL: ("gpt",),
+    Method.DISCRIMINATOR: ("electra",),
 }
 
 
@@ -123,10 +128,20 @@ class SentenceScore:
                                  math.fsum(self.token_log_probs[k] for k in pieces)))
         return out
 
+    @property
+    def replaced_probs(self) -> list[float] | None:
+        """ELECTRA's discriminator: P(replaced) of every piece (1 - P(original)); None for other methods."""
+        if self.method != Method.DISCRIMINATOR.value:
+            return None
+        return [-math.expm1(v) for v in self.token_log_probs]
+
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "log_prob": self.log_prob, "num_tokens": self.num_tokens,
-                "mean_log_prob": self.mean_log_prob, "method": self.method, "windows": self.windows,
-                "tokens": self.tokens, "token_log_probs": self.token_log_probs}
+        out = {"text": self.text, "log_prob": self.log_prob, "num_tokens": self.num_tokens,
+               "mean_log_prob": self.mean_log_prob, "method": self.method, "windows": self.windows,
+               "tokens": self.tokens, "token_log_probs": self.token_log_probs}
+        if self.replaced_probs is not None:
+            out["token_replaced_probs"] = self.replaced_probs
+        return out
 
 
 @dataclass(frozen=True)
@@ -229,6 +244,15 @@ class Runner:
         with self._autocast():
             return self.model(*args, **kwargs)
 
+    def original_log_probs(self, hidden: Tensor) -> Tensor:
+        """ELECTRA: log P(original) = log sigmoid(-replaced logit) from the discriminator head at hidden, fp32."""
+        if self.precision in (Precision.bf16, Precision.int8):
+            logits = self.head(hidden.to(torch.bfloat16))
+        else:
+            with self._autocast():
+                logits = self.head(hidden)
+        return torch.nn.functional.logsigmoid(-logits.float())
+
     def log_probs(self, hidden: Tensor, targets: Tensor) -> Tensor:
         """log p(targets[n]) from the LM head at hidden[n], fp32 (heads.LMHead.log_probs)."""
         if self.precision in (Precision.bf16, Precision.int8):
@@ -268,6 +292,8 @@ def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows
     if rows.numel() == 0:
         return torch.zeros(0, device=ids.device)
     hidden = runner.forward(ids, attention_mask=attention_mask).last_hidden_state
+    if runner.model.config.family == "electra":  # the discriminator: how likely each token is the original
+        return runner.original_log_probs(hidden[rows, cols])
     source = cols - 1 if runner.model.config.family == "gpt" else cols
     if targets is None:
         targets = ids[rows, cols]
@@ -343,7 +369,7 @@ class Scorer:
             if self.method in (Method.PLL, Method.PLL_WORD):
                 from .pll import pll_log_probs
 
-                found = pll_log_probs(Runner(self.model, self.precision), segments,
+                found = pll_log_probs(Runner(self._masked_lm(), self.precision), segments,
                                       word_l2r=self.method is Method.PLL_WORD, batch_size=self.batch_size,
                                       progress=self.progress)
             else:
@@ -361,8 +387,17 @@ class Scorer:
                                      self.method.value, n_windows))
         return out
 
+    def _masked_lm(self) -> MaskplayModel:
+        """The model PLL runs on: the model itself, or an ELECTRA model's generator."""
+        if self.model.config.family != "electra":
+            return self.model
+        if getattr(self.model, "generator", None) is None:
+            raise ValueError("method 'pll' on an ELECTRA model runs its generator, and this model is a discriminator "
+                             "alone (electra.generator = false); use method 'discriminator'")
+        return self.model.standalone("generator").eval()  # a BertMLM of its own: what Runner's copies expect
+
     def _one_pass(self, runner: Runner, segments: list[Segment]) -> list[tuple[tuple[int, int], float]]:
-        """T-TA and GPT: every scored piece of a batch of segments in one forward pass."""
+        """T-TA, GPT and ELECTRA's discriminator: every scored piece of a batch of segments in one forward pass."""
         order = sorted(range(len(segments)), key=lambda k: -len(segments[k].ids))
         found = []
         batches = list(chunks(order, self.batch_size))

@@ -47,6 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its newest checkpoint that verifies")
     p.add_argument("--resume-from", metavar="CKPT_DIR", help="continue from this checkpoint directory")
+    p.add_argument("--export", choices=("discriminator", "generator"), metavar="PART",
+                   help="ELECTRA: also write one tower as a standalone model, RUN_DIR/final-PART "
+                        "(discriminator|generator; see `maskplay export`)")
     p.set_defaults(func=run)
 
 
@@ -84,11 +87,22 @@ def run(args: argparse.Namespace) -> int:
     from .loop import train
 
     config = resolve_config(args)
+    if args.export and config.model.family != "electra":
+        raise ValueError(f"--export {args.export}: only ELECTRA models have towers to export; this run is "
+                         f"model.family = {config.model.family!r}")
     result = train(config, resume=args.resume, resume_from=args.resume_from)
     if int(os.environ.get("RANK", "0")) == 0:
         if result.final_dir is not None:
             print(f"final model: {Path(result.final_dir).resolve()} "
                   "(load with maskplay.MaskplayModel.from_pretrained)")
+            if args.export:
+                import shutil
+
+                from ..export_cli import export_part
+
+                target = Path(result.run_dir) / f"final-{args.export}"
+                shutil.rmtree(target, ignore_errors=True)  # the previous export of a resumed run
+                print(f"{args.export}: {export_part(result.final_dir, args.export, target).resolve()}")
         else:
             print(f"interrupted at step {result.step}; checkpoint {result.checkpoint}; continue with "
                   f"`maskplay pretrain --out {result.run_dir} --resume`")

@@ -412,7 +412,7 @@ class Trainer:
             out = forward_in(module, self.config.run.precision, **batch)
             total = out.loss.float() * n  # the family's loss is the mean over its n targets: n * mean is their sum
             total.backward()
-        return float(total.detach()), n, {k: float(v) * n for k, v in (out.parts or {}).items()}
+        return float(total.detach()), n, {k: float(v.detach()) * n for k, v in (out.parts or {}).items()}
 
     def evaluate(self) -> float | None:
         """Mean token loss over the fixed held-out batches (all processes' shares together)."""
@@ -432,7 +432,7 @@ class Trainer:
                     loss_sum += float(out.loss.float()) * n
                     count += n
                     for key, value in (out.parts or {}).items():
-                        parts[key] = parts.get(key, 0.0) + float(value) * n
+                        parts[key] = parts.get(key, 0.0) + float(value.detach()) * n
         self.model.train()
         # the loss parts are this process's (rank 0 reports them); the loss itself is summed over all
         self.eval_parts = {f"eval_{k}": v / count for k, v in parts.items()} if count else {}
