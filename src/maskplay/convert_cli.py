@@ -1,0 +1,285 @@
+"""`maskplay convert`: HuggingFace BERT / ELECTRA checkpoints to maskplay model directories and back
+(see docs/CONVERT.md). Weights are read from safetensors only: a pickled pytorch_model.bin is never loaded."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from torch import Tensor
+
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+TOKENIZER = "tokenizer.json"
+
+# What transformers assumes for a key config.json leaves out (BertConfig's and ElectraConfig's defaults).
+_HF_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 30522, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12,
+    "pad_token_id": 0, "position_embedding_type": "absolute", "tie_word_embeddings": True,
+}
+_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "bert": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072},
+    "electra": {"embedding_size": 128, "hidden_size": 256, "num_hidden_layers": 12, "num_attention_heads": 4,
+                "intermediate_size": 1024},
+}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("convert", help="convert HuggingFace BERT / ELECTRA checkpoints to maskplay and back",
+                       description="--from-hf: a HuggingFace directory (config.json + model.safetensors) -> a "
+                                   "maskplay model directory. --to-hf: a maskplay model directory -> HuggingFace "
+                                   "directories that transformers' from_pretrained loads.")
+    direction = p.add_mutually_exclusive_group(required=True)
+    direction.add_argument("--from-hf", metavar="HF_DIR", help="BertForMaskedLM, ElectraForPreTraining (the "
+                           "discriminator) or ElectraForMaskedLM (a generator alone)")
+    direction.add_argument("--to-hf", metavar="MASKPLAY_DIR", help="a bert or electra model directory")
+    p.add_argument("--generator", metavar="HF_GEN_DIR", default=None,
+                   help="with --from-hf: the ElectraForMaskedLM generator that goes with the discriminator in HF_DIR; "
+                        "together they become one maskplay ELECTRA model")
+    p.add_argument("--out", required=True, metavar="DIR", help="the directory to write (must not exist)")
+    p.add_argument("--generator-out", metavar="DIR", default=None,
+                   help="with --to-hf of an ELECTRA model with a generator: where the generator goes")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.from_hf is not None:
+        if args.generator_out is not None:
+            raise ValueError("--generator-out goes with --to-hf; with --from-hf the generator is read from --generator")
+        for line in convert_from_hf(args.from_hf, args.out, args.generator):
+            print(line)
+    else:
+        if args.generator is not None:
+            raise ValueError("--generator goes with --from-hf; with --to-hf the generator is written to --generator-out")
+        for line in convert_to_hf(args.to_hf, args.out, args.generator_out):
+            print(line)
+    return 0
+
+
+# ---- HuggingFace -> maskplay ------------------------------------------------------------------------------
+
+
+def read_hf_dir(directory: str | Path) -> tuple[str, SimpleNamespace, dict[str, Tensor]]:
+    """(architecture, config, weights) of a HuggingFace model directory, the weights from safetensors."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"HuggingFace model directory {directory} not found")
+    config_path = directory / CONFIG
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path} not found: a HuggingFace model directory needs config.json")
+    try:
+        data = json.loads(config_path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{config_path}: invalid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{config_path}: expected a JSON object")
+    state = _read_weights(directory)
+    architecture = _architecture(data, state, config_path)
+    model_type = "bert" if architecture == "BertForMaskedLM" else "electra"
+    return architecture, SimpleNamespace(**{**_HF_DEFAULTS, **_MODEL_DEFAULTS[model_type], **data}), state
+
+
+def _read_weights(directory: Path) -> dict[str, Tensor]:
+    from safetensors.torch import load_file
+
+    if (directory / WEIGHTS).is_file():
+        return load_file(str(directory / WEIGHTS))
+    if (directory / WEIGHTS_INDEX).is_file():
+        index = json.loads((directory / WEIGHTS_INDEX).read_text())
+        state: dict[str, Tensor] = {}
+        for shard in sorted(set(index.get("weight_map", {}).values())):
+            if not (directory / shard).is_file() or Path(shard).name != shard:
+                raise FileNotFoundError(f"{directory / WEIGHTS_INDEX} names a shard {shard!r} that is not in {directory}")
+            state.update(load_file(str(directory / shard)))
+        return state
+    pickled = [name for name in ("pytorch_model.bin", "pytorch_model.bin.index.json") if (directory / name).is_file()]
+    if pickled:
+        raise FileNotFoundError(f"{directory} has {pickled[0]} but no {WEIGHTS}: maskplay does not unpickle weights; "
+                                "re-save the model with model.save_pretrained(dir, safe_serialization=True)")
+    raise FileNotFoundError(f"{directory / WEIGHTS} not found")
+
+
+def _architecture(data: dict[str, Any], state: dict[str, Tensor], source: Path) -> str:
+    """The class config.json names; without `architectures`, the model_type and the head's weights decide."""
+    from .convert import ARCHITECTURES
+
+    named = data.get("architectures") or []
+    known = [a for a in named if a in ARCHITECTURES]
+    if known:
+        return known[0]
+    if named:
+        raise ValueError(f"{source}: architecture {named[0]!r} is not supported; supported: {list(ARCHITECTURES)}")
+    model_type = data.get("model_type")
+    if model_type == "bert":
+        return "BertForMaskedLM"
+    if model_type == "electra":
+        if any(k.startswith("discriminator_predictions.") for k in state):
+            return "ElectraForPreTraining"
+        if any(k.startswith("generator_predictions.") for k in state):
+            return "ElectraForMaskedLM"
+    raise ValueError(f"{source}: cannot tell the architecture (no 'architectures', model_type {model_type!r}); "
+                     f"supported: {list(ARCHITECTURES)}")
+
+
+def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Path | None = None) -> list[str]:
+    """Write the maskplay model of the HuggingFace directory `hf_dir` (with `generator_dir`: an ELECTRA pair)
+    to `out`, whole or not at all; returns what to tell the user."""
+    from .convert import from_hf
+
+    hf_dir, out = Path(hf_dir), Path(out)
+    _check_new(out, [hf_dir] + ([Path(generator_dir)] if generator_dir is not None else []))
+    architecture, hf_config, state = read_hf_dir(hf_dir)
+    generator = None
+    if generator_dir is not None:
+        if architecture != "ElectraForPreTraining":
+            raise ValueError(f"--generator goes with an ElectraForPreTraining discriminator; {hf_dir} holds a "
+                             f"{architecture}")
+        gen_architecture, gen_config, gen_state = read_hf_dir(generator_dir)
+        if gen_architecture != "ElectraForMaskedLM":
+            raise ValueError(f"--generator {generator_dir} holds a {gen_architecture}, not an ElectraForMaskedLM")
+        generator = (gen_config, gen_state)
+    ids, note = _special_ids(hf_dir, hf_config.vocab_size)
+    model = from_hf(architecture, (hf_config, state), generator, special_ids=ids)
+    notes = [note] if note else []
+    tokenizer = hf_dir / TOKENIZER
+
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        if tokenizer.is_file():
+            shutil.copy2(tokenizer, tmp / TOKENIZER)
+
+    _write_dirs([(out, write)])
+    what = {"BertForMaskedLM": "bert", "ElectraForMaskedLM": "bert (an ELECTRA generator, embedding_size "
+            f"{model.config.embedding_size})", "ElectraForPreTraining": "electra (discriminator alone)"}[architecture]
+    if generator is not None:
+        tied = "tied" if model.config.electra.tie_embeddings else "untied"
+        what = (f"electra (discriminator + generator at {model.config.electra.generator_hidden_fraction:.4g} of its "
+                f"hidden size, {tied} embeddings)")
+    lines = [f"wrote {out}: {what}, {model.num_parameters():,} parameters"]
+    if tokenizer.is_file():
+        lines.append(f"copied {TOKENIZER}")
+    else:
+        lines.append(f"{hf_dir} has no {TOKENIZER}: add one to {out} before scoring with it (maskplay tokenizer "
+                     "builds one from a vocab.txt)")
+    return lines + notes
+
+
+def _special_ids(hf_dir: Path, vocab_size: int) -> tuple[dict[str, Any], str | None]:
+    """The special-token ids of the HuggingFace directory's own tokenizer (tokenizer.json, else vocab.txt), so that
+    the model's [MASK], [PAD], ... are the tokenizer's; without one, the bert-base-uncased layout stays."""
+    from .tokenizer import load_tokenizer
+
+    if not any((hf_dir / name).is_file() for name in (TOKENIZER, "vocab.txt")):
+        return {}, None
+    try:
+        tokenizer = load_tokenizer(hf_dir)
+    except ValueError as err:
+        return {}, f"note: special-token ids left in the bert-base-uncased layout ({err})"
+    ids = tokenizer.model_config_ids()
+    size = ids.pop("vocab_size")
+    if any(not 0 <= ids[k] < vocab_size for k in ids if k != "special_token_ids"):
+        return {}, (f"note: the tokenizer's special tokens fall outside the model's vocabulary of {vocab_size}; "
+                    "special-token ids left in the bert-base-uncased layout")
+    note = None
+    if size != vocab_size:
+        note = (f"note: the tokenizer has {size} tokens and the model {vocab_size} embeddings; maskplay score and embed "
+                "need the two to match")
+    return ids, note
+
+
+# ---- maskplay -> HuggingFace ------------------------------------------------------------------------------
+
+
+def convert_to_hf(model_dir: str | Path, out: str | Path, generator_out: str | Path | None = None) -> list[str]:
+    """Write the HuggingFace model(s) of the maskplay directory `model_dir`: one to `out`, an ELECTRA generator to
+    `generator_out`; all or nothing. Returns what to tell the user."""
+    from .convert import to_hf
+    from .modeling import MaskplayModel
+
+    model_dir, out = Path(model_dir), Path(out)
+    targets = [out] + ([Path(generator_out)] if generator_out is not None else [])
+    if generator_out is not None and Path(generator_out).resolve() == out.resolve():
+        raise ValueError("--out and --generator-out must be different directories")
+    for target in targets:
+        _check_new(target, [model_dir])
+    if not model_dir.is_dir():  # a local conversion: never a hub download
+        raise FileNotFoundError(f"maskplay model directory {model_dir} not found")
+    model = MaskplayModel.from_pretrained(model_dir)
+    exports = to_hf(model)
+    if len(exports) == 2 and generator_out is None:
+        raise ValueError(f"{model_dir} is an ELECTRA model with a generator: give --generator-out DIR for it")
+    if len(exports) == 1 and generator_out is not None:
+        raise ValueError(f"{model_dir} has no generator to write to --generator-out")
+    tokenizer = model_dir / TOKENIZER
+    _write_dirs([(target, _hf_writer(config, state, tokenizer)) for target, (config, state)
+                 in zip(targets, exports, strict=True)])
+    lines = [f"wrote {target}: {config['architectures'][0]}" for target, (config, _) in zip(targets, exports, strict=True)]
+    if tokenizer.is_file():
+        lines.append(f"copied {TOKENIZER}")
+    return lines
+
+
+def _hf_writer(config: dict[str, Any], state: dict[str, Tensor], tokenizer: Path) -> Callable[[Path], None]:
+    def write(tmp: Path) -> None:
+        from safetensors.torch import save_file
+
+        (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        save_file(_unshared(state), str(tmp / WEIGHTS), metadata={"format": "pt"})
+        if tokenizer.is_file():
+            shutil.copy2(tokenizer, tmp / TOKENIZER)
+
+    return write
+
+
+def _unshared(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """safetensors refuses two names for one storage (a tied decoder and its word embeddings): clone repeats."""
+    seen: set[int] = set()
+    out = {}
+    for key, value in state.items():
+        value = value.detach().cpu()
+        pointer = value.untyped_storage().data_ptr()
+        out[key] = value.clone().contiguous() if pointer in seen else value.contiguous()
+        seen.add(pointer)
+    return out
+
+
+# ---- writing ----------------------------------------------------------------------------------------------
+
+
+def _check_new(out: Path, sources: list[Path]) -> None:
+    if out.exists():
+        raise ValueError(f"--out {out} already exists; choose a new directory")
+    if any(out.resolve() == source.resolve() for source in sources):
+        raise ValueError(f"--out {out} is an input directory")
+
+
+def _write_dirs(jobs: list[tuple[Path, Callable[[Path], None]]]) -> None:
+    """Fill each directory in a temporary sibling, then rename them into place: an error leaves none of them."""
+    temps: list[Path] = []
+    done: list[Path] = []
+    try:
+        for target, write in jobs:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.parent / f".tmp-{target.name}-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            temps.append(tmp)
+            write(tmp)
+        for (target, _), tmp in zip(jobs, temps, strict=True):
+            os.rename(tmp, target)  # fails, rather than merges, if the target appeared meanwhile
+            done.append(target)
+    except BaseException:
+        for target in done:
+            shutil.rmtree(target, ignore_errors=True)
+        raise
+    finally:
+        for tmp in temps:
+            shutil.rmtree(tmp, ignore_errors=True)
