@@ -4,6 +4,11 @@ measured matmul peak.
 
     python benchmarks/train_speed.py --preset mini --data runs/data-wiki16k
     python benchmarks/train_speed.py --preset tta-paper --families tta --hf-precisions fp32 --memory
+    python benchmarks/train_speed.py --preset mini --families bert electra --precisions bf16 --hf-electra
+
+With --hf-electra the baseline is HuggingFace ELECTRA instead: ElectraForMaskedLM (generator, 1/4 size) +
+ElectraForPreTraining sharing their embeddings, driven by a plain loop (mask 15 %, sample the generator's
+softmax at the masked positions, loss = MLM + 50 x BCE), the way its users pretrain it.
 
 Every case does full optimizer steps (forward, backward, clipping, AdamW) on batch x seq_len real tokens.
 Cases are interleaved round by round, so load from other processes hits them alike; the median is reported.
@@ -25,7 +30,7 @@ from common import PeakRSS, interleaved, machine, matmul_peak  # noqa: E402
 
 from maskplay import preset  # noqa: E402
 from maskplay.families.bert import mask_tokens  # noqa: E402
-from maskplay.flops import predicted_fraction, training_flops_per_token  # noqa: E402
+from maskplay.flops import electra_training_flops_per_token, predicted_fraction, training_flops_per_token  # noqa: E402
 from maskplay.modeling import build_model  # noqa: E402
 from maskplay.precision import forward_in  # noqa: E402
 
@@ -72,8 +77,11 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
         gen = torch.Generator().manual_seed(0)
         step = optimizer_step(
             model, lambda ids: forward_in(model, precision, **model.training_batch(ids, mask, generator=gen)).loss)
-        flops[f"{family} {precision}"] = tokens * training_flops_per_token(
-            model.config, args.seq_len, predicted_fraction(family))
+        if family == "electra":
+            flops[f"{family} {precision}"] = tokens * electra_training_flops_per_token(model.config, args.seq_len)
+        else:
+            flops[f"{family} {precision}"] = tokens * training_flops_per_token(
+                model.config, args.seq_len, predicted_fraction(family))
         return step
 
     def hf_case(precision: str) -> Callable[[], object]:
@@ -100,8 +108,51 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
         flops[f"HF {precision}"] = tokens * training_flops_per_token(cfg, args.seq_len, 1.0)
         return step
 
+    def hf_electra_case(precision: str) -> Callable[[], object]:
+        import transformers
+
+        cfg = preset(args.preset, family="electra", vocab_size=vocab)
+        gen_sizes = cfg.generator_sizes()
+
+        def hf_config(hidden: int, heads: int, ffn: int) -> transformers.ElectraConfig:
+            return transformers.ElectraConfig(
+                vocab_size=vocab, embedding_size=cfg.embedding_width, hidden_size=hidden, num_hidden_layers=cfg.num_layers,
+                num_attention_heads=heads, intermediate_size=ffn, max_position_embeddings=cfg.max_position)
+
+        torch.manual_seed(0)
+        disc = transformers.ElectraForPreTraining(hf_config(cfg.hidden_size, cfg.num_heads, cfg.intermediate_size))
+        gen = transformers.ElectraForMaskedLM(hf_config(gen_sizes["hidden_size"], gen_sizes["num_heads"],
+                                                        gen_sizes["intermediate_size"]))
+        gen.electra.embeddings = disc.electra.embeddings  # shared, as in the paper
+        gen.generator_lm_head.weight = disc.electra.embeddings.word_embeddings.weight
+        pair = torch.nn.ModuleList([disc, gen]).train()
+        gen_rng = torch.Generator().manual_seed(0)
+
+        def loss_of(ids: torch.Tensor) -> torch.Tensor:
+            masked, labels = mask_tokens(ids, mask, cfg.special_token_ids, cfg.mask_token_id, vocab, 0.15, gen_rng,
+                                         mask_share=0.85, random_share=0.0)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-autocast"):
+                g = gen(input_ids=masked, attention_mask=mask.long(), labels=labels)
+                selected = labels != -100
+                with torch.no_grad():
+                    probs = g.logits[selected].float().softmax(-1)
+                    sampled = torch.multinomial(probs, 1, generator=gen_rng)[:, 0]
+                corrupted = ids.masked_scatter(selected, sampled)
+                d = disc(input_ids=corrupted, attention_mask=mask.long(), labels=(corrupted != ids).long())
+                return g.loss + 50.0 * d.loss
+
+        step = optimizer_step(pair, loss_of)
+        # as computed: the generator's vocabulary head at every position
+        gen_cfg = preset(args.preset, family="bert", vocab_size=vocab, **gen_sizes, embedding_size=cfg.embedding_width)
+        flops[f"HF electra {precision}"] = tokens * (training_flops_per_token(gen_cfg, args.seq_len, 1.0) +
+                                                     training_flops_per_token(cfg, args.seq_len, 0.0))
+        return step
+
     for precision in args.hf_precisions:
-        cases[f"HF {precision}"] = hf_case(precision)
+        if args.hf_electra:
+            cases[f"HF electra {precision}"] = hf_electra_case(precision)
+        else:
+            cases[f"HF {precision}"] = hf_case(precision)
     for family in args.families:
         for precision in args.precisions:
             cases[f"{family} {precision}"] = our_case(family, precision)
@@ -127,6 +178,8 @@ def main() -> None:
     p.add_argument("--families", nargs="+", default=["tta", "bert", "gpt"])
     p.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16", "bf16-autocast"])
     p.add_argument("--hf-precisions", nargs="+", default=["fp32", "bf16-autocast"], choices=["fp32", "bf16-autocast"])
+    p.add_argument("--hf-electra", action="store_true",
+                   help="baseline: HuggingFace ELECTRA (generator + discriminator) instead of BertForMaskedLM")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--memory", action="store_true", help="also measure each case's peak memory (subprocesses)")
@@ -156,6 +209,9 @@ def main() -> None:
     argv = [a for a in sys.argv[1:] if a != "--memory"]
     rows = []
     print(f"\npreset {args.preset}, batch {args.batch_size} x {args.seq_len}, median of {args.rounds} rounds")
+    if "bert bf16" in seconds and "electra bf16" in seconds:
+        print(f"ELECTRA step time / BERT step time (bf16, same discriminator size): "
+              f"{seconds['electra bf16'] / seconds['bert bf16']:.2f}x")
     print(f"{'case':<22}{'tokens/s':>10}{'vs HF best':>12}{'MFU (bf16 peak)':>17}{'memory MB':>11}")
     for name, s in seconds.items():
         tps = tokens / s
@@ -169,6 +225,7 @@ def main() -> None:
     if args.out:
         Path(args.out).write_text(json.dumps({"machine": machine(), "peak_bf16": peak_bf16, "peak_fp32": peak_fp32,
                                               "args": vars(args), "rows": rows}, indent=2) + "\n")
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

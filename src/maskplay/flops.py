@@ -17,6 +17,22 @@ def training_flops_per_token(config: ModelConfig, seq_len: int, predicted_fracti
     return 3 * forward_flops_per_token(config, seq_len, predicted_fraction)
 
 
+def electra_training_flops_per_token(config: ModelConfig, seq_len: int) -> float:
+    """ELECTRA's training step per input token: the discriminator's blocks and its replaced-token head at every
+    token, the generator's blocks at every token and its vocabulary head at mask_prob of them (forward +
+    backward)."""
+    from dataclasses import replace
+
+    gen = replace(config, family="bert", **config.generator_sizes())
+    e = config.embedding_width
+    disc_head = 2 * config.hidden_size ** 2 + 2 * config.hidden_size
+    gen_head = 2 * gen.hidden_size * e + 2 * e * config.vocab_size
+    projections = 2 * e * gen.hidden_size * (gen.hidden_size != e) + 2 * e * config.hidden_size * (config.hidden_size != e)
+    forward = (config.num_layers * _layer_flops(config, seq_len) + disc_head + gen.num_layers * _layer_flops(gen, seq_len)
+               + config.electra.mask_prob * gen_head + projections)
+    return 3 * forward
+
+
 def predicted_fraction(family: str) -> float:
     """Share of tokens at which each family applies its LM head during training."""
     return {"bert": 0.15, "gpt": 1.0, "tta": 1.0, "electra": 0.15}[family]  # ELECTRA: its generator's head
