@@ -12,7 +12,22 @@ from typing import Any, TypeVar
 
 import tomllib
 
-FAMILIES = ("tta", "bert", "gpt", "electra")
+FAMILIES = ("tta", "bert", "gpt", "electra", "unilm")
+UNILM_OBJECTIVES = ("seq2seq", "mixed")
+
+
+@dataclass
+class UnilmConfig:
+    """UniLM's objective (read only by family="unilm"). seq2seq: fine-tuning on `[SOS] source [SEP] target
+    [EOS]` sequences, each target position predicting the next target token through BERT's own MLM head;
+    mixed: UniLM pretraining, each batch under one of the bidirectional, left-to-right, right-to-left and
+    seq2seq masks (1/3, 1/6, 1/6, 1/3), with BERT's masked-token targets."""
+
+    objective: str = "seq2seq"
+
+    def __post_init__(self) -> None:
+        if self.objective not in UNILM_OBJECTIVES:
+            raise ValueError(f"unilm.objective must be one of {UNILM_OBJECTIVES}, got {self.objective!r}")
 
 
 @dataclass
@@ -61,8 +76,10 @@ class ModelConfig:
     unk_token_id: int = 2
     sos_token_id: int = 3
     mask_token_id: int = 4
+    sep_token_id: int | None = None  # between source and target (UniLM, seq2seq data); None = eos_token_id
     special_token_ids: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4, 5, 6])
     electra: ElectraConfig = field(default_factory=ElectraConfig)
+    unilm: UnilmConfig = field(default_factory=UnilmConfig)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -86,6 +103,10 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def separator_id(self) -> int:
+        return self.sep_token_id if self.sep_token_id is not None else self.eos_token_id
 
     @property
     def embedding_width(self) -> int:

@@ -23,6 +23,7 @@ class SpecialIds:
     sos: int
     mask: int
     all: tuple[int, ...]
+    sep: int = -1  # between a source and a target: [SEP] when the vocabulary has it, else the end token
 
 
 class Tokenizer:
@@ -43,6 +44,7 @@ class Tokenizer:
             pad=find("[PAD]"), eos=find("[EOS]", "[SEP]"), unk=find("[UNK]"), sos=find("[SOS]", "[CLS]"),
             mask=find("[MASK]"),
             all=tuple(sorted(vocab[t] for t in SPECIAL_TOKENS if t in vocab)),
+            sep=find("[SEP]", "[EOS]"),
         )
         backend.no_padding()
         backend.no_truncation()
@@ -69,7 +71,7 @@ class Tokenizer:
         """The special-token fields of a ModelConfig for this vocabulary."""
         s = self.special
         return dict(vocab_size=self.vocab_size, pad_token_id=s.pad, eos_token_id=s.eos, unk_token_id=s.unk,
-                    sos_token_id=s.sos, mask_token_id=s.mask, special_token_ids=list(s.all))
+                    sos_token_id=s.sos, mask_token_id=s.mask, special_token_ids=list(s.all), sep_token_id=s.sep)
 
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)

@@ -44,6 +44,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", choices=PRECISIONS, help="run.precision")
     p.add_argument("--device", help="run.device: auto, cpu, cuda or cuda:N")
     p.add_argument("--seed", type=int, help="data.seed (initial weights, data order, dropout)")
+    p.add_argument("--init", metavar="MODEL_DIR",
+                   help="model.init: start from this model's weights and architecture (e.g. a BERT for UniLM)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its newest checkpoint that verifies")
     p.add_argument("--resume-from", metavar="CKPT_DIR", help="continue from this checkpoint directory")
@@ -71,7 +73,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         config = saved_run_config(out) or TrainConfig()
     else:
         config = TrainConfig()
-    config = _replace(config, "model", family=args.family, preset=args.preset)
+    config = _replace(config, "model", family=args.family, preset=args.preset, init=args.init)
     if args.data is not None:
         config = _replace(config, "data", path=args.data, corpus=[])
     if args.corpus is not None:

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import FAMILIES, PRESETS, ElectraConfig, ModelConfig, from_dict, load_toml, preset
+from ..config import FAMILIES, PRESETS, ElectraConfig, ModelConfig, UnilmConfig, from_dict, load_toml, preset
 from ..precision import Precision
 
 PRECISIONS = tuple(p.value for p in Precision if p.trainable)  # fp32, bf16, bf16-autocast
 # ModelConfig fields that come from the tokenizer of the data, never from the training config.
 TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "eos_token_id", "unk_token_id", "sos_token_id", "mask_token_id",
-                    "special_token_ids")
+                    "sep_token_id", "special_token_ids")
 
 
 @dataclass
@@ -37,6 +37,10 @@ class ModelSection:
     layer_norm_eps: float | None = None
     initializer_range: float | None = None
     electra: ElectraConfig = field(default_factory=ElectraConfig)  # [model.electra], read by family = "electra"
+    unilm: UnilmConfig = field(default_factory=UnilmConfig)  # [model.unilm], read by family = "unilm"
+    # a model directory whose weights start the run (e.g. a BERT for UniLM seq2seq fine-tuning): its architecture
+    # is used, the preset and the size fields above are then ignored; "" = random initialisation
+    init: str = ""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -46,12 +50,29 @@ class ModelSection:
 
     def overrides(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("family", "preset", "electra") and getattr(self, f.name) is not None}
+                if f.name not in ("family", "preset", "electra", "unilm", "init") and getattr(self, f.name) is not None}
 
     def build(self, tokenizer_fields: dict[str, Any]) -> ModelConfig:
         """The ModelConfig of this section for a vocabulary (Tokenizer.model_config_ids())."""
-        return preset(self.preset, family=self.family, electra=self.electra,
+        if self.init:
+            return self._init_config(tokenizer_fields)
+        return preset(self.preset, family=self.family, electra=self.electra, unilm=self.unilm,
                       **{**self.overrides(), **tokenizer_fields})
+
+    def _init_config(self, tokenizer_fields: dict[str, Any]) -> ModelConfig:
+        """The architecture of the model in `init`, as this section's family, checked against the tokenizer."""
+        from ..modeling import CONFIG_NAME, resolve_model_dir
+
+        path = resolve_model_dir(self.init) / CONFIG_NAME
+        if not path.is_file():
+            raise FileNotFoundError(f"model.init: {path} not found (a model directory written by save_pretrained)")
+        saved = from_dict(ModelConfig, json.loads(path.read_text()), source=str(path))
+        for name in ("vocab_size", "pad_token_id", "mask_token_id"):
+            if getattr(saved, name) != tokenizer_fields[name]:
+                raise ValueError(f"model.init: {path} has {name}={getattr(saved, name)}, the data's tokenizer "
+                                 f"{tokenizer_fields[name]}: train with the tokenizer the model was trained with")
+        return dataclasses.replace(saved, family=self.family, electra=self.electra, unilm=self.unilm,
+                                   **{**self.overrides(), **tokenizer_fields})
 
 
 @dataclass
@@ -205,6 +226,8 @@ def train_config_from_dict(data: dict[str, Any], source: str = "config") -> Trai
 def load_train_config(path: str | Path) -> TrainConfig:
     """Read a TOML file; unknown sections or keys are errors that name them and the file."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"config file {path} is a directory; give a .toml file")
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} not found")
     if path.suffix == ".json":

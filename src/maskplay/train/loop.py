@@ -31,7 +31,7 @@ from torch import Tensor
 
 from ..config import ModelConfig, from_dict
 from ..data.dataset import TokenDataset
-from ..modeling import IGNORE_INDEX, MaskplayModel, build_model
+from ..modeling import IGNORE_INDEX, MaskplayModel, build_model, prepare_output_dir
 from ..precision import forward_in
 from ..tokenizer import Tokenizer, load_tokenizer
 from . import checkpoint as ckpt
@@ -148,6 +148,7 @@ class Trainer:
         self._pending: list[str] = []  # messages before the Metrics (and its log file) exist
         self.metrics: Metrics | None = None
         if d.is_main:
+            prepare_output_dir(self.run_dir, "run.out_dir (--out)")
             self.run_dir.mkdir(parents=True, exist_ok=True)
             ckpt.remove_partial_writes(self.run_dir)
         distributed.barrier(d)
@@ -178,6 +179,8 @@ class Trainer:
 
         _seed_everything(cfg.data.seed)  # the same initial weights on every process
         self.model: MaskplayModel = build_model(self.model_config).to(self.device)
+        if cfg.model.init and self.checkpoint_path is None:
+            self._initialise_from(cfg.model.init)
         self.optimizer = build_optimizer(self.model, cfg.optim)
         # after the initial weights, each process gets its own streams (dropout, BERT's corruption)
         stream_seed = cfg.data.seed * 1_000_003 + d.rank + 1
@@ -207,6 +210,17 @@ class Trainer:
             self._pending.append(message)
         else:
             self.metrics.log(message)
+
+    def _initialise_from(self, directory: str) -> None:
+        """Copy the weights of a saved model (strict: every weight of this model must be there, nothing else)."""
+        from safetensors.torch import load_file
+
+        from ..modeling import WEIGHTS_NAME, resolve_model_dir
+
+        path = resolve_model_dir(directory) / WEIGHTS_NAME
+        state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(path)).items()}
+        self.model.load_strict(state, source=f"model.init {path}")
+        self.log(f"initialised the {self.model_config.family} model from {path}")
 
     def _choose_checkpoint(self, resume: bool, resume_from: str | Path | None) -> Path | None:
         """Rank 0 picks (and verifies) the checkpoint; every process loads the one it picked."""
