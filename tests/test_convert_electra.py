@@ -239,7 +239,8 @@ def test_cli_pair_round_trip(tmp_path, batch, capsys):
     assert main(["convert", "--from-hf", str(tmp_path / "disc"), "--generator", str(tmp_path / "gen"),
                  "--out", str(tmp_path / "mp")]) == 0
     assert "tied embeddings" in capsys.readouterr().out
-    assert sorted(p.name for p in (tmp_path / "mp").iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert sorted(p.name for p in (tmp_path / "mp").iterdir()) == ["config.json", "manifest.json", "model.safetensors",
+                                                                  "tokenizer.json"]
     model = MaskplayModel.from_pretrained(tmp_path / "mp").eval()
     assert model.config.family == "electra" and model.config.mask_token_id == 103
     close(our_logits(model, batch), hf_logits(disc, batch))

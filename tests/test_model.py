@@ -43,6 +43,7 @@ def test_loading_a_checkpoint_with_a_missing_weight_fails(tmp_path, tiny_model):
     state = load_file(tmp_path / "model.safetensors")
     del state["encoder.layers.1.attn.key.weight"]
     save_file(state, tmp_path / "model.safetensors")
+    (tmp_path / "manifest.json").unlink()  # an edited file fails its checksum first; this tests the key check
     with pytest.raises(ValueError, match=r"missing \['encoder.layers.1.attn.key.weight'\]"):
         MaskplayModel.from_pretrained(tmp_path)
 

@@ -169,10 +169,51 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
     kwargs = {}
     for key, value in data.items():
         hint = hints[key]
-        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        if dataclasses.is_dataclass(hint) and not isinstance(value, hint):
+            if not isinstance(value, dict):
+                raise ValueError(f"{source}: {key} = {value!r}: expected a table of {hint.__name__} fields")
             value = from_dict(hint, value, source=f"{source}.{key}")
+        else:
+            value = _checked(value, hint, f"{source}: {key}")
         kwargs[key] = value
     return cls(**kwargs)
+
+
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is list:
+        return f"a list of {_type_name(typing.get_args(hint)[0])}s"
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    return names.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _checked(value: Any, hint: Any, name: str) -> Any:
+    """`value` if it has the field's type (an int is accepted where a float is expected, as --set does); a file
+    value of the wrong type (lr = "fast") is an error here, naming the key, not a TypeError deep in training."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None and type(None) in args:
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin = typing.get_origin(hint)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{name} = {value!r}: expected {_type_name(hint)}")
+        (item,) = typing.get_args(hint)
+        return [_checked(v, item, name) for v in value]
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint in (str, bool):
+        if isinstance(value, hint):
+            return value
+    else:
+        return value  # a type this check does not know: the dataclass validates it
+    raise ValueError(f"{name} = {value!r}: expected {_type_name(hint)}, got {type(value).__name__}")
 
 
 def _coerce(text: str, hint: Any, name: str) -> Any:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
@@ -154,6 +156,7 @@ class MaskplayModel(nn.Module):
             save_file(tensors, str(tmp), metadata={"format": "pt", "family": self.family})
         with _atomic_path(directory / CONFIG_NAME) as tmp:
             tmp.write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+        write_model_manifest(directory)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, **config_overrides: Any) -> MaskplayModel:
@@ -164,12 +167,17 @@ class MaskplayModel(nn.Module):
         for path in (config_path, weights_path):
             if not path.is_file():
                 raise FileNotFoundError(f"{path} not found: is {directory} a directory written by save_pretrained?")
-        data = json.loads(config_path.read_text())
+        try:
+            data = json.loads(config_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"{config_path} is damaged: not readable JSON ({err})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{config_path} is damaged: a JSON object was expected")
         data.update(config_overrides)
         config = from_dict(ModelConfig, data, source=str(config_path))
         model_cls = cls if cls.family else family_class(config.family)
         model = model_cls(config)
-        state = load_file(str(weights_path))
+        state = read_weights(weights_path)
         model.load_strict({k: v.float() if v.is_floating_point() else v for k, v in state.items()},
                           source=str(weights_path))
         return model
@@ -211,15 +219,122 @@ def resolve_model_dir(name: str | Path) -> Path:
         raise FileNotFoundError(f"{name} is not a local directory and could not be fetched from the hub: {err}") from err
 
 
+# ---- integrity of a model directory ---------------------------------------------------------------------
+
+MODEL_MANIFEST = "manifest.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_model_manifest(directory: str | Path) -> Path:
+    """manifest.json: the sha256 and size of model.safetensors, as training checkpoints carry for each of their
+    files, so that a truncated or corrupted copy is named before anything reads it. Only the weights are
+    covered: config.json and tokenizer.json are text a user may legitimately edit."""
+    directory = Path(directory)
+    weights = directory / WEIGHTS_NAME
+    manifest = {"format": 1, "files": {WEIGHTS_NAME: {"sha256": _sha256(weights), "bytes": weights.stat().st_size}}}
+    with _atomic_path(directory / MODEL_MANIFEST) as tmp:
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    return directory / MODEL_MANIFEST
+
+
+def verify_model_files(directory: str | Path) -> None:
+    """Check the files a manifest.json lists (models written before manifests existed, or fetched from the hub,
+    have none: their weights are still checked by read_weights). Raises ValueError naming the damaged file."""
+    directory = Path(directory)
+    path = directory / MODEL_MANIFEST
+    if not path.is_file():
+        return
+    try:
+        files = json.loads(path.read_text())["files"]
+        entries = [(name, int(e["bytes"]), str(e["sha256"])) for name, e in files.items()]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ValueError(f"{path} is damaged: not a model manifest ({type(err).__name__})") from None
+    for name, size, digest in entries:
+        file = directory / name
+        if not file.is_file():
+            raise ValueError(f"{file} is missing (listed in {path})")
+        actual = file.stat().st_size
+        if actual != size:
+            raise ValueError(f"{file} is damaged: {actual} bytes, the manifest says {size} (truncated?)")
+        if _sha256(file) != digest:
+            raise ValueError(f"{file} is damaged: its sha256 differs from the manifest's (corrupted)")
+
+
+def read_weights(path: str | Path) -> dict[str, Tensor]:
+    """A safetensors file's tensors, after the directory's manifest check; any damage is one ValueError that
+    names the file (safetensors' own errors are not meant for users and can span lines)."""
+    path = Path(path)
+    verify_model_files(path.parent)
+    if path.stat().st_size == 0:
+        raise ValueError(f"{path} is damaged: the file is empty")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{path} is damaged: not a readable safetensors file ({detail})") from None
+
+
+# ---- output files -------------------------------------------------------------------------------------------
+
+def prepare_output_file(path: str | Path, what: str = "--out") -> Path:
+    """Check that `path` can be written as a file (it is not a directory, no parent is a file) and create its
+    parent directories, so that these mistakes are one-line errors naming the argument."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {path} is a directory; give a file name")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{what} {path}: {parent} is a file, not a directory")
+            break
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def prepare_output_dir(path: str | Path, what: str = "--out") -> Path:
+    """The same for an output directory: it may exist as a directory, not as a file, nor below a file."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} {path} is a file; give a directory")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{what} {path}: {parent} is a file, not a directory")
+            break
+    return path
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; put it straight back
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class _atomic_path:
-    """Write to a temporary file in the same directory, fsync, then rename over the target."""
+    """Write to a temporary file in the same directory, fsync, then rename over the target. The file gets the
+    permissions of any file the user creates (0666 less the umask), not mkstemp's private 0600."""
 
     def __init__(self, target: Path) -> None:
         self.target = target
 
     def __enter__(self) -> Path:
+        if self.target.is_dir():
+            raise ValueError(f"{self.target} is a directory; give a file name")
+        if not self.target.parent.is_dir():
+            prepare_output_file(self.target, what="output")
         fd, name = tempfile.mkstemp(prefix=f".{self.target.name}.", dir=self.target.parent)
-        os.close(fd)
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())
+        finally:
+            os.close(fd)
         self.tmp = Path(name)
         return self.tmp
 
@@ -227,9 +342,13 @@ class _atomic_path:
         if exc_type is not None:
             self.tmp.unlink(missing_ok=True)
             return
-        with open(self.tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(self.tmp, self.target)
+        try:
+            with open(self.tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(self.tmp, self.target)
+        except OSError as err:  # e.g. the target became a directory meanwhile: leave no temporary file behind
+            self.tmp.unlink(missing_ok=True)
+            raise ValueError(f"cannot write {self.target}: {err.strerror or err}") from None
         dir_fd = os.open(self.target.parent, os.O_RDONLY)
         try:
             os.fsync(dir_fd)

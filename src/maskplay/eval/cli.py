@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..devices import resolve_device
+from ..modeling import prepare_output_file
 from ..precision import Precision
 from ..score.scorer import Method, Overflow, Scorer
 
@@ -25,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--out", default=None, help="write results as JSON here")
         t.add_argument("--limit", type=int, default=None, help="evaluate only the first N items of each set")
         t.add_argument("--batch-size", type=int, default=32)
-        t.add_argument("--device", default=None)
+        t.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
         t.add_argument("--precision", choices=[x.value for x in Precision], default=Precision.fp32.value)
         if scoring:
             t.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value)
@@ -73,9 +75,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _scorer(args: argparse.Namespace) -> Scorer:
     # Evaluations never fail on one long sentence: it is scored in windows (see docs/SCORING.md).
-    return Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=args.device,
+    return Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=resolve_device(args.device),
                                   method=Method(args.method), overflow=Overflow.WINDOW,
                                   precision=Precision(args.precision), progress=sys.stderr.isatty())
+
+
+def _early_checks(args: argparse.Namespace) -> None:
+    """The arguments that can be wrong, checked before any data or model is read."""
+    from .common import check_limit
+
+    check_limit(args.limit)
+    resolve_device(args.device)
+    if args.out is not None:
+        prepare_output_file(args.out)
 
 
 def _header(args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
@@ -89,11 +101,12 @@ def _timed(label: str) -> Callable[[], None]:
 
 def run_sts(args: argparse.Namespace) -> int:
     from ..score.embed import Embedder, Pooling
-    from .common import check_limit, data_path, write_results
+    from .common import data_path, write_results
     from .sts import SICK, STSB, evaluate_sts, load_sick, load_stsb
 
-    check_limit(args.limit)
-    embedder = Embedder.from_pretrained(args.model_dir, device=args.device, precision=Precision(args.precision))
+    _early_checks(args)
+    embedder = Embedder.from_pretrained(args.model_dir, device=resolve_device(args.device),
+                                        precision=Precision(args.precision))
     settings = {"pooling": args.pooling, "layer": args.layer, "diagonal_mask": args.diagonal_mask,
                 "family": embedder.model.config.family}
 
@@ -122,10 +135,10 @@ def run_sts(args: argparse.Namespace) -> int:
 
 
 def run_nbest(args: argparse.Namespace) -> int:
-    from .common import check_limit, data_path, write_results
+    from .common import data_path, write_results
     from .nbest import FOLDER, SPLITS, FirstPass, evaluate_nbest, load_nbest
 
-    check_limit(args.limit)
+    _early_checks(args)
     folder = data_path(args.data, FOLDER)
     splits = {s: load_nbest(data_path(folder / f"{s}.jsonl.gz"), args.limit) for s in SPLITS}
     scorer = _scorer(args)
@@ -152,10 +165,10 @@ def _sentence_values(scorer: Scorer, normalize: str) -> Callable[[list[str]], li
 
 
 def run_pairs(args: argparse.Namespace) -> int:
-    from .common import check_limit, write_results
+    from .common import write_results
     from .pairs import evaluate_pairs, load_pairs, pair_files
 
-    check_limit(args.limit)
+    _early_checks(args)
     files = {f.stem: load_pairs(f, args.limit) for f in pair_files(args.data)}
     scorer = _scorer(args)
     done = _timed("pairs")
@@ -173,10 +186,10 @@ def run_pairs(args: argparse.Namespace) -> int:
 
 
 def run_spelling(args: argparse.Namespace) -> int:
-    from .common import check_limit, data_path, write_results
+    from .common import data_path, write_results
     from .spelling import FILES, FOLDER, evaluate_spelling, load_rwse
 
-    check_limit(args.limit)
+    _early_checks(args)
     folder = data_path(args.data, FOLDER)
     files = {name: load_rwse(data_path(folder / f"{name}.txt"), args.limit) for name in FILES}
     scorer = _scorer(args)
@@ -201,6 +214,7 @@ def run_cola(args: argparse.Namespace) -> int:
     from .cola import DEVS, FOLDER, TRAIN, evaluate_cola, load_cola, sample
     from .common import data_path, limit_rows, write_results
 
+    _early_checks(args)
     if args.train_limit is not None and args.train_limit < 2:
         raise ValueError(f"--train-limit must be at least 2, got {args.train_limit}")
     folder = data_path(args.data, *FOLDER)

@@ -33,9 +33,16 @@ def data_root() -> Path:
 
 
 def data_path(given: str | Path | None, *default: str) -> Path:
+    """The given path, else the default under data_root(). A name with a suffix (x.csv, x.jsonl.gz) must be a
+    file and one without a directory: the other kind is an error naming it, not an IsADirectoryError later."""
     path = Path(given) if given is not None else data_root().joinpath(*default)
     if not path.exists():
         raise FileNotFoundError(f"{path} not found")
+    want_file = bool(Path(*default).suffix if default else path.suffix)
+    if want_file and path.is_dir():
+        raise ValueError(f"{path} is a directory; a data file was expected there")
+    if not want_file and not path.is_dir():
+        raise ValueError(f"{path} is a file; a data directory was expected there")
     return path
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Callable, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -45,7 +46,7 @@ def load_nbest(path: str | Path, limit: int | None = None) -> list[Utterance]:
     opener = gzip.open if path.suffix == ".gz" else open
     utts = []
     with opener(path, "rt", encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
+        for number, line in enumerate(_lines(f, path), start=1):
             try:
                 d = json.loads(line)
                 hyps = sorted(d["hyps"], key=lambda h: h["rank"])
@@ -60,6 +61,19 @@ def load_nbest(path: str | Path, limit: int | None = None) -> list[Utterance]:
             if limit is not None and len(utts) >= limit:
                 break
     return utts
+
+
+def _lines(f: Any, path: Path) -> Iterator[str]:
+    """The file's lines; a .gz that is not gzip, a truncated one or bytes that are not UTF-8 are errors naming it."""
+    number = 0
+    try:
+        for line in f:
+            number += 1
+            yield line
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise ValueError(f"{path}: not a readable gzip file ({type(err).__name__}: {err})") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}:{number + 1}: invalid UTF-8 ({err.reason})") from None
 
 
 @dataclass

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..modeling import atomic_path
+from ..devices import resolve_device
+from ..modeling import atomic_path, prepare_output_file
 from ..precision import Precision
 from .scorer import Method, Overflow, SentenceScore
 
@@ -36,7 +37,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", metavar="MODEL_DIR", help="config.json + model.safetensors + tokenizer.json")
     p.add_argument("--file", default=None, help="one sentence per line (UTF-8); '-' = stdin")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--precision", choices=[p.value for p in Precision], default=Precision.fp32.value)
 
 
@@ -77,8 +78,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run_score(args: argparse.Namespace) -> int:
     from .scorer import Scorer
 
+    device = resolve_device(args.device)
     rows = _read_input(args)
-    scorer = Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=args.device,
+    scorer = Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=device,
                                     method=Method(args.method), overflow=Overflow(args.overflow),
                                     precision=Precision(args.precision), progress=sys.stderr.isatty())
     try:
@@ -129,11 +131,13 @@ def write_scores(out: io.TextIOBase, rows: list[tuple[int, str]], scores: list[S
 def run_embed(args: argparse.Namespace) -> int:
     from .embed import Embedder, Pooling
 
-    rows = _read_input(args)
     out = Path(args.out)
     if out.suffix not in (".npy", ".jsonl"):
         raise ValueError(f"--out {out}: the name must end in .npy or .jsonl")
-    embedder = Embedder.from_pretrained(args.model_dir, device=args.device, precision=Precision(args.precision))
+    prepare_output_file(out)  # before the model is loaded and the text embedded: fail in a second, not an hour
+    device = resolve_device(args.device)
+    rows = _read_input(args)
+    embedder = Embedder.from_pretrained(args.model_dir, device=device, precision=Precision(args.precision))
     try:
         matrix = embedder.encode([t for _, t in rows], pooling=Pooling(args.pooling), layer=args.layer,
                                  diagonal_mask=args.diagonal_mask, normalize=args.normalize,
@@ -141,7 +145,6 @@ def run_embed(args: argparse.Namespace) -> int:
                                  progress=sys.stderr.isatty())
     except ValueError as err:
         raise ValueError(_name_input(str(err), rows, args)) from None
-    out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         if out.suffix == ".npy":
             with open(tmp, "wb") as f:

@@ -95,6 +95,8 @@ def read_lines(path: str | Path | None) -> list[tuple[int, str]]:
         source, data = "<stdin>", sys.stdin.buffer.read()
     else:
         p = Path(path)
+        if p.is_dir():
+            raise ValueError(f"{p} is a directory; --file needs a text file, one sentence per line")
         if not p.is_file():
             raise FileNotFoundError(f"{p} not found")
         source, data = str(p), p.read_bytes()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import FAMILIES, PRESETS, ElectraConfig, ModelConfig, UnilmConfig, from_dict, load_toml, preset
+from ..devices import check_device_name
 from ..precision import Precision
 
 PRECISIONS = tuple(p.value for p in Precision if p.trainable)  # fp32, bf16, bf16-autocast
@@ -160,8 +161,7 @@ class RunSection:
             raise ValueError(f"run.max_minutes must be positive (leave it out for no budget), got {self.max_minutes}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"run.precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise ValueError(f"run.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        check_device_name(self.device, "run.device")
         if self.threads is not None and self.threads <= 0:
             raise ValueError(f"run.threads must be positive, got {self.threads}")
 

@@ -30,15 +30,10 @@ class Dist:
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """auto: this process's GPU when CUDA is available, else the CPU."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ValueError(f"run.device={name!r} but CUDA is not available on this machine (use cpu or auto)")
-        if name == "cuda":
-            return torch.device("cuda", local_rank % torch.cuda.device_count())
-    return torch.device(name)
+    """auto: this process's GPU when CUDA is available, else the CPU (maskplay.devices, shared by every command)."""
+    from ..devices import resolve_device as resolve
+
+    return resolve(name, what="run.device", default="auto", local_rank=local_rank)
 
 
 def setup(device_name: str) -> Dist:

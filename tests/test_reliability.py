@@ -1,0 +1,206 @@
+"""Bad inputs to every command: each case must end with exit code 2 and one line on stderr,
+`maskplay CMD: error: ...`, naming the argument or the file at fault. The commands run in this process through
+maskplay.cli.main, so an exception other than the one-line errors (a traceback) fails the test instead of
+being printed. docs/RELIABILITY.md lists these cases."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from maskplay.cli import main
+from tests.test_score_support import one_thread, save_model_dir, small_tokenizer, tiny  # noqa: F401 (autouse fixture)
+from tests.test_train import make_data
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("reliability")
+    tok = small_tokenizer(root)
+    model = save_model_dir(root / "model", tiny("tta", tok), tok)
+    (root / "text.txt").write_text("the cat sat\na dog ran\n")
+    (root / "a_file").write_text("not a directory\n")
+    (root / "a_dir").mkdir()
+    (root / "a_dir.npy").mkdir()
+    return {"root": root, "model": model, "text": root / "text.txt", "data": make_data(root / "data")}
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as err:  # argparse's own usage errors
+        code = err.code if isinstance(err.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code: int, err: str, command: str, culprit: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, f"exit code {code}, stderr: {err}"
+    assert len(lines) == 1, f"stderr is not one line: {err}"
+    assert lines[0].startswith(f"maskplay {command}: error: "), lines[0]
+    assert culprit in lines[0], f"{culprit!r} not named in: {lines[0]}"
+    return lines[0]
+
+
+def damaged_copy(env: dict[str, Path], name: str, damage: Callable[[Path], None], manifest: bool = True) -> Path:
+    target = env["root"] / name
+    if not target.exists():
+        shutil.copytree(env["model"], target)
+        if not manifest:
+            (target / "manifest.json").unlink()
+        damage(target / "model.safetensors")
+    return target
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _empty(path: Path) -> None:
+    path.write_bytes(b"")
+
+
+def _random(path: Path) -> None:
+    path.write_bytes(torch.randint(0, 256, (path.stat().st_size,), generator=torch.Generator().manual_seed(0),
+                                   dtype=torch.uint8).numpy().tobytes())
+
+
+def _flip_one_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF  # inside the last tensor's values: a header check alone would not see it
+    path.write_bytes(bytes(data))
+
+
+def _toml(env: dict[str, Path], name: str, text: str) -> str:
+    path = env["root"] / name
+    path.write_text(text)
+    return str(path)
+
+
+def _nbest_folder(env: dict[str, Path], name: str, make: Callable[[Path], None]) -> str:
+    folder = env["root"] / name
+    if not folder.exists():
+        folder.mkdir()
+        for split in ("dev_clean", "dev_other"):
+            make(folder / f"{split}.jsonl.gz")
+    return str(folder)
+
+
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+PRETRAIN = ["--set", "model.preset=tiny", "--set", "run.progress=false", "--set", "run.tensorboard=false",
+            "--max-steps", "2", "--batch-size", "16", "--set", "optim.warmup_steps=1"]
+
+# (id, command, argv builder from the fixture's paths, what the error line must name)
+CASES: list[tuple[str, str, Callable[[dict[str, Path]], list[str]], str]] = [
+    # devices: one parser for every command
+    ("score-device-foo", "score", lambda e: ["score", str(e["model"]), "a cat", "--device", "foo"], "--device='foo'"),
+    ("embed-device-foo", "embed", lambda e: ["embed", str(e["model"]), "--file", str(e["text"]), "--out",
+                                             str(e["root"] / "x.npy"), "--device", "gpu"], "--device='gpu'"),
+    ("eval-device-foo", "eval", lambda e: ["eval", "sts", str(e["model"]), "--device", "tpu"], "--device='tpu'"),
+    ("pretrain-device-foo", "pretrain", lambda e: ["pretrain", "--data", str(e["data"]), "--out",
+                                                   str(e["root"] / "run-dev"), "--device", "foo"], "run.device='foo'"),
+    pytest.param("score-device-cuda", "score", lambda e: ["score", str(e["model"]), "a cat", "--device", "cuda"],
+                 "--device='cuda'", marks=NO_CUDA),
+    pytest.param("embed-device-cuda1", "embed", lambda e: ["embed", str(e["model"]), "--file", str(e["text"]),
+                                                           "--out", str(e["root"] / "x.npy"), "--device", "cuda:1"],
+                 "--device='cuda:1'", marks=NO_CUDA),
+    pytest.param("pretrain-device-cuda", "pretrain", lambda e: ["pretrain", "--data", str(e["data"]), "--out",
+                                                                str(e["root"] / "run-cuda"), "--device", "cuda"],
+                 "run.device='cuda'", marks=NO_CUDA),
+    # output paths
+    ("embed-out-parent-is-a-file", "embed", lambda e: ["embed", str(e["model"]), "--file", str(e["text"]), "--out",
+                                                       str(e["root"] / "a_file" / "x.npy")], "a_file is a file"),
+    ("embed-out-is-a-directory", "embed", lambda e: ["embed", str(e["model"]), "--file", str(e["text"]), "--out",
+                                                     str(e["root"] / "a_dir.npy")], "a_dir.npy is a directory"),
+    ("embed-out-bad-suffix", "embed", lambda e: ["embed", str(e["model"]), "--file", str(e["text"]), "--out",
+                                                 str(e["root"] / "x.txt")], "x.txt"),
+    ("eval-out-is-a-directory", "eval", lambda e: ["eval", "sts", str(e["model"]), "--out", str(e["root"] / "a_dir")],
+     "a_dir is a directory"),
+    ("eval-out-parent-is-a-file", "eval", lambda e: ["eval", "sts", str(e["model"]), "--out",
+                                                     str(e["root"] / "a_file" / "r.json")], "a_file is a file"),
+    ("pretrain-out-is-a-file", "pretrain", lambda e: ["pretrain", "--data", str(e["data"]), "--out",
+                                                      str(e["root"] / "a_file"), *PRETRAIN], "a_file is a file"),
+    ("pretrain-out-below-a-file", "pretrain", lambda e: ["pretrain", "--data", str(e["data"]), "--out",
+                                                         str(e["root"] / "a_file" / "run"), *PRETRAIN], "a_file is a file"),
+    # input files
+    ("score-file-missing", "score", lambda e: ["score", str(e["model"]), "--file", str(e["root"] / "nope.txt")],
+     "nope.txt"),
+    ("score-file-is-a-directory", "score", lambda e: ["score", str(e["model"]), "--file", str(e["root"] / "a_dir")],
+     "a_dir is a directory"),
+    ("score-model-missing", "score", lambda e: ["score", str(e["root"] / "no-model"), "a cat"], "no-model"),
+    ("pretrain-config-is-a-directory", "pretrain", lambda e: ["pretrain", "--config", str(e["root"] / "a_dir")],
+     "a_dir is a directory"),
+    ("pretrain-config-missing", "pretrain", lambda e: ["pretrain", "--config", str(e["root"] / "none.toml")],
+     "none.toml"),
+    ("pretrain-data-missing", "pretrain", lambda e: ["pretrain", "--data", str(e["root"] / "nodata"), "--out",
+                                                     str(e["root"] / "run-nodata"), *PRETRAIN], "nodata"),
+    ("nbest-not-gzip", "eval", lambda e: ["eval", "nbest", str(e["model"]), "--data", _nbest_folder(
+        e, "nbest-plain", lambda p: p.write_text('{"utt_id": "a"}\n'))], "dev_clean.jsonl.gz: not a readable gzip"),
+    ("nbest-gz-is-a-directory", "eval", lambda e: ["eval", "nbest", str(e["model"]), "--data", _nbest_folder(
+        e, "nbest-dirs", lambda p: p.mkdir())], "dev_clean.jsonl.gz is a directory"),
+    ("nbest-truncated-gzip", "eval", lambda e: ["eval", "nbest", str(e["model"]), "--data", _nbest_folder(
+        e, "nbest-cut", lambda p: p.write_bytes(gzip.compress(b'{"utt_id": "a"}\n' * 100)[:30]))],
+     "dev_clean.jsonl.gz"),
+    # TOML values of the wrong type, checked when the file is read
+    ("toml-lr-string", "pretrain", lambda e: ["pretrain", "--config", _toml(e, "lr.toml", '[optim]\nlr = "fast"\n')],
+     "lr = 'fast'"),
+    ("toml-steps-float", "pretrain", lambda e: ["pretrain", "--config", _toml(e, "st.toml", "[optim]\nmax_steps = 1.5\n")],
+     "max_steps = 1.5"),
+    ("toml-bool-int", "pretrain", lambda e: ["pretrain", "--config", _toml(e, "pb.toml", "[run]\nprogress = 1\n")],
+     "progress = 1"),
+    ("toml-list-item", "pretrain", lambda e: ["pretrain", "--config", _toml(e, "bt.toml", '[optim]\nbetas = [0.9, "x"]\n')],
+     "betas = 'x'"),
+    ("toml-section-not-table", "pretrain", lambda e: ["pretrain", "--config", _toml(e, "sec.toml", "optim = 3\n")],
+     "optim"),
+    ("toml-invalid", "pretrain", lambda e: ["pretrain", "--config", _toml(e, "bad.toml", "[optim\n")], "bad.toml"),
+    ("set-bad-type", "pretrain", lambda e: ["pretrain", "--set", "optim.lr=fast"], "optim.lr='fast'"),
+    # damaged model files: every loader names the file in one line
+    ("model-truncated", "score", lambda e: ["score", str(damaged_copy(e, "m-trunc", _truncate)), "a cat"],
+     "m-trunc/model.safetensors is damaged"),
+    ("model-empty", "score", lambda e: ["score", str(damaged_copy(e, "m-empty", _empty)), "a cat"],
+     "m-empty/model.safetensors is damaged"),
+    ("model-random", "embed", lambda e: ["embed", str(damaged_copy(e, "m-rand", _random)), "--file", str(e["text"]),
+                                         "--out", str(e["root"] / "y.npy")], "m-rand/model.safetensors is damaged"),
+    ("model-one-byte", "score", lambda e: ["score", str(damaged_copy(e, "m-flip", _flip_one_byte)), "a cat"],
+     "m-flip/model.safetensors is damaged"),
+    ("model-no-manifest-truncated", "score", lambda e: ["score", str(damaged_copy(e, "m-nm-trunc", _truncate, False)),
+                                                        "a cat"], "m-nm-trunc/model.safetensors is damaged"),
+    ("model-no-manifest-random", "eval", lambda e: ["eval", "sts", str(damaged_copy(e, "m-nm-rand", _random, False)),
+                                                    "--data", str(e["root"])], "m-nm-rand/model.safetensors is damaged"),
+    ("model-config-damaged", "score", lambda e: ["score", str(damaged_copy(
+        e, "m-conf", lambda p: (p.parent / "config.json").write_text("{not json"))), "a cat"], "m-conf/config.json"),
+]
+
+
+def _case_id(case: object) -> str:
+    return case.values[0] if hasattr(case, "values") else case[0]  # type: ignore[index,attr-defined]
+
+
+@pytest.mark.parametrize(("name", "command", "argv", "culprit"), CASES, ids=[_case_id(c) for c in CASES])
+def test_bad_input_is_a_one_line_error(env, capsys, name, command, argv, culprit):
+    code, _, err = run_cli(argv(env), capsys)
+    assert_one_line_error(code, err, command, culprit)
+
+
+def test_a_failed_write_leaves_no_temporary_file(env, capsys):
+    before = sorted(p.name for p in env["root"].iterdir())
+    code, _, err = run_cli(["embed", str(env["model"]), "--file", str(env["text"]), "--out",
+                            str(env["root"] / "a_dir.npy")], capsys)
+    assert_one_line_error(code, err, "embed", "a_dir.npy")
+    assert sorted(p.name for p in env["root"].iterdir()) == before
+    assert not list(env["root"].glob(".a_dir.npy.*"))
+
+
+def test_saved_models_carry_a_manifest_of_their_weights(env):
+    import json
+
+    manifest = json.loads((env["model"] / "manifest.json").read_text())
+    entry = manifest["files"]["model.safetensors"]
+    assert entry["bytes"] == (env["model"] / "model.safetensors").stat().st_size and len(entry["sha256"]) == 64
