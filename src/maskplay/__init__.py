@@ -1,9 +1,10 @@
 """maskplay: Transformer language models whose family is defined by the attention mask."""
 
 from .config import ModelConfig, preset
-from .families import GPT, TTA, BertMLM
+from .families import GPT, TTA, BertMLM, Electra, UniLM
 from .modeling import MaskplayModel, build_model
 from .outputs import ModelOutput
 
 __version__ = "0.1.0"
-__all__ = ["ModelConfig", "preset", "TTA", "BertMLM", "GPT", "MaskplayModel", "build_model", "ModelOutput"]
+__all__ = ["ModelConfig", "preset", "TTA", "BertMLM", "GPT", "Electra", "UniLM", "MaskplayModel", "build_model",
+           "ModelOutput"]

@@ -50,6 +50,7 @@ class ReadStats:
 class Document:
     source: str  # "file:line" of the document's first line, for messages
     paragraphs: list[str]
+    title: str = ""  # WikiExtractor's title attribute (unescaped); "" for formats without titles
 
 
 def resolve_corpus(paths: Iterable[str | Path]) -> list[Path]:
@@ -286,7 +287,7 @@ def _read_wikiextractor(lines: _Lines, stats: ReadStats) -> Iterator[Document]:
         if stripped == "</doc>":
             stats.documents += 1
             stats.empty_documents += not body
-            yield Document(start, body)
+            yield Document(start, body, html.unescape(title).strip())
             title = None
             continue
         if stripped.startswith("<doc ") and DOC_OPEN.match(stripped):

@@ -3,7 +3,9 @@ from .bert import BertMLM
 from .electra import Electra
 from .gpt import GPT
 from .tta import TTA
+from .unilm import UniLM
 
-FAMILY_CLASSES: dict[str, type[MaskplayModel]] = {"tta": TTA, "bert": BertMLM, "gpt": GPT, "electra": Electra}
+FAMILY_CLASSES: dict[str, type[MaskplayModel]] = {"tta": TTA, "bert": BertMLM, "gpt": GPT, "electra": Electra,
+                                                  "unilm": UniLM}
 
-__all__ = ["BertMLM", "Electra", "GPT", "TTA", "FAMILY_CLASSES"]
+__all__ = ["BertMLM", "Electra", "GPT", "TTA", "UniLM", "FAMILY_CLASSES"]

@@ -1,0 +1,40 @@
+"""`maskplay data titles`: build the (first paragraph -> title) seq2seq data set from WikiExtractor files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .titles import TitlesConfig, build_titles
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("data", help="build task data sets from the corpora (titles: first paragraph -> title)")
+    tasks = p.add_subparsers(dest="task", required=True)
+    t = tasks.add_parser("titles", help="Wikipedia first paragraph -> title pairs, split by document",
+                         description=__doc__)
+    t.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="WikiExtractor files or directories")
+    t.add_argument("--tokenizer", required=True, metavar="PATH", help="a directory, tokenizer.json or vocab.txt")
+    t.add_argument("--out", required=True, metavar="DIR", help="a new directory")
+    defaults = TitlesConfig()
+    t.add_argument("--max-source", type=int, default=defaults.max_source, help="pieces of the paragraph kept")
+    t.add_argument("--max-target", type=int, default=defaults.max_target, help="longer titles are skipped")
+    t.add_argument("--min-source-words", type=int, default=defaults.min_source_words)
+    t.add_argument("--dev-percent", type=float, default=defaults.dev_percent)
+    t.add_argument("--test-percent", type=float, default=defaults.test_percent)
+    t.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = TitlesConfig(max_source=args.max_source, max_target=args.max_target,
+                          min_source_words=args.min_source_words, dev_percent=args.dev_percent,
+                          test_percent=args.test_percent)
+    summary = build_titles(args.corpus, args.tokenizer, args.out, config, progress=sys.stderr.isatty())
+    pairs = summary["pairs"]
+    print(f"{summary['documents']:,} documents from {summary['files']} files -> pairs: train {pairs['train']:,}, "
+          f"dev {pairs['dev']:,}, test {pairs['test']:,}")
+    for what, n in summary["counts"].items():
+        print(f"  {what}: {n:,}")
+    print(f"wrote {args.out}/{{train,dev,test}}.jsonl, {args.out}/train, {args.out}/valid, {args.out}/tokenizer.json, "
+          f"{args.out}/summary.json")
+    return 0

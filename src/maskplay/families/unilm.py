@@ -1,0 +1,113 @@
+"""UniLM (Dong et al., NeurIPS 2019) as bert4keras builds it (seed 001): a BERT turned into a seq2seq model by
+its attention mask alone. No new weights: the state dict is BertMLM's, so any BERT checkpoint initialises it.
+
+Input `[SOS] source [SEP] target [EOS]` (`[CLS] source [SEP] target [SEP]` with a BERT vocabulary): segment 0
+up to and including the first separator, segment 1 after it. Source tokens see the whole source; target tokens
+see the source and the target at or before themselves (masks.prefix_lm); padding is a separate mask, joined at
+the attention call. Segment ids feed the segment embeddings when the model has them (type_vocab_size >= 2).
+
+Objectives (config.unilm.objective):
+- seq2seq (fine-tuning): BERT's own MLM head at position j predicts token j + 1 wherever token j + 1 is in the
+  target, so the separator predicts the first target token and the last target token predicts the end token;
+  the loss is on target tokens only.
+- mixed (UniLM pretraining): each batch draws one mask, bidirectional / left-to-right / right-to-left / seq2seq
+  with probabilities 1/3, 1/6, 1/6, 1/3, with BERT's masked-token targets (15 %, 80/10/10). A sequence without
+  a separator is split at a random point for the seq2seq mask."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..masks import MaskMod, and_masks, bidirectional, causal, materialize, padding, prefix_lm
+from ..modeling import IGNORE_INDEX
+from ..outputs import ModelOutput
+from .bert import BertMLM, mask_tokens
+
+# mask kinds, in the order of their probabilities in MIX
+BIDIRECTIONAL, LEFT_TO_RIGHT, RIGHT_TO_LEFT, SEQ2SEQ = range(4)
+MIX = (1 / 3, 1 / 6, 1 / 6, 1 / 3)
+
+
+def right_to_left() -> MaskMod:
+    """Query i sees keys j >= i."""
+    return lambda b, h, q, kv: kv >= q
+
+
+def segments_after_separator(input_ids: Tensor, separator: int) -> Tensor:
+    """(B, L) long: 1 for the positions after each row's first separator, 0 up to and including it."""
+    is_sep = (input_ids == separator).long()
+    return ((is_sep.cumsum(1) - is_sep) > 0).long()
+
+
+def structure(kind: int, segment_ids: Tensor) -> MaskMod:
+    if kind == BIDIRECTIONAL:
+        return bidirectional()
+    if kind == LEFT_TO_RIGHT:
+        return causal()
+    if kind == RIGHT_TO_LEFT:
+        return right_to_left()
+    if kind == SEQ2SEQ:
+        return prefix_lm(segment_ids)
+    raise ValueError(f"mask_kind must be 0..3 (bidirectional, left-to-right, right-to-left, seq2seq), got {kind}")
+
+
+class UniLM(BertMLM):
+    family = "unilm"
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                token_type_ids: Tensor | None = None, output_hidden_states: bool = False,
+                mask_kind: Tensor | int = SEQ2SEQ, query_positions: Tensor | None = None) -> ModelOutput:
+        """token_type_ids: the segments (default: after the first separator, segments_after_separator);
+        mask_kind: SEQ2SEQ by default (0..3, see structure)."""
+        attention_mask = self.check_inputs(input_ids, attention_mask)
+        if token_type_ids is None:
+            token_type_ids = segments_after_separator(input_ids, self.config.separator_id)
+        B, L = input_ids.shape
+        mask = materialize(and_masks(structure(int(mask_kind), token_type_ids), padding(attention_mask)), B, L,
+                           device=input_ids.device)
+        segments = token_type_ids if self.config.type_vocab_size >= 2 else None
+        h = self.embed(input_ids, segments)
+        query_positions = self._query_positions(query_positions, labels)
+        h, states = self.encoder(h, mask, output_hidden_states=output_hidden_states, query_positions=query_positions,
+                                 tokens=self._real_tokens(attention_mask, query_positions))
+        return self.output(h, labels, states)
+
+    def training_batch(self, input_ids: Tensor, attention_mask: Tensor,
+                       generator: torch.Generator | None = None) -> dict[str, Tensor]:
+        if self.config.unilm.objective == "seq2seq":
+            return self._seq2seq_batch(input_ids, attention_mask)
+        return self._mixed_batch(input_ids, attention_mask, generator)
+
+    def _seq2seq_batch(self, input_ids: Tensor, attention_mask: Tensor) -> dict[str, Tensor]:
+        attention_mask = attention_mask.bool()
+        segments = segments_after_separator(input_ids, self.config.separator_id)
+        has_target = (segments.bool() & attention_mask).any(1)
+        if not bool(has_target.all()):
+            row = int((~has_target).nonzero()[0, 0])
+            raise ValueError(f"sequence {row} of the batch has no target: the seq2seq objective needs "
+                             f"`[SOS] source [SEP] target [EOS]` sequences (separator id {self.config.separator_id}; "
+                             "`maskplay data titles` writes them), or model.unilm.objective = \"mixed\" for "
+                             "pretraining on plain text")
+        # position j is trained to predict token j + 1 where that token is a real target token
+        labels = torch.full_like(input_ids, IGNORE_INDEX)
+        target_next = segments[:, 1:].bool() & attention_mask[:, 1:]
+        labels[:, :-1] = input_ids[:, 1:].masked_fill(~target_next, IGNORE_INDEX)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels,
+                "token_type_ids": segments}
+
+    def _mixed_batch(self, input_ids: Tensor, attention_mask: Tensor,
+                     generator: torch.Generator | None) -> dict[str, Tensor]:
+        cfg = self.config
+        draw = float(torch.rand((), generator=generator))
+        kind = next(k for k, edge in enumerate(torch.tensor(MIX).cumsum(0).tolist()) if draw < edge or k == 3)
+        segments = segments_after_separator(input_ids, cfg.separator_id)
+        lengths = attention_mask.long().sum(1)
+        split = (torch.rand(lengths.shape, generator=generator) * (lengths - 2).clamp_min(1)).long() + 2
+        no_separator = ~(segments.bool() & attention_mask.bool()).any(1)
+        positions = torch.arange(input_ids.shape[1])[None, :]
+        segments = torch.where(no_separator[:, None], (positions >= split[:, None]).long(), segments)
+        corrupted, labels = mask_tokens(input_ids, attention_mask, cfg.special_token_ids, cfg.mask_token_id,
+                                        cfg.vocab_size, self.mask_probability, generator)
+        return {"input_ids": corrupted, "attention_mask": attention_mask, "labels": labels,
+                "token_type_ids": segments, "mask_kind": torch.tensor(kind)}
