@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .cache import KVCache, LayerCache
 from .config import ModelConfig
 from .dropout import Dropout, dropout
 from .quant import Int8Linear, concatenated_int8
@@ -26,10 +27,14 @@ class Embeddings(nn.Module):
         self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
-                dropout: nn.Module | None = None) -> Tensor:
-        """`dropout` lets a second stream (T-TA's queries) share the LayerNorm but keep its own dropout."""
-        length = input_ids.shape[1]
-        x = self.word(input_ids) + self.position.weight[:length]
+                dropout: nn.Module | None = None, positions: Tensor | None = None) -> Tensor:
+        """`dropout` lets a second stream (T-TA's queries) share the LayerNorm but keep its own dropout.
+        `positions` (B, L): each token's absolute position (default 0..L-1): tokens appended to a key/value
+        cache sit after the cached ones, and a left-padded row counts from its first real token."""
+        if positions is None:
+            x = self.word(input_ids) + self.position.weight[:input_ids.shape[1]]
+        else:
+            x = self.word(input_ids) + self.position(positions)
         if self.segment is not None:
             if token_type_ids is None:
                 x = x + self.segment.weight[0]
@@ -50,10 +55,13 @@ class Attention(nn.Module):
         self.dropout_p = config.attention_dropout
 
     def forward(self, h: Tensor, mask: Tensor, dead_rows: Tensor | None, kv: Tensor | None = None,
-                keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None) -> Tensor:
+                keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None,
+                cache: LayerCache | None = None) -> Tensor:
         """Self-attention by default; queries from `h` against keys/values projected from `kv`, or against
         `keys_values` already projected (T-TA projects every layer's from the embedding output in one matmul).
-        With `packing`, h, kv and keys_values hold the real tokens only, (N, C)."""
+        With `packing`, h, kv and keys_values hold the real tokens only, (N, C). With `cache` (self-attention
+        only), the new tokens' keys/values are appended to this layer's cache and the queries attend to all of
+        its keys: `mask` is then (B, 1, Lnew, Lcached + Lnew)."""
         # one wide matmul instead of three narrow ones: narrow matmuls waste most of a CPU's bf16 throughput
         if keys_values is not None:
             q, (k, v) = self.query(h), keys_values
@@ -69,6 +77,8 @@ class Attention(nn.Module):
         q = q.view(B, Lq, nh, -1).transpose(1, 2)
         k = k.view(B, Lk, nh, -1).transpose(1, 2)
         v = v.view(B, Lk, nh, -1).transpose(1, 2)
+        if cache is not None:
+            k, v = cache.append(k, v)
         if self.training and self.dropout_p > 0:
             # what SDPA does with dropout on CPU (its math path), with the cheaper dropout
             scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5).masked_fill_(~mask, float("-inf"))
@@ -103,9 +113,10 @@ class Block(nn.Module):
         self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, dead_rows: Tensor | None = None,
-                keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None) -> Tensor:
+                keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None,
+                cache: LayerCache | None = None) -> Tensor:
         h = self.attn_norm(h + self.dropout(self.attn(h, mask, dead_rows, kv=kv, keys_values=keys_values,
-                                                      packing=packing)))
+                                                      packing=packing, cache=cache)))
         return self.ffn_norm(h + self.dropout(self.ffn(h)))
 
 
@@ -198,8 +209,8 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
-                query_positions: Tensor | None = None,
-                tokens: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+                query_positions: Tensor | None = None, tokens: Tensor | None = None,
+                cache: KVCache | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         """`mask` is a (B, 1, Lq, Lk) bool tensor, True = may attend, built once per batch. `kv`, when given,
         is the key/value source of every layer (T-TA's embedding output); each layer projects it with its own
         weights, all layers in one matmul.
@@ -210,9 +221,23 @@ class Encoder(nn.Module):
 
         `tokens` (B, L) bool, the real tokens: every layer but attention then runs on those alone (see
         Packing), and the outputs, hidden states included, are zero at the other positions. Not with
-        query_positions."""
+        query_positions.
+
+        `cache` (inference, self-attention): `h` holds the new tokens only, (B, Lnew, H); each layer appends
+        their keys/values to the cache (whose cache.extend reserved their slots and made `mask`, (B, 1, Lnew,
+        Lcached + Lnew)) and attends to everything cached. Not with kv, query_positions or tokens."""
         mask, dead = guard_empty_rows(mask)
         B = h.shape[0]
+        if cache is not None:
+            if kv is not None or query_positions is not None or tokens is not None:
+                raise ValueError("a key/value cache runs self-attention over every new token: not with kv, "
+                                 "query_positions or tokens")
+            states = [h] if output_hidden_states else None
+            for index, layer in enumerate(self.layers):
+                h = layer(h, mask, dead_rows=dead, cache=cache.layer(index))
+                if states is not None:
+                    states.append(h)
+            return h, tuple(states) if states is not None else None
         if query_positions is not None:
             L = mask.shape[-2]
             if query_positions.shape != (B,) or bool(((query_positions < 0) | (query_positions >= L)).any()):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
+from ..cache import KVCache
+from ..generation import check_ids, forward_cached, last_real
 from ..masks import and_masks, causal, materialize, padding
 from ..modeling import MaskplayModel
 from ..outputs import ModelOutput
@@ -27,3 +30,22 @@ class GPT(MaskplayModel):
         out = self.output(h[:, :-1], shifted, states)
         out.last_hidden_state = h
         return out
+
+    # ---- generation hooks (maskplay.generation) ----------------------------------------------------------
+
+    def prefill(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None) -> tuple[KVCache, Tensor]:
+        """The prompts (B, L), padded on either side, under the causal mask; positions count from each row's
+        first real token. GPT has no segments: token_type_ids is ignored."""
+        check_ids(self, input_ids)
+        if attention_mask is None:
+            attention_mask = input_ids != self.config.pad_token_id
+        cache = KVCache(self.config.num_layers)
+        h = forward_cached(self, input_ids, attention_mask.bool(), cache)
+        return cache, self.logits(last_real(h, attention_mask))
+
+    def step(self, new_ids: Tensor, cache: KVCache, new_mask: Tensor | None = None) -> Tensor:
+        if new_mask is None:
+            new_mask = torch.ones_like(new_ids, dtype=torch.bool)
+        h = forward_cached(self, new_ids, new_mask.bool(), cache)
+        return self.logits(last_real(h, new_mask))
