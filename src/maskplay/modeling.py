@@ -144,6 +144,13 @@ class MaskplayModel(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def generate(self, inputs: Any, **options: Any) -> Any:
+        """Continue texts or token ids: maskplay.generation.generate (greedy, beam search, sampling; a key/value
+        cache). A family without the generation hooks raises ValueError naming the families that have them."""
+        from .generation import generate
+
+        return generate(self, inputs, **options)
+
     # ---- checkpoints --------------------------------------------------------------------------------
 
     def save_pretrained(self, directory: str | Path, dtype: torch.dtype | None = None) -> None:
