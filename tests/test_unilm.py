@@ -157,3 +157,25 @@ def test_seq2seq_fine_tuning_from_a_bert_checkpoint_through_the_cli(tmp_path):
     assert "initialised the unilm model from" in (run / "train.log").read_text()
     model = UniLM.from_pretrained(run / "final")
     assert isinstance(model, BertMLM)
+
+
+@pytest.mark.parametrize("segments", [0, 2])
+def test_generation_with_cache_equals_the_uncached_forward(segments):
+    """The source's keys/values computed once, then the target token by token: the same tokens and logits as
+    recomputing the whole sequence, and the prefill logits are the forward pass's at the separator."""
+    model = unilm(type_vocab_size=segments).eval()
+    prompts = [[SOS, 10, 11, 12, SEP], [SOS, 13, SEP]]
+    for strategy in ("greedy", "beam"):
+        cached = model.generate(prompts, max_new_tokens=6, strategy=strategy, num_beams=3, output_logits=True,
+                                stop_ids=[])
+        plain = model.generate(prompts, max_new_tokens=6, strategy=strategy, num_beams=3, output_logits=True,
+                               stop_ids=[], use_cache=False)
+        for a, b in zip(cached.generations, plain.generations, strict=True):
+            assert a.token_ids == b.token_ids and len(a.token_ids) == 6
+            if strategy == "greedy":
+                torch.testing.assert_close(a.logits, b.logits, rtol=1e-5, atol=1e-5)
+    ids = torch.tensor([prompts[0]])
+    _, first = model.prefill(ids)
+    with torch.no_grad():
+        want = model(ids).logits[0, -1]
+    torch.testing.assert_close(first[0], want, rtol=1e-5, atol=1e-5)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..cache import KVCache
+from ..generation import check_ids, forward_cached, last_real
 from ..masks import MaskMod, and_masks, bidirectional, causal, materialize, padding, prefix_lm
 from ..modeling import IGNORE_INDEX
 from ..outputs import ModelOutput
@@ -54,6 +56,7 @@ def structure(kind: int, segment_ids: Tensor) -> MaskMod:
 
 class UniLM(BertMLM):
     family = "unilm"
+    generated_token_type = 1  # generated tokens are target tokens (maskplay.generation)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 token_type_ids: Tensor | None = None, output_hidden_states: bool = False,
@@ -111,3 +114,35 @@ class UniLM(BertMLM):
                                         cfg.vocab_size, self.mask_probability, generator)
         return {"input_ids": corrupted, "attention_mask": attention_mask, "labels": labels,
                 "token_type_ids": segments, "mask_kind": torch.tensor(kind)}
+
+    # ---- generation (maskplay.generation's hooks): the source once, bidirectionally; then token by token --------
+
+    def generation_frame(self, tokenizer: object) -> tuple[list[int], list[int]]:
+        """A text becomes the prompt `[SOS] text [SEP]`: the separator predicts the first target token."""
+        return [self.config.sos_token_id], [self.config.separator_id]
+
+    def _segments(self, token_type_ids: Tensor) -> Tensor | None:
+        return token_type_ids if self.config.type_vocab_size >= 2 else None
+
+    def prefill(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None) -> tuple[KVCache, Tensor]:
+        """The prompts (B, L) under the seq2seq mask of their token types (default: all source, so the source
+        sees itself bidirectionally); the logits (B, V) of the token after each row's last real token."""
+        check_ids(self, input_ids)
+        if attention_mask is None:
+            attention_mask = input_ids != self.config.pad_token_id
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        B, T = input_ids.shape
+        within = materialize(prefix_lm(token_type_ids), B, T, device=input_ids.device)
+        cache = KVCache(self.config.num_layers)
+        h = forward_cached(self, input_ids, attention_mask.bool(), cache, self._segments(token_type_ids), within)
+        return cache, self.logits(last_real(h, attention_mask))
+
+    def step(self, new_ids: Tensor, cache: KVCache, new_mask: Tensor | None = None) -> Tensor:
+        """Target tokens (segment 1): each sees the whole cache and the new tokens at or before itself."""
+        if new_mask is None:
+            new_mask = torch.ones_like(new_ids, dtype=torch.bool)
+        types = torch.ones_like(new_ids)
+        h = forward_cached(self, new_ids, new_mask.bool(), cache, self._segments(types))
+        return self.logits(last_real(h, new_mask))
