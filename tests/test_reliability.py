@@ -93,6 +93,31 @@ def _nbest_folder(env: dict[str, Path], name: str, make: Callable[[Path], None])
     return str(folder)
 
 
+def _sts_root(env: dict[str, Path], name: str, golds: list[str]) -> str:
+    root = env["root"] / name
+    if not root.exists():
+        (root / "stsbenchmark").mkdir(parents=True)
+        sentences = ["the cat sat", "a dog ran", "the mat", "it is good", "a cat ran", "the dog sat"]
+        rows = [f"main\tfile\t2012\t{k}\t{gold}\t{sentences[k % 6]}\t{sentences[(k + 1) % 6]}"
+                for k, gold in enumerate(golds)]
+        (root / "stsbenchmark" / "sts-dev.csv").write_text("\n".join(rows) + "\n")
+    return str(root)
+
+
+def nan_model(env: dict[str, Path]) -> str:
+    """A model whose weights are all finite but one LayerNorm weight, as a diverged run leaves them."""
+    target = env["root"] / "m-nan"
+    if not target.exists():
+        from maskplay.modeling import MaskplayModel
+
+        model = MaskplayModel.from_pretrained(env["model"])
+        with torch.no_grad():
+            model.encoder.layers[0].attn_norm.weight[0] = float("nan")
+        shutil.copytree(env["model"], target)
+        model.save_pretrained(target)
+    return str(target)
+
+
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 PRETRAIN = ["--set", "model.preset=tiny", "--set", "run.progress=false", "--set", "run.tensorboard=false",
             "--max-steps", "2", "--batch-size", "16", "--set", "optim.warmup_steps=1"]
@@ -174,6 +199,20 @@ CASES: list[tuple[str, str, Callable[[dict[str, Path]], list[str]], str]] = [
                                                         "a cat"], "m-nm-trunc/model.safetensors is damaged"),
     ("model-no-manifest-random", "eval", lambda e: ["eval", "sts", str(damaged_copy(e, "m-nm-rand", _random, False)),
                                                     "--data", str(e["root"])], "m-nm-rand/model.safetensors is damaged"),
+    # silent wrong results refused
+    ("sts-gold-nan", "eval", lambda e: ["eval", "sts", str(e["model"]), "--datasets", "stsb", "--data",
+                                        _sts_root(e, "sts-nan", ["1.0", "nan", "3.0", "2.0"])], "sts-dev.csv:2"),
+    ("sts-gold-inf", "eval", lambda e: ["eval", "sts", str(e["model"]), "--datasets", "stsb", "--data",
+                                        _sts_root(e, "sts-inf", ["1.0", "2.0", "-inf"])], "sts-dev.csv:3"),
+    ("sts-gold-constant", "eval", lambda e: ["eval", "sts", str(e["model"]), "--datasets", "stsb", "--data",
+                                             _sts_root(e, "sts-const", ["2.5"] * 5)],
+     "undefined: all 5 gold scores are equal"),
+    ("nbest-weight-nan", "eval", lambda e: ["eval", "nbest", str(e["model"]), "--weights", "0", "nan"], "--weights"),
+    ("nbest-weight-negative", "eval", lambda e: ["eval", "nbest", str(e["model"]), "--weights", "-0.5"], "--weights"),
+    ("nbest-bonus-inf", "eval", lambda e: ["eval", "nbest", str(e["model"]), "--bonuses", "inf"], "--bonuses"),
+    ("score-nan-model", "score", lambda e: ["score", nan_model(e), "a cat", "the dog"], "sentence argument 1"),
+    ("embed-nan-model", "embed", lambda e: ["embed", nan_model(e), "--file", str(e["text"]), "--out",
+                                            str(e["root"] / "nan.npy")], "text.txt:1"),
     ("model-config-damaged", "score", lambda e: ["score", str(damaged_copy(
         e, "m-conf", lambda p: (p.parent / "config.json").write_text("{not json"))), "a cat"], "m-conf/config.json"),
 ]
@@ -204,3 +243,24 @@ def test_saved_models_carry_a_manifest_of_their_weights(env):
     manifest = json.loads((env["model"] / "manifest.json").read_text())
     entry = manifest["files"]["model.safetensors"]
     assert entry["bytes"] == (env["model"] / "model.safetensors").stat().st_size and len(entry["sha256"]) == 64
+
+
+def test_results_files_hold_no_absolute_paths(env, capsys):
+    import json
+
+    out = env["root"] / "sts.json"
+    code, _, err = run_cli(["eval", "sts", str(env["model"]), "--datasets", "stsb", "--data",
+                            _sts_root(env, "sts-ok", ["1.0", "4.0", "2.5", "3.0"]), "--out", str(out)], capsys)
+    assert code == 0, err
+    result = json.loads(out.read_text())
+    assert str(env["root"]) not in out.read_text() and not Path(result["model_dir"]).is_absolute()
+    assert result["results"]["stsb"]["file"] == "stsbenchmark/sts-dev.csv"  # the data root is outside the cwd
+    assert oct(out.stat().st_mode & 0o777) == oct(0o666 & ~_umask())  # follows the umask, not mkstemp's 0600
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -4,6 +4,7 @@ with --out, writes the numbers and settings as JSON."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -91,7 +92,19 @@ def _early_checks(args: argparse.Namespace) -> None:
 
 
 def _header(args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
-    return {"task": args.task, "model_dir": str(args.model_dir), "limit": args.limit, **extra}
+    return {"task": args.task, "model_dir": portable(args.model_dir), "limit": args.limit, **extra}
+
+
+def portable(path: str | Path) -> str:
+    """A path as results files hold it: never absolute (results are shared and compared across machines), so
+    relative to the working directory when below it, else the last two components."""
+    path = Path(path)
+    if not path.is_absolute():
+        return str(path)
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(Path(*path.parts[-2:]))
 
 
 def _timed(label: str) -> Callable[[], None]:
@@ -122,7 +135,7 @@ def run_sts(args: argparse.Namespace) -> int:
         rel = STSB if name == "stsb" else SICK
         path = data_path(root.joinpath(*rel) if root else None, *rel)
         pairs = (load_stsb if name == "stsb" else load_sick)(path, args.limit)
-        results[name] = {"file": str(path), **evaluate_sts(pairs, embed)}
+        results[name] = {"file": portable(path), **evaluate_sts(pairs, embed)}
     print(f"Unsupervised STS ({settings['family']}, {args.pooling} pooling, layer {args.layer}"
           f"{', no diagonal mask' if not args.diagonal_mask else ''}): cosine vs gold, x 100")
     print(f"{'dataset':<14}{'pairs':>7}{'Spearman':>10}{'Pearson':>10}")
@@ -136,9 +149,10 @@ def run_sts(args: argparse.Namespace) -> int:
 
 def run_nbest(args: argparse.Namespace) -> int:
     from .common import data_path, write_results
-    from .nbest import FOLDER, SPLITS, FirstPass, evaluate_nbest, load_nbest
+    from .nbest import FOLDER, SPLITS, FirstPass, check_grids, evaluate_nbest, load_nbest
 
     _early_checks(args)
+    check_grids(args.weights, args.bonuses)
     folder = data_path(args.data, FOLDER)
     splits = {s: load_nbest(data_path(folder / f"{s}.jsonl.gz"), args.limit) for s in SPLITS}
     scorer = _scorer(args)
@@ -159,9 +173,16 @@ def run_nbest(args: argparse.Namespace) -> int:
 
 
 def _sentence_values(scorer: Scorer, normalize: str) -> Callable[[list[str]], list[float]]:
-    if normalize == "mean":
-        return lambda texts: [s.mean_log_prob for s in scorer.score(texts)]
-    return lambda texts: [s.log_prob for s in scorer.score(texts)]
+    def values(texts: list[str]) -> list[float]:
+        scores = scorer.score(texts)
+        out = [s.mean_log_prob if normalize == "mean" else s.log_prob for s in scores]
+        for text, value in zip(texts, out, strict=True):
+            if not math.isfinite(value):  # a nan would silently lose every comparison it is in
+                raise ValueError(f"the model scored {text!r} as {value}: its weights give non-finite "
+                                 "log-probabilities (damaged?)")
+        return out
+
+    return values
 
 
 def run_pairs(args: argparse.Namespace) -> int:
@@ -181,7 +202,7 @@ def run_pairs(args: argparse.Namespace) -> int:
           f"{results['macro_accuracy']:.1f})")
     done()
     write_results(args.out, {**_header(args, {"method": scorer.method.value, "normalize": args.normalize,
-                                              "files": [str(p) for p in args.data]}), "results": results})
+                                              "files": [portable(p) for p in args.data]}), "results": results})
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,9 @@ def load_nbest(path: str | Path, limit: int | None = None) -> list[Utterance]:
                 raise ValueError(f"{path}:{number}: not an N-best record ({type(err).__name__}: {err})") from None
             if not utt.texts:
                 raise ValueError(f"{path}:{number}: utterance {utt.utt_id} has no hypotheses")
+            if not (np.isfinite(utt.score).all() and np.isfinite(utt.espnet_lm).all()):
+                raise ValueError(f"{path}:{number}: utterance {utt.utt_id} has a score or lm value that is not a "
+                                 "finite number")
             utts.append(utt)
             if limit is not None and len(utts) >= limit:
                 break
@@ -126,6 +130,19 @@ def tune(split: Prepared, weights: Sequence[float], bonuses: Sequence[float]) ->
     return best
 
 
+def check_grids(weights: Sequence[float], bonuses: Sequence[float]) -> None:
+    """LM weights must be finite and >= 0 (a negative weight rewards what the LM finds unlikely; nan would be
+    reported as the tuned weight); length bonuses finite (either sign is meaningful)."""
+    if not weights or not bonuses:
+        raise ValueError("the weight and bonus grids must not be empty")
+    bad = [w for w in weights if not (math.isfinite(w) and w >= 0)]
+    if bad:
+        raise ValueError(f"--weights: every LM weight must be a finite number >= 0, got {bad[0]}")
+    bad = [b for b in bonuses if not math.isfinite(b)]
+    if bad:
+        raise ValueError(f"--bonuses: every length bonus must be a finite number, got {bad[0]}")
+
+
 def evaluate_nbest(splits: dict[str, list[Utterance]], lm: Callable[[list[str]], list[float]],
                    first_pass: FirstPass = FirstPass.SCORE, weights: Sequence[float] = DEFAULT_WEIGHTS,
                    bonuses: Sequence[float] = (0.0,)) -> dict[str, Any]:
@@ -133,10 +150,13 @@ def evaluate_nbest(splits: dict[str, list[Utterance]], lm: Callable[[list[str]],
     for each split report 1-best, oracle, and reranked WER with (w, b) tuned on the other split."""
     if len(splits) != 2:
         raise ValueError(f"cross-tuning needs exactly two splits, got {sorted(splits)}")
-    if not weights or not bonuses:
-        raise ValueError("the weight and bonus grids must not be empty")
+    check_grids(weights, bonuses)
     texts = sorted({t.lower() for utts in splits.values() for u in utts for t in u.texts if t.strip()})
     lm_scores = dict(zip(texts, lm(texts), strict=True))
+    broken = [t for t, v in lm_scores.items() if not math.isfinite(v)]
+    if broken:
+        raise ValueError(f"the LM gave a non-finite score ({lm_scores[broken[0]]}) to {broken[0]!r} and "
+                         f"{len(broken) - 1} other hypotheses; is the model damaged?")
     prepared = {name: prepare(utts, lm_scores, first_pass) for name, utts in splits.items()}
     tuned = {name: tune(p, weights, bonuses) for name, p in prepared.items()}
     out: dict[str, Any] = {}

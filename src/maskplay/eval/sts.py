@@ -4,6 +4,7 @@ Spearman and Pearson x 100 (the T-TA paper reports STS-B Pearson; SentEval-style
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,16 +31,24 @@ def _rows(path: Path) -> list[list[str]]:
         return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
+def _gold(text: str, where: str) -> float:
+    """A gold score: a finite number (float() also reads "nan" and "inf", which would make every correlation nan)."""
+    try:
+        gold = float(text)
+    except ValueError:
+        raise ValueError(f"{where} {text!r} is not a number") from None
+    if not math.isfinite(gold):
+        raise ValueError(f"{where} {text!r} is not a finite number")
+    return gold
+
+
 def load_stsb(path: str | Path, limit: int | None = None) -> list[Pair]:
     """STS-B csv: genre, file, year, id, score (0-5), sentence1, sentence2 [, source columns (some rows)]."""
     path, pairs = Path(path), []
     for number, row in enumerate(_rows(path), start=1):
         if len(row) < 7:
             raise ValueError(f"{path}:{number}: expected at least 7 tab-separated columns, found {len(row)}")
-        try:
-            gold = float(row[4])
-        except ValueError:
-            raise ValueError(f"{path}:{number}: score column {row[4]!r} is not a number") from None
+        gold = _gold(row[4], f"{path}:{number}: score column")
         pairs.append(Pair(row[5], row[6], gold))
         if limit is not None and len(pairs) >= limit:
             break
@@ -62,10 +71,7 @@ def load_sick(path: str | Path, limit: int | None = None) -> list[Pair]:
     for number, row in enumerate(rows[1:], start=2):
         if len(row) != len(header):
             raise ValueError(f"{path}:{number}: {len(row)} columns, the header has {len(header)}")
-        try:
-            gold = float(row[ig])
-        except ValueError:
-            raise ValueError(f"{path}:{number}: relatedness_score {row[ig]!r} is not a number") from None
+        gold = _gold(row[ig], f"{path}:{number}: relatedness_score")
         pairs.append(Pair(row[ia], row[ib], gold))
         if limit is not None and len(pairs) >= limit:
             break
@@ -85,5 +91,18 @@ def evaluate_sts(pairs: list[Pair], embed: Callable[[list[str]], np.ndarray]) ->
     index = {s: k for k, s in enumerate(unique)}
     vectors = embed(unique)
     sims = cosine(vectors[[index[p.a] for p in pairs]], vectors[[index[p.b] for p in pairs]])
-    gold = np.array([p.gold for p in pairs])
+    gold = np.array([p.gold for p in pairs], dtype=np.float64)
+    if not np.isfinite(gold).all():
+        k = int(np.flatnonzero(~np.isfinite(gold))[0])
+        raise ValueError(f"pair {k}: gold score {gold[k]} is not a finite number")
+    if not np.isfinite(sims).all():
+        k = int(np.flatnonzero(~np.isfinite(sims))[0])
+        raise ValueError(f"pair {k} ({pairs[k].a!r} / {pairs[k].b!r}): the cosine is {sims[k]}; the model gives "
+                         "non-finite embeddings (damaged weights?)")
+    # A correlation with a constant series is 0/0: say which side is constant instead of reporting nan.
+    if np.ptp(gold) == 0:
+        raise ValueError(f"the correlation is undefined: all {len(pairs)} gold scores are equal ({gold[0]:g})")
+    if np.ptp(sims) == 0:
+        raise ValueError(f"the correlation is undefined: all {len(pairs)} cosine similarities are equal "
+                         f"({sims[0]:g}), so the model's embeddings do not tell the pairs apart")
     return {"spearman": 100 * spearman(sims, gold), "pearson": 100 * pearson(sims, gold), "pairs": len(pairs)}

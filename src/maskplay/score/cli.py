@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -87,6 +88,8 @@ def run_score(args: argparse.Namespace) -> int:
         scores = scorer.score([text for _, text in rows])
     except ValueError as err:
         raise ValueError(_name_input(str(err), rows, args)) from None
+    for k, score in enumerate(scores):
+        check_finite_score(k, score.log_prob, rows, args)
     out = sys.stdout
     if args.explain:
         from .explain import explain, legend
@@ -98,6 +101,13 @@ def run_score(args: argparse.Namespace) -> int:
         return 0
     write_scores(out, rows, scores, args.format)
     return 0
+
+
+def check_finite_score(k: int, value: float, rows: list[tuple[int, str]], args: argparse.Namespace) -> None:
+    """A nan or inf is never written as if it were a score: it means the model's weights are broken."""
+    if not math.isfinite(value):
+        raise ValueError(_name_input(f"sentence {k} scored {value}: the model gives non-finite log-probabilities "
+                                     "(damaged or diverged weights?); nothing written for it", rows, args))
 
 
 def _name_input(message: str, rows: list[tuple[int, str]], args: argparse.Namespace) -> str:
@@ -145,6 +155,11 @@ def run_embed(args: argparse.Namespace) -> int:
                                  progress=sys.stderr.isatty())
     except ValueError as err:
         raise ValueError(_name_input(str(err), rows, args)) from None
+    bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
+    if len(bad):
+        raise ValueError(_name_input(f"sentence {int(bad[0])} has a non-finite embedding ({len(bad)} of {len(rows)} "
+                                     "rows): the model's weights are damaged or diverged; nothing written",
+                                     rows, args))
     with atomic_path(out) as tmp:
         if out.suffix == ".npy":
             with open(tmp, "wb") as f:

@@ -380,9 +380,10 @@ class Scorer:
         for seg in segments:
             windows[seg.sentence] += 1
         out = []
-        for enc, values, n_windows in zip(encoded, results, windows, strict=True):
-            if any(math.isnan(v) for v in values):
-                raise AssertionError(f"unscored pieces in {enc.text!r}")
+        for k, (enc, values, n_windows) in enumerate(zip(encoded, results, windows, strict=True)):
+            if not all(math.isfinite(v) for v in values):  # nan is also the mark of a piece left unscored
+                raise ValueError(f"sentence {k} got a non-finite log-probability: the model gives nan or inf "
+                                 "(damaged or diverged weights?)")
             out.append(SentenceScore(enc.text, enc.tokens, enc.ids, values, enc.word_ids, enc.offsets,
                                      self.method.value, n_windows))
         return out
