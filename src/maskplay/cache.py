@@ -41,7 +41,7 @@ class KVCache:
 
     def extend(self, new_mask: Tensor, within: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Reserve columns for T new tokens, new_mask (B, T) bool marking the real ones; returns their absolute
-        positions (B, T) (holes get their row's next position, unused) and the attention mask (B, 1, T,
+        positions (B, T) (0 at the holes: always a valid index, and never read) and the attention mask (B, 1, T,
         L + T): new token i may attend to every real cached token and to the real new tokens j allowed by
         `within` ((T, T) or (B, 1, T, T) bool; default j <= i). The encoder's layers then fill the columns."""
         new_mask = new_mask.bool()
@@ -55,7 +55,7 @@ class KVCache:
         self._grow(self.length + T)
         self.start, self.length = self.length, self.length + T
         self.key_mask[:, self.start:self.length] = new_mask
-        positions = (self.next_position[:, None] + new_mask.long().cumsum(1) - 1).clamp_min(0)
+        positions = (self.next_position[:, None] + new_mask.long().cumsum(1) - 1).masked_fill(~new_mask, 0)
         self.next_position = self.next_position + new_mask.long().sum(1)
         if within is None:
             within = torch.ones(T, T, dtype=torch.bool, device=new_mask.device).tril()
