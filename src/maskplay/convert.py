@@ -4,7 +4,8 @@ every target weight must be filled: nothing is silently skipped.
 - BertForMaskedLM <-> BertMLM;
 - ElectraForPreTraining (the discriminator) <-> Electra with electra.generator = false;
 - ElectraForMaskedLM (the generator) <-> BertMLM with embedding_size;
-- the pair <-> a full Electra, its generator sized by electra.generator_hidden_fraction."""
+- the pair <-> a full Electra, its generator sized by electra.generator_hidden_fraction;
+- BertLMHeadModel (is_decoder=True) <-> GPT."""
 
 from __future__ import annotations
 
@@ -423,3 +424,66 @@ def to_hf(model: MaskplayModel) -> list[tuple[dict[str, Any], dict[str, Tensor]]
     if gen is not None:
         out.append((hf_config_dict(config, generator=True), gen))
     return out
+
+
+# ---- GPT <-> BertLMHeadModel (is_decoder=True) ------------------------------------------------------------
+# A BERT decoder is maskplay's GPT: the same blocks and tied MLM head under a causal mask (bert4keras' LM_Mask).
+# Its BertModel has no pooler, so the weight names are BertForMaskedLM's and the BERT renaming serves both.
+
+
+def config_from_hf_bert_lm_head(hf_config: Any) -> ModelConfig:
+    """The GPT config matching a transformers.BertConfig with is_decoder=True (BertLMHeadModel)."""
+    _check_supported(hf_config, "BertLMHeadModel")
+    if not getattr(hf_config, "is_decoder", False):
+        raise ValueError("BertLMHeadModel: is_decoder is false, so it attends both ways; maskplay GPT is causal "
+                         "(set is_decoder=True, as HuggingFace requires for a standalone BertLMHeadModel)")
+    if getattr(hf_config, "add_cross_attention", False):
+        raise ValueError("BertLMHeadModel: add_cross_attention (an encoder-decoder's decoder) has no maskplay "
+                         "counterpart")
+    return ModelConfig(family="gpt", **_backbone_fields(hf_config))
+
+
+def hf_bert_lm_head_to_maskplay(hf_state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A BertLMHeadModel state dict -> GPT's (decoder tied, as for BertForMaskedLM)."""
+    return hf_bert_to_maskplay(hf_state)
+
+
+def maskplay_to_hf_bert_lm_head(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A GPT state dict -> BertLMHeadModel's, the tied decoder weight and bias written out."""
+    return maskplay_to_hf_bert(state)
+
+
+def hf_bert_lm_head_config_dict(config: ModelConfig) -> dict[str, Any]:
+    """config.json of the BertLMHeadModel a maskplay GPT becomes."""
+    if config.family != "gpt":
+        raise ValueError(f"BertLMHeadModel is a GPT's counterpart, not a {config.family!r} model's")
+    if config.embedding_size is not None:
+        raise ValueError("BertLMHeadModel has no embedding_size: a GPT with embedding_size has no HuggingFace "
+                         "BERT counterpart")
+    out = hf_config_dict(dataclasses.replace(config, family="bert"))
+    out.update(architectures=["BertLMHeadModel"], is_decoder=True)
+    return out
+
+
+def gpt_from_hf_bert_lm_head(hf_config: Any, hf_state: dict[str, Tensor],
+                             special_ids: dict[str, Any] | None = None) -> MaskplayModel:
+    """The maskplay GPT of a BertLMHeadModel (config, state dict), weights loaded strictly; `special_ids` as for
+    from_hf."""
+    from .families import GPT
+
+    config = config_from_hf_bert_lm_head(hf_config)
+    if special_ids:
+        config = dataclasses.replace(config, **special_ids)
+    model = GPT(config)
+    want = maskplay_to_hf_bert_lm_head(model.state_dict())
+    missing = sorted(set(want) - set(hf_state) - _OPTIONAL_HF_KEYS)
+    if missing:
+        raise ValueError(f"the BertLMHeadModel checkpoint is missing weights: {missing}")
+    model.load_strict(hf_bert_lm_head_to_maskplay(hf_state), source="the converted BertLMHeadModel weights")
+    return model.eval()
+
+
+def gpt_to_hf_bert_lm_head(model: MaskplayModel) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """(config.json dict, state dict) of the BertLMHeadModel a maskplay GPT becomes."""
+    config = hf_bert_lm_head_config_dict(model.config)
+    return config, maskplay_to_hf_bert_lm_head(model.state_dict())
