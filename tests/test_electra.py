@@ -327,3 +327,18 @@ def test_method_names_for_electra():
     with pytest.raises(ValueError, match="one-pass"):
         resolve_method("electra", "one-pass")
     assert dataclasses.is_dataclass(ElectraConfig)
+
+
+@pytest.mark.parametrize("override, field", [
+    ("model.electra.generator_hidden_fraction=2", "generator_hidden_fraction"),
+    ("model.electra.generator_hidden_fraction=0.7", "generator_hidden_fraction"),  # 179 wide, 3 heads
+    ("model.embedding_size=0", "embedding_size"),
+    ("model.electra.disc_weight=nan", "disc_weight"),
+])
+def test_a_bad_electra_config_is_one_line_naming_the_field_and_writes_nothing(tmp_path, capsys, override, field):
+    run = tmp_path / "run"
+    code = cli_main(["pretrain", "--family", "electra", "--data", str(tmp_path / "none"), "--out", str(run),
+                     "--set", override])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and field in err, err
+    assert not run.exists()

@@ -48,6 +48,13 @@ class ModelSection:
             raise ValueError(f"model.family must be one of {FAMILIES}, got {self.family!r}")
         if self.preset not in PRESETS:
             raise ValueError(f"model.preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
+        if not self.init:
+            # the architecture checks of ModelConfig (sizes, ELECTRA's generator) now, with the preset's
+            # vocabulary, so that a bad [model] section stops the run before it writes anything
+            try:
+                preset(self.preset, family=self.family, electra=self.electra, unilm=self.unilm, **self.overrides())
+            except ValueError as err:
+                raise ValueError(f"model: {err}") from None
 
     def overrides(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
