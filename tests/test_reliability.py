@@ -119,8 +119,9 @@ def nan_model(env: dict[str, Path]) -> str:
 
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-PRETRAIN = ["--set", "model.preset=tiny", "--set", "run.progress=false", "--set", "run.tensorboard=false",
-            "--max-steps", "2", "--batch-size", "16", "--set", "optim.warmup_steps=1"]
+PRETRAIN = ["--set", "model.preset=tiny", "--set", "data.max_length=32", "--set", "run.progress=false",
+            "--set", "run.tensorboard=false", "--max-steps", "2", "--batch-size", "16", "--set", "optim.warmup_steps=1",
+            "--set", "run.threads=1", "--set", "run.device=cpu", "--set", "run.eval_batches=1"]
 
 # (id, command, argv builder from the fixture's paths, what the error line must name)
 CASES: list[tuple[str, str, Callable[[dict[str, Path]], list[str]], str]] = [
@@ -199,6 +200,16 @@ CASES: list[tuple[str, str, Callable[[dict[str, Path]], list[str]], str]] = [
                                                         "a cat"], "m-nm-trunc/model.safetensors is damaged"),
     ("model-no-manifest-random", "eval", lambda e: ["eval", "sts", str(damaged_copy(e, "m-nm-rand", _random, False)),
                                                     "--data", str(e["root"])], "m-nm-rand/model.safetensors is damaged"),
+    ("pretrain-resume-nothing", "pretrain", lambda e: ["pretrain", "--out", str(e["root"] / "never-ran"), "--resume"],
+     "never-ran/config.toml not found"),
+    ("pretrain-batch-split", "pretrain", lambda e: ["pretrain", "--data", str(e["data"]), "--out",
+                                                    str(e["root"] / "run-split"), *PRETRAIN, "--grad-accum", "3"],
+     "data.batch_size=16 must be divisible"),
+    ("pretrain-length-beyond-model", "pretrain", lambda e: ["pretrain", "--data", str(e["data"]), "--out",
+                                                            str(e["root"] / "run-len"), *PRETRAIN, "--set",
+                                                            "data.max_length=100"], "data.max_length=100"),
+    ("embed-layer-beyond-model", "embed", lambda e: ["embed", str(e["model"]), "--file", str(e["text"]), "--out",
+                                                     str(e["root"] / "l.npy"), "--layer", "3"], "layer 3"),
     # silent wrong results refused
     ("sts-gold-nan", "eval", lambda e: ["eval", "sts", str(e["model"]), "--datasets", "stsb", "--data",
                                         _sts_root(e, "sts-nan", ["1.0", "nan", "3.0", "2.0"])], "sts-dev.csv:2"),
@@ -264,3 +275,72 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+# ---- training runs ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [["--grad-accum", "3"], ["--set", "data.max_length=100"]], ids=["split", "length"])
+def test_a_config_that_fails_validation_leaves_nothing_behind(env, capsys, bad):
+    run_dir = env["root"] / f"run-nothing-{bad[-1]}"
+    code, _, err = run_cli(["pretrain", "--data", str(env["data"]), "--out", str(run_dir), *PRETRAIN, *bad], capsys)
+    assert code == 2 and "data." in err
+    assert not run_dir.exists()  # no metrics.jsonl, train.log or config.toml, not even the directory
+
+
+def test_resume_works_from_before_the_first_checkpoint(env, capsys, monkeypatch):
+    """A run killed during setup (here: while its data would be prepared) has its resolved config on disk, so
+    `--resume` alone continues it."""
+    import maskplay.train.loop as loop
+
+    run_dir = env["root"] / "run-early-kill"
+    real = loop.prepare_data
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop, "prepare_data", killed)
+    with pytest.raises(KeyboardInterrupt):
+        main(["pretrain", "--data", str(env["data"]), "--out", str(run_dir), *PRETRAIN])
+    assert (run_dir / "config.toml").is_file() and not list(run_dir.glob("ckpt-*"))
+    monkeypatch.setattr(loop, "prepare_data", real)
+    capsys.readouterr()
+    code, out, err = run_cli(["pretrain", "--out", str(run_dir), "--resume"], capsys)
+    assert code == 0, err
+    assert "no checkpoint yet; starting from step 0" in out and (run_dir / "final" / "model.safetensors").is_file()
+
+
+def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(env, capsys, monkeypatch):
+    import json
+
+    import maskplay.train.loop as loop
+    from maskplay.train import checkpoint as ckpt
+
+    run_dir = env["root"] / "run-nan"
+    real = loop.forward_in
+    calls = {"train": 0}
+
+    def poisoned(model, precision, *args, **kwargs):
+        out = real(model, precision, *args, **kwargs)
+        if model.training:
+            calls["train"] += 1
+            if calls["train"] == 5:  # the 5th optimizer step's only micro-batch
+                out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(loop, "forward_in", poisoned)
+    argv = ["pretrain", "--data", str(env["data"]), "--out", str(run_dir), *PRETRAIN, "--max-steps", "8",
+            "--set", "run.save_every=2", "--set", "run.log_every=1"]
+    code, _, err = run_cli(argv, capsys)
+    line = assert_one_line_error(code, err, "pretrain", "step 5: the training loss is nan")
+    assert "ckpt-000004" in line
+    assert [p.name for _, p in ckpt.list_checkpoints(run_dir)] == ["ckpt-000002", "ckpt-000004"]
+    ckpt.verify_checkpoint(run_dir / "ckpt-000004")
+    assert not (run_dir / "final").exists()
+    records = [json.loads(r) for r in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in records) == 4 and "NaN" not in (run_dir / "metrics.jsonl").read_text()
+    assert "ERROR: step 5: the training loss is nan" in (run_dir / "train.log").read_text()
+
+    monkeypatch.setattr(loop, "forward_in", real)  # the cause removed, the run resumes from the good checkpoint
+    code, out, err = run_cli(["pretrain", "--out", str(run_dir), "--resume"], capsys)
+    assert code == 0, err
+    assert "resumed from" in out and "at step 4" in out and (run_dir / "final").is_dir()

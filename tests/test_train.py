@@ -294,8 +294,9 @@ def test_corrupted_checkpoint_falls_back_to_the_previous_one(data, tmp_path, cap
     capsys.readouterr()
     rest = train(small_config(data, tmp_path / "a", "run.save_every=2", "run.keep_last=4", family="gpt"),
                  resume=True)
-    out = capsys.readouterr().out
-    assert "WARNING: skipping checkpoint ckpt-000006" in out and "optimizer.safetensors does not match" in out
+    out, err = capsys.readouterr()  # warnings go to stderr (and train.log), never to stdout
+    assert "WARNING: skipping checkpoint ckpt-000006" in err and "optimizer.safetensors does not match" in err
+    assert "WARNING" not in out and "WARNING: skipping" in (whole.run_dir / "train.log").read_text()
     assert "resumed from" in out and "ckpt-000004 at step 4" in out
     assert rest.step == 8
     assert_same_weights(expected, weights(rest.run_dir))

@@ -43,7 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     s.add_argument("--datasets", nargs="+", choices=["stsb", "sick"], default=["stsb", "sick"])
     s.add_argument("--pooling", choices=[x.value for x in Pooling], default=Pooling.MEAN.value)
-    s.add_argument("--layer", type=int, default=-1)
+    s.add_argument("--layer", type=int, default=-1,
+                   help="0 = the embedding output (the input of block 1), 1..N = the output of block N, -1 = last")
     s.add_argument("--diagonal-mask", action=argparse.BooleanOptionalAction, default=True,
                    help="T-TA only: --no-diagonal-mask lets each position see its own token")
 

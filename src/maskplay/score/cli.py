@@ -67,7 +67,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from .embed import Pooling
 
     e.add_argument("--pooling", choices=[p.value for p in Pooling], default=Pooling.MEAN.value)
-    e.add_argument("--layer", type=int, default=-1, help="hidden state index: 1..N blocks, -1 = last")
+    e.add_argument("--layer", type=int, default=-1,
+                   help="hidden state: 0 = the embedding output (the input of block 1), 1..N = the output of "
+                        "block N, -1 = last")
     e.add_argument("--diagonal-mask", action=argparse.BooleanOptionalAction, default=True,
                    help="T-TA only: --no-diagonal-mask lets each position see its own token")
     e.add_argument("--normalize", action="store_true", help="unit-length rows")

@@ -70,7 +70,12 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         from .loop import saved_run_config
 
         out = args.out or TrainConfig().run.out_dir
-        config = saved_run_config(out) or TrainConfig()
+        config = saved_run_config(out)
+        if config is None:
+            if args.data is None and args.corpus is None:
+                raise ValueError(f"--resume: {out}/config.toml not found, so there is no run to continue there; "
+                                 "start it with --config or --data (or check --out)")
+            config = TrainConfig()
     else:
         config = TrainConfig()
     config = _replace(config, "model", family=args.family, preset=args.preset, init=args.init)

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from ..config import ModelConfig, from_dict
 from ..data.dataset import TokenDataset
-from ..modeling import IGNORE_INDEX, MaskplayModel, build_model, prepare_output_dir
+from ..modeling import IGNORE_INDEX, MaskplayModel, atomic_path, build_model, prepare_output_dir
 from ..precision import forward_in
 from ..tokenizer import Tokenizer, load_tokenizer
 from . import checkpoint as ckpt
@@ -44,6 +44,14 @@ from .schedule import build_optimizer, learning_rate, schedule_state
 
 FINAL_DIR = "final"
 EXIT_SIGINT = 130  # the shell's code for a process ended by Ctrl-C
+
+
+class TrainingDiverged(ValueError):
+    """The loss or the gradient became nan or inf; the message says where and which checkpoint is the last good one
+    (a ValueError, so the command line reports it in one line)."""
+
+
+RESOLVED_CONFIG = "config.toml"
 
 
 @dataclass
@@ -145,31 +153,44 @@ class Trainer:
         self.d = d
         self.stream = stream if stream is not None else sys.stdout
         self.run_dir = Path(config.run.out_dir)
-        self._pending: list[str] = []  # messages before the Metrics (and its log file) exist
+        self._pending: list[str] = []  # messages printed before the Metrics (and its log file) exist
         self.metrics: Metrics | None = None
+        created = wrote_config = False
         if d.is_main:
             prepare_output_dir(self.run_dir, "run.out_dir (--out)")
+            created = not self.run_dir.exists()
             self.run_dir.mkdir(parents=True, exist_ok=True)
             ckpt.remove_partial_writes(self.run_dir)
         distributed.barrier(d)
 
-        self.checkpoint_path = self._choose_checkpoint(resume, resume_from)
+        # Everything that can reject the config runs before metrics.jsonl and train.log are created, and a failed
+        # start leaves nothing behind; the resolved config is written as soon as the config has passed the checks
+        # that need no data, so that `--resume` works from any moment on (corpus preparation can take minutes).
+        try:
+            self.checkpoint_path = self._choose_checkpoint(resume, resume_from)
+            self._check_batch_split()
+            if d.is_main:
+                wrote_config = not (self.run_dir / RESOLVED_CONFIG).exists()
+                self._write_resolved_config()
+            data_dir = prepare_data(config, self.run_dir, d, self.log)
+            self.tokenizer: Tokenizer = load_tokenizer(data_dir)
+            self.train_data = TokenDataset(data_dir / "train")
+            self.valid_data = TokenDataset(data_dir / "valid") if (data_dir / "valid").is_dir() else None
+            self.data_dir = data_dir
+            self.model_config = config.model.build(self.tokenizer.model_config_ids())
+            self._check_data()
+        except (ValueError, FileNotFoundError):
+            if d.is_main:
+                self._undo_start(created, wrote_config)
+            raise
         resume_step = None
         if self.checkpoint_path is not None:
             resume_step = int(ckpt.read_json(self.checkpoint_path / ckpt.STATE_FILE)["step"])
         if d.is_main:
             self.metrics = Metrics(self.run_dir, resume_step, config.run.tensorboard, stream=self.stream)
             for message in self._pending:
-                self.metrics.log(message)
+                self.metrics.log(message, echo=False)  # printed already; now into train.log
             self._pending.clear()
-
-        data_dir = prepare_data(config, self.run_dir, d, self.log)
-        self.tokenizer: Tokenizer = load_tokenizer(data_dir)
-        self.train_data = TokenDataset(data_dir / "train")
-        self.valid_data = TokenDataset(data_dir / "valid") if (data_dir / "valid").is_dir() else None
-        self.data_dir = data_dir
-        self.model_config = config.model.build(self.tokenizer.model_config_ids())
-        self._check_data()
 
         cfg = config
         self.micro = cfg.data.batch_size // (cfg.optim.grad_accum * d.world_size)
@@ -204,12 +225,35 @@ class Trainer:
     # ---- setup ----------------------------------------------------------------------------------------------
 
     def log(self, message: str) -> None:
+        """A line for the console and train.log; warnings go to stderr, so that stdout keeps only results."""
         if not self.d.is_main:
             return
+        stream = sys.stderr if message.startswith("WARNING") else self.stream
         if self.metrics is None:
+            print(message, file=stream, flush=True)
             self._pending.append(message)
         else:
-            self.metrics.log(message)
+            self.metrics.log(message, stream=stream)
+
+    def _write_resolved_config(self) -> None:
+        with atomic_path(self.run_dir / RESOLVED_CONFIG) as tmp:
+            tmp.write_text(self.config.to_toml())
+
+    def _undo_start(self, created: bool, wrote_config: bool) -> None:
+        """After a start that failed validation: remove the config.toml this start wrote and the run directory it
+        created, unless something else is in them by now (a prepared corpus is kept)."""
+        if wrote_config:
+            (self.run_dir / RESOLVED_CONFIG).unlink(missing_ok=True)
+        if created:
+            with contextlib.suppress(OSError):
+                self.run_dir.rmdir()  # only if empty
+
+    def _check_batch_split(self) -> None:
+        cfg, d = self.config, self.d
+        per = cfg.optim.grad_accum * d.world_size
+        if cfg.data.batch_size % per:
+            raise ValueError(f"data.batch_size={cfg.data.batch_size} must be divisible by optim.grad_accum "
+                             f"({cfg.optim.grad_accum}) x processes ({d.world_size}) = {per}")
 
     def _initialise_from(self, directory: str) -> None:
         """Copy the weights of a saved model (strict: every weight of this model must be there, nothing else)."""
@@ -256,14 +300,9 @@ class Trainer:
 
     def _check_data(self) -> None:
         cfg, mc = self.config, self.model_config
-        d = self.d
         if cfg.data.max_length > mc.max_position:
             raise ValueError(f"data.max_length={cfg.data.max_length} exceeds the model's max_position="
                              f"{mc.max_position} (set model.max_position or data.max_length)")
-        per = cfg.optim.grad_accum * d.world_size
-        if cfg.data.batch_size % per:
-            raise ValueError(f"data.batch_size={cfg.data.batch_size} must be divisible by optim.grad_accum "
-                             f"({cfg.optim.grad_accum}) x processes ({d.world_size}) = {per}")
         meta_vocab = self.train_data.meta.get("vocab_size")
         if meta_vocab is not None and meta_vocab > mc.vocab_size:
             raise ValueError(f"{self.train_data.directory}/meta.json says vocab_size={meta_vocab}, more than the "
@@ -456,7 +495,6 @@ class Trainer:
     def run(self) -> TrainResult:
         cfg, d = self.config, self.d
         if d.is_main:
-            (self.run_dir / "config.toml").write_text(cfg.to_toml())
             self.model_config.to_json(self.run_dir / "model_config.json")
             self.tokenizer.save(self.run_dir)
             n_long = int((self.lengths > cfg.data.max_length).sum())
@@ -512,8 +550,7 @@ class Trainer:
                 if g_targets == 0:
                     raise ValueError(f"step {self.step}: the global batch has no target tokens")
                 if not math.isfinite(g_loss):
-                    raise FloatingPointError(f"step {self.step}: the loss is {g_loss}; lower optim.lr or use fp32 "
-                                             f"(last checkpoint: {last_path})")
+                    self._diverged(f"the training loss is {g_loss}", last_path, bar)
                 # DDP averaged the per-process sums over world_size processes; undo that and divide by the count
                 scale = d.world_size / g_targets
                 for p in self.model.parameters():
@@ -521,6 +558,8 @@ class Trainer:
                         p.grad.mul_(scale)
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
                                                            cfg.optim.clip if cfg.optim.clip > 0 else math.inf)
+                if not math.isfinite(float(grad_norm)):  # a finite loss whose gradient overflowed
+                    self._diverged(f"the gradient norm is {float(grad_norm)}", last_path, bar)
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.step += 1
@@ -587,6 +626,20 @@ class Trainer:
         return TrainResult(run_dir=self.run_dir, step=self.step, status=status, exit_code=exit_code, final_dir=final,
                            checkpoint=last_path, eval_loss=self.last_eval)
 
+    def _diverged(self, what: str, last_path: Path | None, bar: Any) -> None:
+        """Stop before a non-finite value reaches the weights: the optimizer has not stepped, no checkpoint is
+        written, and the newest checkpoint on disk is the last good state. Every process sees the same all-reduced
+        values, so all stop at the same step."""
+        if bar is not None:
+            bar.close()
+        where = f"the last good checkpoint is {last_path}" if last_path is not None else "no checkpoint was written yet"
+        message = (f"step {self.step + 1}: {what}; training stopped before the update, {where}. Start a new run "
+                   "with a lower optim.lr or run.precision=fp32 (a resumed run repeats this step exactly)")
+        if self.metrics:  # into train.log; the console gets it once, as the command's one-line error
+            self.metrics.log(f"ERROR: {message}", echo=False)
+            self.metrics.plot()
+        raise TrainingDiverged(message)
+
     def _eval_and_report(self) -> None:
         loss = self.evaluate()
         if loss is None:
@@ -627,7 +680,7 @@ def train(config: TrainConfig, resume: bool = False, resume_from: str | Path | N
 
 def saved_run_config(run_dir: str | Path) -> TrainConfig | None:
     """The resolved config a run saved (RUN_DIR/config.toml), for resuming without repeating it."""
-    path = Path(run_dir) / "config.toml"
+    path = Path(run_dir) / RESOLVED_CONFIG
     if not path.is_file():
         return None
     from .config import load_train_config

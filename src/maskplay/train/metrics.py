@@ -45,15 +45,16 @@ class Metrics:
         else:
             self.log("TensorBoard is off (run.tensorboard = false)")
 
-    def log(self, message: str) -> None:
-        """A line for the console and train.log."""
+    def log(self, message: str, stream: TextIO | None = None, echo: bool = True) -> None:
+        """A line for the console (`stream`, default the Metrics' own; echo=False: train.log only) and train.log."""
         line = f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {message}"
-        try:
-            from tqdm import tqdm
+        if echo:
+            try:
+                from tqdm import tqdm
 
-            tqdm.write(line, file=self.stream)  # does not break a progress bar on the same terminal
-        except ImportError:  # pragma: no cover - tqdm is a dependency
-            print(line, file=self.stream, flush=True)
+                tqdm.write(line, file=stream or self.stream)  # does not break a progress bar on the same terminal
+            except ImportError:  # pragma: no cover - tqdm is a dependency
+                print(line, file=stream or self.stream, flush=True)
         self.log_file.write(line + "\n")
         self.log_file.flush()
 
