@@ -342,3 +342,29 @@ def test_a_bad_electra_config_is_one_line_naming_the_field_and_writes_nothing(tm
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and field in err, err
     assert not run.exists()
+
+
+def test_every_evaluation_reads_the_discriminator(tmp_path, capsys):
+    """embed is covered above; sts, nbest, pairs, spelling and cola on the real data with a tiny ELECTRA."""
+    from maskplay.tokenizer import load_tokenizer
+    from tests.conftest import shared_path
+    from tests.test_score_support import save_model_dir, tiny
+
+    tok = load_tokenizer(shared_path("tta-vocab"))
+    model_dir = str(save_model_dir(tmp_path / "electra", tiny("electra", tok), tok))
+    blimp = tmp_path / "blimp"
+    blimp.mkdir()
+    (blimp / "agreement.jsonl").write_text(json.dumps({"sentence_good": "the cats sleep .",
+                                                       "sentence_bad": "the cats sleeps ."}) + "\n")
+    commands = {"sts": ["--limit", "6", "--data", str(shared_path())], "nbest": ["--limit", "1", "--weights", "0.5"],
+                "pairs": ["--data", str(blimp)], "spelling": ["--limit", "3"],
+                "cola": ["--limit", "6", "--train-limit", "10"]}
+    for task, extra in commands.items():
+        out = tmp_path / f"{task}.json"
+        assert cli_main(["eval", task, model_dir, *extra, "--out", str(out)]) == 0, task
+        result = json.loads(out.read_text())
+        if task == "sts":
+            assert result["family"] == "electra"
+        else:
+            assert result["method"] == "discriminator", task
+    capsys.readouterr()
