@@ -12,10 +12,11 @@ import pytest
 import torch
 from torch import Tensor
 
-from maskplay import GPT, preset
+from maskplay import GPT, BertMLM, preset
 from maskplay.cache import KVCache
 from maskplay.cli import main
-from maskplay.generation import filter_logits, forward_cached, generate, generating_families
+from maskplay.generation import filter_logits, forward_cached, generate, generating_families, last_real
+from maskplay.masks import and_masks, materialize, padding, prefix_lm
 from tests.test_score_support import one_thread, save_model_dir, small_tokenizer, tiny  # noqa: F401 (autouse fixture)
 
 ATOL = 1e-5
@@ -88,6 +89,64 @@ def test_cache_mask_positions_growth_and_reorder():
     assert torch.equal(cache.keys[0][2, :, :3], k[0])
     with pytest.raises(ValueError, match="reserved columns"):
         cache.append(0, k, k)
+
+
+class PrefixLM(BertMLM):
+    """A seq2seq family as UniLM builds one (BERT weights, segment 0 = source, 1 = target): the hooks a family
+    writes on forward_cached, here to test the cache under a prefix mask and the `generated_token_type` path."""
+
+    generated_token_type = 1
+
+    def prefill(self, input_ids, attention_mask=None, token_type_ids=None):
+        mask = (input_ids != 0) if attention_mask is None else attention_mask.bool()
+        types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+        within = materialize(prefix_lm(types), *input_ids.shape, device=input_ids.device)
+        cache = KVCache(self.config.num_layers)
+        h = forward_cached(self, input_ids, mask, cache, token_type_ids=types, within=within)
+        return cache, self.logits(last_real(h, mask))
+
+    def step(self, new_ids, cache, new_mask=None):
+        new_mask = torch.ones_like(new_ids, dtype=torch.bool) if new_mask is None else new_mask
+        h = forward_cached(self, new_ids, new_mask, cache, token_type_ids=torch.ones_like(new_ids))
+        return self.logits(last_real(h, new_mask))
+
+
+@pytest.fixture(scope="module")
+def prefix_lm_model(tok):
+    model = PrefixLM(tiny("bert", tok, type_vocab_size=2).config)
+    model.load_state_dict(tiny("bert", tok, type_vocab_size=2).state_dict())
+    return model.eval()
+
+
+def test_a_prefix_mask_family_matches_its_full_forward(prefix_lm_model):
+    """Sources computed bidirectionally once, targets one step at a time: every next-token logit equals a full
+    forward of source + target under the seq2seq mask (masks.prefix_lm) with segments 0/1."""
+    model = prefix_lm_model
+    sources = prompts_of([6, 3], model.config.sos_token_id, seed=4)
+    targets = torch.randint(7, 60, (2, 4), generator=torch.Generator().manual_seed(5))
+    ids = torch.zeros(2, 6, dtype=torch.long)
+    ids[0], ids[1, 3:] = torch.tensor(sources[0]), torch.tensor(sources[1])  # left padding
+    with torch.no_grad():
+        cache, logits = model.prefill(ids, ids != 0)
+        got = [logits] + [model.step(targets[:, t:t + 1], cache) for t in range(4)]
+        for k, source in enumerate(sources):
+            full = torch.tensor([source + targets[k].tolist()])
+            types = (torch.arange(full.shape[1]) >= len(source)).long()[None]
+            mask = materialize(and_masks(prefix_lm(types), padding(full != 0)), 1, full.shape[1])
+            h, _ = model.encoder(model.embed(full, types), mask)
+            want = model.logits(h[0, len(source) - 1:])
+            torch.testing.assert_close(torch.stack([g[k] for g in got]), want, atol=ATOL, rtol=ATOL)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_a_prefix_mask_family_generates_the_same_with_and_without_cache(prefix_lm_model, strategy):
+    sources = prompts_of([7, 2, 4], prefix_lm_model.config.sos_token_id, seed=6)
+    runs = [generate(prefix_lm_model, sources, max_new_tokens=6, strategy=strategy, num_beams=2, stop_ids=[],
+                     output_logits=True, use_cache=cache) for cache in (True, False)]
+    for cached, uncached in zip(*runs, strict=True):
+        assert cached.token_ids == uncached.token_ids
+        finite = torch.isfinite(cached.logits)
+        torch.testing.assert_close(cached.logits[finite], uncached.logits[finite], atol=ATOL, rtol=ATOL)
 
 
 # ---- cached vs uncached -------------------------------------------------------------------------------------
