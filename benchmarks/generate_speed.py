@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -24,6 +25,29 @@ from maskplay import preset  # noqa: E402
 from maskplay.convert import gpt_to_hf_bert_lm_head  # noqa: E402
 from maskplay.generation import generate  # noqa: E402
 from maskplay.modeling import build_model  # noqa: E402
+
+
+def make_cases(model, hf, prompts: list[list[int]], ids: torch.Tensor, max_new_tokens: int,
+               uncached: bool) -> tuple[dict[str, Callable[[], list[list[int]]]], bool]:
+    """The timed calls for one batch of prompts (ids: the same prompts left-padded with 0, for HuggingFace), and
+    whether maskplay's cached greedy tokens equal HuggingFace's."""
+
+    def maskplay(use_cache: bool) -> list[list[int]]:
+        out = generate(model, prompts, max_new_tokens=max_new_tokens, stop_ids=[], use_cache=use_cache,
+                       batch_size=len(prompts))
+        return [o.token_ids for o in out]
+
+    def huggingface() -> list[list[int]]:
+        with torch.inference_mode():
+            out = hf.generate(input_ids=ids, attention_mask=(ids != 0).long(), max_new_tokens=max_new_tokens,
+                              min_new_tokens=max_new_tokens, do_sample=False, num_beams=1, pad_token_id=0,
+                              eos_token_id=None, use_cache=True)
+        return out[:, ids.shape[1]:].tolist()
+
+    cases = {"maskplay, cache": lambda: maskplay(True), "HF BertLMHeadModel.generate, cache": huggingface}
+    if uncached:
+        cases["maskplay, no cache"] = lambda: maskplay(False)
+    return cases, maskplay(True) == huggingface()
 
 
 def main() -> None:
@@ -63,25 +87,8 @@ def main() -> None:
         ids = torch.zeros(batch, max(lengths), dtype=torch.long)
         for k, p in enumerate(prompts):
             ids[k, ids.shape[1] - len(p):] = torch.tensor(p)
-        attn = (ids != 0).long()
 
-        def maskplay(use_cache: bool) -> list[list[int]]:
-            out = generate(model, prompts, max_new_tokens=args.max_new_tokens, stop_ids=[], use_cache=use_cache,
-                           batch_size=batch)
-            return [o.token_ids for o in out]
-
-        def huggingface() -> list[list[int]]:
-            with torch.inference_mode():
-                out = hf.generate(input_ids=ids, attention_mask=attn, max_new_tokens=args.max_new_tokens,
-                                  min_new_tokens=args.max_new_tokens, do_sample=False, num_beams=1,
-                                  pad_token_id=0, eos_token_id=None, use_cache=True)
-            return out[:, ids.shape[1]:].tolist()
-
-        same = maskplay(True) == huggingface()
-        cases = {"maskplay, cache": lambda: maskplay(True),
-                 "HF BertLMHeadModel.generate, cache": huggingface}
-        if not args.no_uncached:
-            cases["maskplay, no cache"] = lambda: maskplay(False)
+        cases, same = make_cases(model, hf, prompts, ids, args.max_new_tokens, not args.no_uncached)
         times = interleaved(cases, args.rounds)
         tokens = batch * args.max_new_tokens
         hf_time = times["HF BertLMHeadModel.generate, cache"]

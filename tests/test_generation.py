@@ -416,3 +416,15 @@ def test_cli_errors_are_one_line(model_dir, tmp_path, capsys, tok):
     assert main(["generate", str(tta_dir), "x"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot generate" in err and "gpt" in err
+
+
+@pytest.mark.parametrize("precision,tolerance", [("bf16", 0.05), ("int8", 0.05)])
+def test_reduced_precision_copies_generate_close_to_fp32(gpt, precision, tolerance):
+    from maskplay.generate_cli import for_precision
+
+    prompts = prompts_of([5, 8], gpt.config.sos_token_id)
+    want = generate(gpt, prompts, max_new_tokens=1, output_logits=True)
+    got = generate(for_precision(gpt, precision), prompts, max_new_tokens=4, output_logits=True, stop_ids=[])
+    assert all(len(g.token_ids) == 4 for g in got) and next(gpt.parameters()).dtype == torch.float32
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.logits[0], w.logits[0], atol=tolerance * w.logits[0].abs().max().item(), rtol=0)
