@@ -10,6 +10,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -210,6 +211,17 @@ CASES: list[tuple[str, str, Callable[[dict[str, Path]], list[str]], str]] = [
                                                             "data.max_length=100"], "data.max_length=100"),
     ("embed-layer-beyond-model", "embed", lambda e: ["embed", str(e["model"]), "--file", str(e["text"]), "--out",
                                                      str(e["root"] / "l.npy"), "--layer", "3"], "layer 3"),
+    # outputs
+    ("score-empty-error", "score", lambda e: ["score", str(e["model"]), "--file", str(_blank_file(e)), "--empty",
+                                              "error"], "blank.txt:2: empty line"),
+    ("score-all-empty", "score", lambda e: ["score", str(e["model"]), " ", ""], "every sentence argument is empty"),
+    ("score-resume-without-out", "score", lambda e: ["score", str(e["model"]), "a cat", "--resume"], "--resume"),
+    ("score-explain-with-out", "score", lambda e: ["score", str(e["model"]), "a cat", "--explain", "--out",
+                                                   str(e["root"] / "ex.txt")], "--explain"),
+    ("score-max-pieces-zero", "score", lambda e: ["score", str(e["model"]), "a cat", "--max-pieces", "0"],
+     "--max-pieces"),
+    ("score-out-is-a-directory", "score", lambda e: ["score", str(e["model"]), "a cat", "--out", str(e["root"] / "a_dir")],
+     "a_dir is a directory"),
     # silent wrong results refused
     ("sts-gold-nan", "eval", lambda e: ["eval", "sts", str(e["model"]), "--datasets", "stsb", "--data",
                                         _sts_root(e, "sts-nan", ["1.0", "nan", "3.0", "2.0"])], "sts-dev.csv:2"),
@@ -344,3 +356,121 @@ def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(env
     code, out, err = run_cli(["pretrain", "--out", str(run_dir), "--resume"], capsys)
     assert code == 0, err
     assert "resumed from" in out and "at step 4" in out and (run_dir / "final").is_dir()
+
+
+# ---- outputs that keep every line -------------------------------------------------------------------------------
+
+def _blank_file(env: dict[str, Path]) -> Path:
+    path = env["root"] / "blank.txt"
+    path.write_text("the cat sat\n\na dog ran\n   \nit is good\n")
+    return path
+
+
+def test_blank_lines_keep_their_rows_in_every_format(env, capsys):
+    import json
+
+    from maskplay.score import Scorer
+
+    path = _blank_file(env)
+    want = Scorer.from_pretrained(env["model"]).score(["the cat sat", "a dog ran", "it is good"])
+    code, out, err = run_cli(["score", str(env["model"]), "--file", str(path), "--format", "jsonl"], capsys)
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["index"] for r in rows] == [1, 2, 3, 4, 5]
+    assert [r.get("empty", False) for r in rows] == [False, True, False, True, False]
+    assert rows[1]["log_prob"] is None and rows[3]["text"] == "   "
+    assert [rows[k]["log_prob"] for k in (0, 2, 4)] == pytest.approx([s.log_prob for s in want], abs=1e-5)
+    assert "2 empty line(s) kept as empty rows (2, 4)" in err
+
+    code, out, _ = run_cli(["score", str(env["model"]), "--file", str(path), "--format", "tsv"], capsys)
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 6 and lines[2] == "2\t\t0\t\t" and lines[3].startswith("3\t-")
+    code, out, _ = run_cli(["score", str(env["model"]), "--file", str(path)], capsys)
+    assert code == 0 and "(empty line)" in out.splitlines()[2] and "nan" not in out
+
+    npy = env["root"] / "blank.npy"
+    code, out, err = run_cli(["embed", str(env["model"]), "--file", str(path), "--out", str(npy)], capsys)
+    assert code == 0, err
+    matrix, mask = np.load(npy), np.load(env["root"] / "blank.mask.npy")
+    assert matrix.shape[0] == 5 and mask.tolist() == [True, False, True, False, True]
+    assert not matrix[~mask].any() and np.abs(matrix[mask]).sum(axis=1).all()
+    code, _, _ = run_cli(["embed", str(env["model"]), "--file", str(env["text"]), "--out", str(npy)], capsys)
+    assert code == 0 and not (env["root"] / "blank.mask.npy").exists()  # a stale mask is removed
+    out_jsonl = env["root"] / "blank.jsonl"
+    code, _, _ = run_cli(["embed", str(env["model"]), "--file", str(path), "--out", str(out_jsonl)], capsys)
+    records = [json.loads(line) for line in out_jsonl.read_text().splitlines()]
+    assert code == 0 and records[1] == {"index": 2, "text": "", "empty": True, "embedding": None}
+
+
+def _score_out(env: dict[str, Path], capsys, path: Path, out: Path, *extra: str) -> tuple[int, str, str]:
+    return run_cli(["score", str(env["model"]), "--file", str(path), "--out", str(out), "--batch-size", "2", *extra],
+                   capsys)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "tsv", "table"])
+def test_score_resumes_a_partly_written_output(env, capsys, monkeypatch, fmt):
+    from maskplay.score import Scorer
+
+    path = env["root"] / "seven.txt"
+    path.write_text("the cat sat\na dog ran\nit is good\n\nthe mat\na cat ran on the mat\nthe dog\n")
+    whole = env["root"] / f"whole.{fmt}"
+    code, _, err = _score_out(env, capsys, path, whole, "--format", fmt)
+    assert code == 0 and "wrote" in err
+    expected = whole.read_text()
+    assert oct(whole.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+    # a run killed while writing its third batch: two batches whole, then half a line
+    cut = env["root"] / f"cut.{fmt}"
+    head = expected.splitlines(keepends=True)
+    keep = 4 if fmt == "jsonl" else 5  # rows 1-4 (+ the header)
+    cut.write_text("".join(head[:keep]) + head[keep][: len(head[keep]) // 2])
+    scored: list[str] = []
+    real = Scorer.score
+
+    def counting(self, sentences):
+        scored.extend(sentences)
+        return real(self, sentences)
+
+    monkeypatch.setattr(Scorer, "score", counting)
+    code, _, err = _score_out(env, capsys, path, cut, "--format", fmt, "--resume")
+    assert code == 0, err
+    assert cut.read_text() == expected
+    assert scored == ["the mat", "a cat ran on the mat", "the dog"]  # nothing already written is scored again
+
+
+def test_resume_refuses_an_output_of_another_input(env, capsys):
+    path = env["root"] / "other.txt"
+    path.write_text("the cat sat\na dog ran\n")
+    out = env["root"] / "other.jsonl"
+    out.write_text('{"index": 1, "text": "something else"}\n')
+    code, _, err = _score_out(env, capsys, path, out, "--format", "jsonl", "--resume")
+    assert_one_line_error(code, err, "score", "other.jsonl:1")
+    assert out.read_text() == '{"index": 1, "text": "something else"}\n'  # left as it was
+
+
+@pytest.mark.parametrize("command", ["score", "embed"])
+def test_a_second_writer_of_the_same_out_is_refused(env, capsys, command):
+    from filelock import FileLock
+
+    out = env["root"] / ("locked.jsonl" if command == "score" else "locked.npy")
+    holder = FileLock(str(out.parent / f".{out.name}.lock"))
+    with holder:  # another maskplay process, busy writing `out`
+        argv = ["score", str(env["model"]), "--file", str(env["text"]), "--out", str(out), "--format", "jsonl"] \
+            if command == "score" else ["embed", str(env["model"]), "--file", str(env["text"]), "--out", str(out)]
+        code, _, err = run_cli(argv, capsys)
+    assert_one_line_error(code, err, command, "being written by another process")
+    assert not out.exists()
+    code, _, err = run_cli(argv, capsys)
+    assert code == 0, err  # the lock is free again
+
+
+def test_max_pieces_guards_huge_lines_and_long_ones_are_announced(env, capsys):
+    path = env["root"] / "long.txt"
+    path.write_text("a dog\n" + "the cat sat on the mat " * 600 + "\n")
+    code, _, err = run_cli(["score", str(env["model"]), "--file", str(path), "--overflow", "window",
+                            "--max-pieces", "1000"], capsys)
+    assert_one_line_error(code, err, "score", "long.txt:2: has 3,600 word pieces, more than --max-pieces 1,000")
+    code, out, err = run_cli(["score", str(env["model"]), "--file", str(path), "--overflow", "window",
+                              "--format", "tsv"], capsys)
+    assert code == 0 and "long.txt:2: 3,600 pieces, scored in 116 windows" in err
+    assert len(out.splitlines()) == 3

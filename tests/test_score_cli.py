@@ -76,9 +76,9 @@ def test_score_bad_input_is_a_clear_error(model_dirs, tmp_path, capsys):
     assert main(["score", d, "--file", str(bad)]) == 2
     assert "bad.txt: byte offset 9: invalid UTF-8" in capsys.readouterr().err
     bad.write_bytes(b"fine\n\nmore\n")
-    assert main(["score", d, "--file", str(bad)]) == 2
+    assert main(["score", d, "--file", str(bad), "--empty", "error"]) == 2  # blank lines are kept by default
     assert "bad.txt:2: empty line" in capsys.readouterr().err
-    assert main(["score", d, "a", ""]) == 2
+    assert main(["score", d, "a", "", "--empty", "error"]) == 2
     assert "sentence argument 2 is empty" in capsys.readouterr().err
     bad.write_text("a dog\n" + "the cat sat " * 30 + "\n")
     assert main(["score", d, "--file", str(bad)]) == 2

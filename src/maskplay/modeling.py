@@ -318,6 +318,31 @@ def prepare_output_dir(path: str | Path, what: str = "--out") -> Path:
     return path
 
 
+class OutputLock:
+    """An exclusive lock on an output file for as long as it is written (filelock, on the hidden file
+    .NAME.lock beside it), so that two processes never write the same --out: the second gets a one-line error
+    instead of silently overwriting the first's result."""
+
+    def __init__(self, path: str | Path, what: str = "--out") -> None:
+        from filelock import FileLock
+
+        self.path, self.what = Path(path), what
+        self.lock = FileLock(str(self.path.parent / f".{self.path.name}.lock"), timeout=0)
+
+    def __enter__(self) -> OutputLock:
+        from filelock import Timeout
+
+        try:
+            self.lock.acquire()
+        except Timeout:
+            raise ValueError(f"{self.what} {self.path} is being written by another process (it holds "
+                             f"{self.lock.lock_file}); wait for it to finish or choose another {self.what}") from None
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.lock.release()
+
+
 def _umask() -> int:
     # os.umask can only be read by setting it; put it straight back
     mask = os.umask(0o022)

@@ -3,35 +3,52 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import math
+import os
 import sys
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
 from ..devices import resolve_device
-from ..modeling import atomic_path, prepare_output_file
+from ..modeling import OutputLock, atomic_path, prepare_output_file
 from ..precision import Precision
 from .scorer import Method, Overflow, SentenceScore
 
 
 def _read_input(args: argparse.Namespace) -> list[tuple[int, str]]:
-    """(index, sentence): index = line number for --file / stdin, argument position for SENTENCE args."""
-    from .text import read_lines
+    """(index, sentence): index = line number for --file / stdin, argument position for SENTENCE args. Blank
+    lines and empty arguments are kept (scored as empty rows) unless --empty error."""
+    from .text import is_empty, read_lines
 
     sentences = getattr(args, "sentences", None) or []
     if sentences and args.file is not None:
         raise ValueError("give sentences as arguments or with --file, not both")
     if sentences:
         for k, s in enumerate(sentences, start=1):
-            if not s.strip():
+            if is_empty(s) and args.empty == "error":
                 raise ValueError(f"sentence argument {k} is empty")
+        if all(is_empty(s) for s in sentences):
+            raise ValueError("every sentence argument is empty: there is nothing to score or embed")
         return list(enumerate(sentences, start=1))
     if args.file is None and sys.stdin.isatty():
         raise ValueError("no input: give sentences as arguments, --file F, or pipe them on stdin")
-    return read_lines(args.file)
+    return read_lines(args.file, empty=args.empty)
+
+
+def _report_empty(rows: list[tuple[int, str]], args: argparse.Namespace) -> None:
+    """The summary line on stderr: how many input lines were empty and kept as empty rows."""
+    from .text import is_empty
+
+    empty = [index for index, text in rows if is_empty(text)]
+    if empty:
+        where = "sentence argument(s)" if getattr(args, "sentences", None) else "line(s)"
+        shown = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
+        print(f"maskplay {args.command}: {len(empty)} empty {where} kept as empty rows ({shown})", file=sys.stderr)
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -40,6 +57,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--precision", choices=[p.value for p in Precision], default=Precision.fp32.value)
+    p.add_argument("--empty", choices=["keep", "error"], default="keep",
+                   help="a blank input line: keep it as an output row marked empty (default; counted on stderr), "
+                        "or stop with an error naming it")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -59,6 +79,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "most surprising word")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                    help="colours for --explain (auto: only when stdout is a terminal)")
+    p.add_argument("--out", default=None, metavar="FILE",
+                   help="write the rows here instead of stdout, batch by batch in input order (locked: one writer)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue a partly written --out (a killed run): rows already there are kept, not rescored")
+    p.add_argument("--max-pieces", type=int, default=DEFAULT_MAX_PIECES, metavar="N",
+                   help=f"refuse a line of more than N word pieces (default {DEFAULT_MAX_PIECES:,}); with "
+                        "--overflow window it would take minutes")
     p.set_defaults(func=run_score)
 
     e = sub.add_parser("embed", help="sentence embeddings to .npy or .jsonl")
@@ -78,30 +105,120 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(func=run_embed, sentences=None)
 
 
+DEFAULT_MAX_PIECES = 20_000
+LONG_LINE_WINDOWS = 50  # a line scored in more windows than this is announced on stderr
+
+
 def run_score(args: argparse.Namespace) -> int:
     from .scorer import Scorer
+    from .text import is_empty
 
     device = resolve_device(args.device)
+    if args.max_pieces < 1:
+        raise ValueError(f"--max-pieces must be at least 1, got {args.max_pieces}")
+    if args.resume and args.out is None:
+        raise ValueError("--resume continues a partly written --out FILE; give --out")
+    if args.explain and args.out is not None:
+        raise ValueError("--explain writes to the terminal; it cannot be combined with --out")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+    out_path = prepare_output_file(args.out) if args.out is not None else None
     rows = _read_input(args)
-    scorer = Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=device,
-                                    method=Method(args.method), overflow=Overflow(args.overflow),
-                                    precision=Precision(args.precision), progress=sys.stderr.isatty())
-    try:
-        scores = scorer.score([text for _, text in rows])
-    except ValueError as err:
-        raise ValueError(_name_input(str(err), rows, args)) from None
-    for k, score in enumerate(scores):
-        check_finite_score(k, score.log_prob, rows, args)
-    out = sys.stdout
-    if args.explain:
-        from .explain import explain, legend
+    with OutputLock(out_path) if out_path is not None else contextlib.nullcontext():
+        done = resume_point(out_path, rows, args.format) if args.resume and out_path.exists() else 0
+        scorer = Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=device,
+                                        method=Method(args.method), overflow=Overflow(args.overflow),
+                                        precision=Precision(args.precision), progress=False)
+        _check_lengths(scorer, rows, args, start=done)
+        if args.explain:
+            return _explain(scorer, rows, args)
+        out = open(out_path, "a" if done else "w", encoding="utf-8") if out_path is not None else sys.stdout
+        try:
+            writer = ScoreWriter(out, args.format, header=not done)
+            bar = _progress(len(rows), done)
+            # Batch by batch, in input order: a long run shows progress and a crash loses at most one batch.
+            for start in range(done, len(rows), args.batch_size):
+                chunk = rows[start:start + args.batch_size]
+                positions = [start + k for k, (_, text) in enumerate(chunk) if not is_empty(text)]
+                scores = _score_rows(scorer, rows, positions, args)
+                by_position = dict(zip(positions, scores, strict=True))
+                writer.write([(index, text, by_position.get(start + k)) for k, (index, text) in enumerate(chunk)])
+                if bar is not None:
+                    bar.update(len(chunk))
+            if bar is not None:
+                bar.close()
+        finally:
+            if out is not sys.stdout:
+                out.close()
+    _report_empty(rows, args)
+    if out_path is not None:
+        resumed = f" ({done} were there already)" if done else ""
+        print(f"wrote {out_path}: {len(rows)} rows{resumed}", file=sys.stderr)
+    return 0
 
-        colour = args.color == "always" or (args.color == "auto" and out.isatty())
-        print(legend(colour, replaced=scorer.method is Method.DISCRIMINATOR), file=out)
-        for (index, _), score in zip(rows, scores, strict=True):
-            print(f"[{index}] " + explain(score, colour), file=out)
-        return 0
-    write_scores(out, rows, scores, args.format)
+
+def _progress(total: int, done: int) -> Any:
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, unit="line", file=sys.stderr, mininterval=1.0, dynamic_ncols=True)
+
+
+def _score_rows(scorer: Any, rows: list[tuple[int, str]], positions: list[int],
+                args: argparse.Namespace) -> list[SentenceScore]:
+    """Score rows[positions]; errors name the input line, checked for non-finite values."""
+    import re
+
+    if not positions:
+        return []
+    try:
+        scores = scorer.score([rows[p][1] for p in positions])
+    except ValueError as err:
+        # the scorer numbers the sentences of this call; name the line of the whole input instead
+        message = re.sub(r"^sentence (\d+) ", lambda m: f"sentence {positions[int(m.group(1))]} ", str(err))
+        raise ValueError(_name_input(message, rows, args)) from None
+    for p, score in zip(positions, scores, strict=True):
+        check_finite_score(p, score.log_prob, rows, args)
+    return scores
+
+
+def _check_lengths(scorer: Any, rows: list[tuple[int, str]], args: argparse.Namespace, start: int = 0) -> None:
+    """Before any scoring: a line over --max-pieces is an error naming it (a 1 MB line is some 200k pieces, minutes
+    of windows); a line that needs many windows is announced on stderr, so that a long wait is not silent."""
+    from .text import is_empty
+
+    todo = [k for k in range(start, len(rows)) if not is_empty(rows[k][1])]
+    if not todo:
+        return
+    backend = scorer.tokenizer.backend
+    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)  # ids only: no offsets needed here
+    window = scorer.model.config.max_position - 2
+    for k, enc in zip(todo, encode([rows[k][1] for k in todo], add_special_tokens=False), strict=True):
+        n = len(enc.ids)
+        if n > args.max_pieces:
+            raise ValueError(_name_input(f"sentence {k} has {n:,} word pieces, more than --max-pieces "
+                                         f"{args.max_pieces:,}; split it, or raise --max-pieces to score it anyway",
+                                         rows, args))
+        windows = 1 if n <= window else math.ceil((n - window) / max(1, window // 2)) + 1
+        if windows > LONG_LINE_WINDOWS and Overflow(args.overflow) is Overflow.WINDOW:
+            where = _name_input(f"sentence {k} ", rows, args).rstrip(": ")
+            print(f"maskplay score: {where}: {n:,} pieces, scored in {windows:,} windows; this takes a while",
+                  file=sys.stderr)
+
+
+def _explain(scorer: Any, rows: list[tuple[int, str]], args: argparse.Namespace) -> int:
+    from .explain import explain, legend
+    from .text import is_empty
+
+    out = sys.stdout
+    positions = [k for k, (_, text) in enumerate(rows) if not is_empty(text)]
+    scores = dict(zip(positions, _score_rows(scorer, rows, positions, args), strict=True))
+    colour = args.color == "always" or (args.color == "auto" and out.isatty())
+    print(legend(colour, replaced=scorer.method is Method.DISCRIMINATOR), file=out)
+    for k, (index, _) in enumerate(rows):
+        print(f"[{index}] " + (explain(scores[k], colour) if k in scores else "(empty)"), file=out)
+    _report_empty(rows, args)
     return 0
 
 
@@ -124,24 +241,93 @@ def _name_input(message: str, rows: list[tuple[int, str]], args: argparse.Namesp
     return f"{where}: " + message[match.end():]
 
 
-def write_scores(out: io.TextIOBase, rows: list[tuple[int, str]], scores: list[SentenceScore], fmt: str) -> None:
-    if fmt == "jsonl":
-        for (index, _), s in zip(rows, scores, strict=True):
-            print(json.dumps({"index": index, **s.to_dict()}, ensure_ascii=False), file=out)
-    elif fmt == "tsv":
-        print("index\tlog_prob\tnum_tokens\tmean_log_prob\ttext", file=out)
-        for (index, _), s in zip(rows, scores, strict=True):
-            text = s.text.replace("\t", " ")  # keep the columns unambiguous
-            print(f"{index}\t{s.log_prob:.6f}\t{s.num_tokens}\t{s.mean_log_prob:.6f}\t{text}", file=out)
-    else:
-        print(f"{'#':>5} {'log p':>10} {'pieces':>6} {'mean':>8}  sentence", file=out)
-        for (index, _), s in zip(rows, scores, strict=True):
-            note = f"  [{s.windows} windows]" if s.windows > 1 else ""
-            print(f"{index:>5} {s.log_prob:>10.3f} {s.num_tokens:>6} {s.mean_log_prob:>8.3f}  {s.text}{note}", file=out)
+TSV_HEADER = "index\tlog_prob\tnum_tokens\tmean_log_prob\ttext"
+TABLE_HEADER = f"{'#':>5} {'log p':>10} {'pieces':>6} {'mean':>8}  sentence"
+
+
+def _empty_record(index: int, text: str) -> dict[str, Any]:
+    return {"index": index, "text": text, "empty": True, "log_prob": None, "num_tokens": 0, "mean_log_prob": None,
+            "windows": 0, "tokens": [], "token_log_probs": []}
+
+
+class ScoreWriter:
+    """Rows in one of the output formats, flushed (and, for a file, fsynced) after every batch. An empty input
+    line gets a row marked empty: "empty": true and null scores in JSONL, empty fields in TSV, "-" in the table."""
+
+    def __init__(self, out: IO[str], fmt: str, header: bool = True) -> None:
+        self.out, self.fmt = out, fmt
+        if header and fmt in ("tsv", "table"):
+            print(TSV_HEADER if fmt == "tsv" else TABLE_HEADER, file=out)
+
+    def write(self, rows: list[tuple[int, str, SentenceScore | None]]) -> None:
+        for index, text, s in rows:
+            print(self.line(index, text, s), file=self.out)
+        self.out.flush()
+        with contextlib.suppress(OSError, io.UnsupportedOperation, AttributeError, ValueError):
+            if not self.out.isatty():
+                os.fsync(self.out.fileno())
+
+    def line(self, index: int, text: str, s: SentenceScore | None) -> str:
+        if self.fmt == "jsonl":
+            record = _empty_record(index, text) if s is None else {"index": index, **s.to_dict()}
+            return json.dumps(record, ensure_ascii=False)
+        if self.fmt == "tsv":
+            clean = text.replace("\t", " ")  # keep the columns unambiguous
+            if s is None:
+                return f"{index}\t\t0\t\t{clean}"
+            return f"{index}\t{s.log_prob:.6f}\t{s.num_tokens}\t{s.mean_log_prob:.6f}\t{clean}"
+        if s is None:
+            return f"{index:>5} {'-':>10} {0:>6} {'-':>8}  (empty line)"
+        note = f"  [{s.windows} windows]" if s.windows > 1 else ""
+        return f"{index:>5} {s.log_prob:>10.3f} {s.num_tokens:>6} {s.mean_log_prob:>8.3f}  {s.text}{note}"
+
+
+def write_scores(out: IO[str], rows: list[tuple[int, str]], scores: list[SentenceScore | None], fmt: str) -> None:
+    """All rows at once (None = an empty line's row)."""
+    ScoreWriter(out, fmt).write([(index, text, s) for (index, text), s in zip(rows, scores, strict=True)])
+
+
+def resume_point(path: Path, rows: list[tuple[int, str]], fmt: str) -> int:
+    """How many rows of `rows` a partly written output already holds. A last line cut short by a kill is removed
+    (the file is truncated to its last whole row); rows that do not match the input are an error, so that a
+    resumed file never mixes two inputs."""
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1  # whatever follows the last newline is a row cut short
+    lines = data[:end].decode("utf-8", errors="replace").split("\n")[:-1] if end else []
+    if fmt in ("tsv", "table") and lines:
+        header = TSV_HEADER if fmt == "tsv" else TABLE_HEADER
+        if lines[0] != header:
+            raise ValueError(f"--resume: {path}:1 is not the {fmt} header; was it written with another --format?")
+        lines = lines[1:]
+    if len(lines) > len(rows):
+        raise ValueError(f"--resume: {path} has {len(lines)} rows, the input only {len(rows)}")
+    first = 2 if fmt in ("tsv", "table") else 1
+    for k, line in enumerate(lines):
+        index, text = rows[k]
+        try:
+            if fmt == "jsonl":
+                record = json.loads(line)
+                got_index, got_text = record["index"], record["text"]
+            elif fmt == "tsv":
+                fields = line.split("\t")
+                got_index, got_text = int(fields[0]), "\t".join(fields[4:])
+                text = text.replace("\t", " ")
+            else:
+                got_index, got_text = int(line.split()[0]), text
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ValueError(f"--resume: {path}:{k + first} is not a {fmt} score row") from None
+        if got_index != index or got_text != text:
+            raise ValueError(f"--resume: {path}:{k + first} is row {got_index} {got_text[:40]!r}, but the input's row "
+                             f"{k + 1} is {index} {text[:40]!r}: this file was written for another input")
+    if end != len(data):
+        with open(path, "r+b") as f:
+            f.truncate(end)
+    return len(lines)  # 0: the caller starts the file afresh (header included)
 
 
 def run_embed(args: argparse.Namespace) -> int:
     from .embed import Embedder, Pooling
+    from .text import is_empty
 
     out = Path(args.out)
     if out.suffix not in (".npy", ".jsonl"):
@@ -149,27 +335,47 @@ def run_embed(args: argparse.Namespace) -> int:
     prepare_output_file(out)  # before the model is loaded and the text embedded: fail in a second, not an hour
     device = resolve_device(args.device)
     rows = _read_input(args)
-    embedder = Embedder.from_pretrained(args.model_dir, device=device, precision=Precision(args.precision))
-    try:
-        matrix = embedder.encode([t for _, t in rows], pooling=Pooling(args.pooling), layer=args.layer,
-                                 diagonal_mask=args.diagonal_mask, normalize=args.normalize,
-                                 batch_size=args.batch_size, overflow=Overflow(args.overflow),
-                                 progress=sys.stderr.isatty())
-    except ValueError as err:
-        raise ValueError(_name_input(str(err), rows, args)) from None
-    bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
-    if len(bad):
-        raise ValueError(_name_input(f"sentence {int(bad[0])} has a non-finite embedding ({len(bad)} of {len(rows)} "
-                                     "rows): the model's weights are damaged or diverged; nothing written",
-                                     rows, args))
-    with atomic_path(out) as tmp:
-        if out.suffix == ".npy":
-            with open(tmp, "wb") as f:
-                np.save(f, matrix, allow_pickle=False)
-        else:
-            with open(tmp, "w", encoding="utf-8") as f:
-                for (index, text), vector in zip(rows, matrix, strict=True):
-                    f.write(json.dumps({"index": index, "text": text, "embedding": vector.tolist()},
-                                       ensure_ascii=False) + "\n")
-    print(f"wrote {out}: {matrix.shape[0]} x {matrix.shape[1]} ({args.pooling} pooling, layer {args.layer})")
+    with OutputLock(out):
+        embedder = Embedder.from_pretrained(args.model_dir, device=device, precision=Precision(args.precision))
+        positions = [k for k, (_, text) in enumerate(rows) if not is_empty(text)]
+        try:
+            vectors = embedder.encode([rows[k][1] for k in positions], pooling=Pooling(args.pooling), layer=args.layer,
+                                      diagonal_mask=args.diagonal_mask, normalize=args.normalize,
+                                      batch_size=args.batch_size, overflow=Overflow(args.overflow),
+                                      progress=sys.stderr.isatty())
+        except ValueError as err:
+            import re
+
+            message = re.sub(r"^sentence (\d+) ", lambda m: f"sentence {positions[int(m.group(1))]} ", str(err))
+            raise ValueError(_name_input(message, rows, args)) from None
+        bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+        if len(bad):
+            raise ValueError(_name_input(f"sentence {positions[int(bad[0])]} has a non-finite embedding ({len(bad)} "
+                                         f"of {len(rows)} rows): the model's weights are damaged or diverged; nothing "
+                                         "written", rows, args))
+        # An empty line keeps its row: zeros in the matrix, flagged False in the X.mask.npy sidecar (written only
+        # when there are empty lines), so that row k is always input line k.
+        matrix = np.zeros((len(rows), vectors.shape[1]), dtype=np.float32)
+        matrix[positions] = vectors
+        mask_path = out.with_name(out.stem + ".mask.npy")
+        with atomic_path(out) as tmp:
+            if out.suffix == ".npy":
+                with open(tmp, "wb") as f:
+                    np.save(f, matrix, allow_pickle=False)
+            else:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    real = set(positions)
+                    for k, (index, text) in enumerate(rows):
+                        record = {"index": index, "text": text, "embedding": matrix[k].tolist()} if k in real else \
+                            {"index": index, "text": text, "empty": True, "embedding": None}
+                        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        has_empty = len(positions) < len(rows)
+        if out.suffix == ".npy" and has_empty:
+            with atomic_path(mask_path) as tmp, open(tmp, "wb") as f:
+                np.save(f, np.isin(np.arange(len(rows)), positions), allow_pickle=False)
+        elif out.suffix == ".npy" and mask_path.is_file():
+            mask_path.unlink()  # a previous run's mask no longer describes this matrix
+    _report_empty(rows, args)
+    extra = f"; empty rows are zeros, flagged False in {mask_path}" if out.suffix == ".npy" and has_empty else ""
+    print(f"wrote {out}: {matrix.shape[0]} x {matrix.shape[1]} ({args.pooling} pooling, layer {args.layer}){extra}")
     return 0

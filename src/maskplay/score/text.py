@@ -88,9 +88,16 @@ def decode_text(data: bytes, source: str) -> str:
     return text
 
 
-def read_lines(path: str | Path | None) -> list[tuple[int, str]]:
-    """(line number, text) for every line of a UTF-8 file (None or '-' = stdin). Blank lines are errors
-    naming the line, so that output rows always line up with input lines."""
+def is_empty(text: str) -> bool:
+    return not text.strip()
+
+
+def read_lines(path: str | Path | None, empty: str = "error") -> list[tuple[int, str]]:
+    """(line number, text) for every line of a UTF-8 file (None or '-' = stdin). A blank (or whitespace-only)
+    line is an error naming it with empty="error"; with empty="keep" it is returned as it is, so that the caller
+    can give it an output row marked empty and keep output rows aligned with input lines."""
+    if empty not in ("error", "keep"):
+        raise ValueError(f"empty must be 'error' or 'keep', got {empty!r}")
     if path is None or str(path) == "-":
         source, data = "<stdin>", sys.stdin.buffer.read()
     else:
@@ -108,9 +115,10 @@ def read_lines(path: str | Path | None) -> list[tuple[int, str]]:
         rows.pop()
     for number, line in enumerate(rows, start=1):
         line = line.removesuffix("\r")
-        if not line.strip():
-            raise ValueError(f"{source}:{number}: empty line; write one sentence per line, no blank lines")
+        if is_empty(line) and empty == "error":
+            raise ValueError(f"{source}:{number}: empty line; write one sentence per line, no blank lines "
+                             "(or keep them as empty rows: --empty keep)")
         lines.append((number, line))
-    if not lines:
+    if not lines or all(is_empty(line) for _, line in lines):
         raise ValueError(f"{source}: no sentences (the input is empty)")
     return lines
