@@ -474,3 +474,18 @@ def test_max_pieces_guards_huge_lines_and_long_ones_are_announced(env, capsys):
                               "--format", "tsv"], capsys)
     assert code == 0 and "long.txt:2: 3,600 pieces, scored in 116 windows" in err
     assert len(out.splitlines()) == 3
+
+
+# ---- int8 on a CPU whose kernel is wrong -----------------------------------------------------------------------
+
+def test_int8_is_refused_in_one_line_when_the_kernel_fails_its_check(env, capsys, monkeypatch):
+    import maskplay.quant as quant
+
+    if not quant.ONEDNN_INT8:
+        pytest.skip("this PyTorch build has no oneDNN int8 kernel (int8 runs the reference arithmetic)")
+    monkeypatch.setattr(quant, "_LEVELS", None)
+    monkeypatch.setattr(quant, "_KERNEL_ERROR", None)
+    monkeypatch.setattr(quant, "_kernel_error", lambda levels: 0.25)
+    code, out, err = run_cli(["score", str(env["model"]), "a cat", "--precision", "int8"], capsys)
+    assert_one_line_error(code, err, "score", "does not compute the reference arithmetic")
+    assert "use --precision fp32 or bf16" in err and out.count("\n") <= 1  # at most the table header

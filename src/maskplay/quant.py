@@ -9,7 +9,14 @@ fused (the one torch.compile's x86 int8 lowering calls) runs at about twice the 
 is a slow reference one. Where that kernel is missing (not an x86 build of PyTorch), the same arithmetic runs
 in fp32: the same numbers, no speed-up.
 
-One scale per call means a row's result depends slightly on the other rows of its batch (as with torch.ao)."""
+One scale per call means a row's result depends slightly on the other rows of its batch (as with torch.ao).
+
+CPUs without AVX-512 VNNI (AVX2 only, or oneDNN limited by ONEDNN_MAX_CPU_ISA=AVX2) multiply uint8 x int8 with
+vpmaddubsw, which adds two products into a saturating int16: 255 x 127 x 2 = 64770 does not fit, and the results
+are silently wrong (relative errors of 0.2 and more). FBGEMM avoids this with `reduce_range`; here the kernel is
+checked against the reference arithmetic once per process, at the first Int8Linear (kernel_levels): if full
+8-bit activations fail the check, activations use 7 bits (0..127: 127 x 127 x 2 = 32258 fits), which is checked
+too; if that fails as well, int8 is refused with a one-line error instead of returning wrong numbers."""
 
 from __future__ import annotations
 
@@ -28,23 +35,79 @@ ONEDNN_INT8 = hasattr(torch.ops.onednn, "qlinear_pointwise") and torch.backends.
 warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor.*deprecated", category=UserWarning)
 
 
-def quantize_activations(x: Tensor) -> tuple[Tensor, float, int]:
-    """(uint8 tensor, scale, zero point) with x ~ scale * (q - zero_point), the range taken from x itself and
-    widened to hold 0 exactly. x is 2-D."""
+FULL_RANGE, REDUCED_RANGE = 255, 127  # uint8 activation levels: 8 bits, or 7 where the CPU's int16 sums saturate
+
+
+def quantize_activations(x: Tensor, levels: int = FULL_RANGE) -> tuple[Tensor, float, int]:
+    """(uint8 tensor in 0..levels, scale, zero point) with x ~ scale * (q - zero_point), the range taken from x
+    itself and widened to hold 0 exactly. x is 2-D."""
     lo, hi = (float(v) for v in torch.aminmax(x))
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError(f"int8: the input of a linear layer holds non-finite values (range {lo}..{hi}); "
                          "run in fp32 to see where they arise")
     lo, hi = min(lo, 0.0), max(hi, 0.0)
-    scale = max(hi - lo, 1e-8) / 255
-    zero_point = min(255, max(0, round(-lo / scale)))
+    scale = max(hi - lo, 1e-8) / levels
+    zero_point = min(levels, max(0, round(-lo / scale)))
     x = x.float()
     try:
         q = torch.quantize_per_tensor(x, scale, zero_point, torch.quint8)
         as_uint8 = torch.empty(0, dtype=torch.uint8, device=x.device)
-        return as_uint8.set_(q.untyped_storage(), 0, q.shape, q.stride()), scale, zero_point
+        q = as_uint8.set_(q.untyped_storage(), 0, q.shape, q.stride())
     except (AttributeError, RuntimeError):  # a PyTorch without quantized tensors
-        return (x / scale).round_().add_(zero_point).clamp_(0, 255).to(torch.uint8), scale, zero_point
+        q = (x / scale).round_().add_(zero_point).clamp_(0, 255).to(torch.uint8)
+    if levels < FULL_RANGE:
+        q = q.clamp_(max=levels)  # a rounding tie may land one step above the range
+    return q, scale, zero_point
+
+
+_LEVELS: int | None = None  # the activation levels this process's kernel computes exactly (kernel_levels)
+_KERNEL_ERROR: str | None = None
+
+
+def _kernel_error(levels: int) -> float:
+    """Relative error of the oneDNN kernel against the exact integer arithmetic, on inputs that reach the ends of
+    both ranges (full-scale activations times full-scale weights: the sums an int16 cannot hold) and on random
+    ones."""
+    g = torch.Generator().manual_seed(0)
+    out_features, in_features = 48, 256
+    weight = torch.randint(-127, 128, (out_features, in_features), generator=g, dtype=torch.int8)
+    weight[0] = 127
+    weight[1] = -127
+    q = torch.randint(0, levels + 1, (16, in_features), generator=g, dtype=torch.uint8)
+    q[0] = levels
+    scale, zero_point = 0.01, 3
+    w_scale = torch.full((out_features,), 0.02)
+    bias = torch.linspace(-1, 1, out_features)
+    packed = torch.ops.onednn.qlinear_prepack(weight, None)
+    got = torch.ops.onednn.qlinear_pointwise(q, scale, zero_point, packed, w_scale,
+                                             torch.zeros(out_features, dtype=torch.long), bias, 1.0, 0,
+                                             torch.float32, "none", [], "")
+    want = ((q.double() - zero_point) @ weight.double().T) * scale * 0.02 + bias.double()
+    return float((got.double() - want).norm() / want.norm())
+
+
+def kernel_levels() -> int:
+    """The uint8 activation levels (255 or 127) with which this process's int8 kernel gives the reference
+    arithmetic; checked once per process. A kernel that is wrong either way is a ValueError (int8 refused)."""
+    global _LEVELS, _KERNEL_ERROR
+    if _KERNEL_ERROR is not None:
+        raise ValueError(_KERNEL_ERROR)
+    if _LEVELS is None:
+        if not ONEDNN_INT8:
+            _LEVELS = FULL_RANGE  # the fp32 reference path: exact by construction
+        else:
+            errors = {}
+            for levels in (FULL_RANGE, REDUCED_RANGE):
+                errors[levels] = _kernel_error(levels)
+                if errors[levels] < 1e-5:  # int32 sums are exact; only the fp32 dequantisation rounds
+                    _LEVELS = levels
+                    break
+            else:
+                _KERNEL_ERROR = (f"int8: oneDNN's int8 kernel on this CPU does not compute the reference arithmetic "
+                                 f"(relative error {errors[FULL_RANGE]:.2g} with 8-bit and {errors[REDUCED_RANGE]:.2g} "
+                                 "with 7-bit activations); use --precision fp32 or bf16")
+                raise ValueError(_KERNEL_ERROR)
+    return _LEVELS
 
 
 class Int8Linear(nn.Module):
@@ -60,8 +123,9 @@ class Int8Linear(nn.Module):
         self.activation = activation
         self.weight_int8, self.weight_scale, self.bias = weight_int8, weight_scale, bias
         self._zero_points = torch.zeros(self.out_features, dtype=torch.long, device=weight_int8.device)
-        self._packed = (torch.ops.onednn.qlinear_prepack(weight_int8, None)
-                        if ONEDNN_INT8 and weight_int8.device.type == "cpu" else None)
+        use_kernel = ONEDNN_INT8 and weight_int8.device.type == "cpu"
+        self.levels = kernel_levels() if use_kernel else FULL_RANGE  # 127 where the CPU's int16 sums saturate
+        self._packed = torch.ops.onednn.qlinear_prepack(weight_int8, None) if use_kernel else None
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, activation: str = "none") -> Int8Linear:
@@ -83,7 +147,7 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
-        q, scale, zero_point = quantize_activations(x.reshape(-1, shape[-1]))
+        q, scale, zero_point = quantize_activations(x.reshape(-1, shape[-1]), self.levels)
         if self._packed is not None:
             y = torch.ops.onednn.qlinear_pointwise(q, scale, zero_point, self._packed, self.weight_scale,
                                                    self._zero_points, self.bias, 1.0, 0, x.dtype, self.activation,
@@ -100,7 +164,7 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, activation={self.activation}, " \
-               f"onednn={self._packed is not None}"
+               f"onednn={self._packed is not None}, activation_levels={self.levels}"
 
 
 def concatenated_int8(x: Tensor, layers: Sequence[Int8Linear]) -> Tensor:
