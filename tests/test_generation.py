@@ -271,6 +271,10 @@ def test_stop_tokens_end_each_row_on_its_own():
     assert [g.finish_reason for g in out] == ["stop", "length"] and out[0].stop_id == EOS
     assert generate(model, [[5]], max_new_tokens=4, stop_ids=[Y])[0].token_ids == [B]
     assert generate(model, [[S]], max_new_tokens=4, stop_ids=[])[0].finish_reason == "length"
+    # beam search ends as soon as no beam can go on (here every candidate but the stop has probability 0)
+    ended = generate(scripted({S: {EOS: 1.0}}), [[S]], max_new_tokens=6, strategy="beam", num_beams=2,
+                     output_logits=True)[0]
+    assert ended.token_ids == [] and ended.finish_reason == "stop" and ended.logits.shape[0] == 1
 
 
 # ---- sampling -----------------------------------------------------------------------------------------------

@@ -382,9 +382,11 @@ def _beam_search(decoder: _Cached | _Recomputed, B: int, cfg: GenerationConfig, 
 
 def _beam_done(finished: list[tuple[float, float, list[int], int | None]], running: list[tuple[int, int, float]],
                K: int, cfg: GenerationConfig, length: int, normalised: Callable[[float, int], float]) -> bool:
+    if not running:  # every candidate ended or has probability 0: nothing more can be found
+        return True
     if len(finished) < K:
         return False
-    if cfg.early_stopping or not running:
+    if cfg.early_stopping:
         return True
     worst = sorted(h[0] for h in finished)[-K]  # the K-th best finished hypothesis
     best_running = max(total for _, _, total in running)
