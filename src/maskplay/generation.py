@@ -270,6 +270,7 @@ def _decode_batch(model: Any, prompts: list[list[int]], types: list[list[int]] |
     out = [Generated() for _ in range(B)]
     recorded: list[Tensor] = []
     alive = torch.ones(B, dtype=torch.bool, device=device)
+    stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
     logits = decoder.first
     for step in range(cfg.max_new_tokens):
         if output_logits:
@@ -281,8 +282,8 @@ def _decode_batch(model: Any, prompts: list[list[int]], types: list[list[int]] |
         else:
             tokens = logits.argmax(-1)
         chosen = log_probs.gather(1, tokens[:, None])[:, 0].tolist()
-        for row, token in enumerate(tokens.tolist()):
-            if not alive[row]:
+        for row, (token, running) in enumerate(zip(tokens.tolist(), alive.tolist(), strict=True)):
+            if not running:
                 continue
             out[row].log_prob += chosen[row]
             if token in stop_ids:
@@ -291,7 +292,7 @@ def _decode_batch(model: Any, prompts: list[list[int]], types: list[list[int]] |
                 out[row].token_ids.append(token)
                 if on_token is not None:
                     on_token(row, token)
-        alive &= ~torch.isin(tokens, torch.tensor(sorted(stop_ids), device=device))
+        alive &= ~torch.isin(tokens, stops)
         if not bool(alive.any()) or step == cfg.max_new_tokens - 1:
             break
         logits = decoder.advance(tokens.masked_fill(~alive, pad_id), alive)
