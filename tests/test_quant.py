@@ -55,7 +55,7 @@ def test_onednn_kernel_computes_the_reference_arithmetic(activation):
     x = torch.randn(5, 7, 96)
     got = layer(x)
     assert got.shape == (5, 7, 80) and got.dtype == torch.float32
-    want = layer.reference(*quantize_activations(x.reshape(-1, 96), layer.levels), dtype=torch.float64).view(5, 7, 80)
+    want = layer.reference(*quantize_activations(x.reshape(-1, 96)), dtype=torch.float64).view(5, 7, 80)
     assert rel(got, want) < 1e-5  # int32 accumulation is exact; only the fp32 dequantisation rounds
     if activation == "gelu":  # the fused GELU is the erf one, like nn.GELU's default (tanh would be ~1e-3 off)
         assert float((got.double() - want).abs().max()) < 1e-4
@@ -106,35 +106,35 @@ def test_quantised_model_is_close_to_fp32_and_leaves_the_original_alone(tiny_mod
 
 
 @needs_onednn
-def test_the_kernel_is_checked_once_and_reduced_range_is_used_where_8_bits_saturate(monkeypatch):
-    """Where full-range activations fail the check (an AVX2 CPU's saturating int16 sums), 7-bit activations are
-    used; where both fail, int8 is refused in one line. The real check runs on this CPU as well."""
+def test_the_kernel_is_checked_once_and_7_bit_weights_are_used_where_8_bits_saturate(monkeypatch):
+    """Where full-range weights fail the check (an AVX2 CPU's saturating int16 sums), weights use 7 bits; where
+    both fail, int8 is refused in one line. The real check runs on this CPU as well."""
     import maskplay.quant as quant
 
-    assert quant._kernel_error(quant.kernel_levels()) < 1e-5  # whatever this CPU is, the chosen range is exact
-    monkeypatch.setattr(quant, "_LEVELS", None)  # monkeypatch puts both verdicts back afterwards
+    assert quant._kernel_error(quant.kernel_weight_range()) < 1e-5  # whatever this CPU is, the chosen range is exact
+    monkeypatch.setattr(quant, "_WEIGHT_RANGE", None)  # monkeypatch puts both verdicts back afterwards
     monkeypatch.setattr(quant, "_KERNEL_ERROR", None)
     checked: list[int] = []
 
-    def saturating(levels: int) -> float:
-        checked.append(levels)
-        return 0.27 if levels == quant.FULL_RANGE else 1e-8
+    def saturating(weight_range: int) -> float:
+        checked.append(weight_range)
+        return 0.27 if weight_range == quant.FULL_RANGE else 1e-8
 
     monkeypatch.setattr(quant, "_kernel_error", saturating)
     torch.manual_seed(0)
     linear = nn.Linear(128, 64)
     layer = Int8Linear.from_linear(linear)
     Int8Linear.from_linear(nn.Linear(8, 8))  # checked once per process, not per layer
-    assert checked == [255, 127] and layer.levels == 127
+    assert checked == [127, 63] and int(layer.weight_int8.abs().max()) == 63
     x = torch.randn(32, 128)
-    q, _, _ = quantize_activations(x, layer.levels)
-    assert int(q.max()) <= 127
     assert rel(layer(x), linear(x).detach()) < 0.02
+    with pytest.raises(ValueError, match="would saturate this CPU's int8 kernel"):
+        Int8Linear(torch.full((4, 8), 127, dtype=torch.int8), torch.ones(4), torch.zeros(4))
 
-    monkeypatch.setattr(quant, "_LEVELS", None)
-    monkeypatch.setattr(quant, "_kernel_error", lambda levels: 0.3)
+    monkeypatch.setattr(quant, "_WEIGHT_RANGE", None)
+    monkeypatch.setattr(quant, "_kernel_error", lambda weight_range: 0.3)
     with pytest.raises(ValueError, match=r"int8: oneDNN's int8 kernel on this CPU does not compute"):
         Int8Linear.from_linear(linear)
-    monkeypatch.setattr(quant, "_kernel_error", lambda levels: 0.0)
+    monkeypatch.setattr(quant, "_kernel_error", lambda weight_range: 0.0)
     with pytest.raises(ValueError, match="use --precision fp32 or bf16"):  # the verdict holds for the process
         Int8Linear.from_linear(linear)
