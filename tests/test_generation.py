@@ -425,7 +425,10 @@ def test_cli_errors_are_one_line(model_dir, tmp_path, capsys, tok):
 @pytest.mark.parametrize("precision,tolerance", [("bf16", 0.05), ("int8", 0.05)])
 def test_reduced_precision_copies_generate_close_to_fp32(gpt, precision, tolerance):
     from maskplay.generate_cli import for_precision
+    from maskplay.quant import FULL_RANGE, kernel_weight_range
 
+    if precision == "int8" and kernel_weight_range() < FULL_RANGE:
+        tolerance *= 1.6  # a CPU without VNNI: 7-bit weights (maskplay.quant), about twice the rounding step
     prompts = prompts_of([5, 8], gpt.config.sos_token_id)
     want = generate(gpt, prompts, max_new_tokens=1, output_logits=True)
     got = generate(for_precision(gpt, precision), prompts, max_new_tokens=4, output_logits=True, stop_ids=[])
