@@ -448,15 +448,16 @@ def test_resume_refuses_an_output_of_another_input(env, capsys):
     assert out.read_text() == '{"index": 1, "text": "something else"}\n'  # left as it was
 
 
-@pytest.mark.parametrize("command", ["score", "embed"])
+@pytest.mark.parametrize("command", ["score", "embed", "eval"])
 def test_a_second_writer_of_the_same_out_is_refused(env, capsys, command):
     from filelock import FileLock
 
-    out = env["root"] / ("locked.jsonl" if command == "score" else "locked.npy")
-    holder = FileLock(str(out.parent / f".{out.name}.lock"))
-    with holder:  # another maskplay process, busy writing `out`
-        argv = ["score", str(env["model"]), "--file", str(env["text"]), "--out", str(out), "--format", "jsonl"] \
-            if command == "score" else ["embed", str(env["model"]), "--file", str(env["text"]), "--out", str(out)]
+    out = env["root"] / {"score": "locked.jsonl", "embed": "locked.npy", "eval": "locked.json"}[command]
+    argv = {"score": ["score", str(env["model"]), "--file", str(env["text"]), "--out", str(out), "--format", "jsonl"],
+            "embed": ["embed", str(env["model"]), "--file", str(env["text"]), "--out", str(out)],
+            "eval": ["eval", "sts", str(env["model"]), "--datasets", "stsb", "--out", str(out), "--data",
+                     _sts_root(env, "sts-ok", ["1.0", "4.0", "2.5", "3.0"])]}[command]
+    with FileLock(str(out.parent / f".{out.name}.lock")):  # another maskplay process, busy writing `out`
         code, _, err = run_cli(argv, capsys)
     assert_one_line_error(code, err, command, "being written by another process")
     assert not out.exists()

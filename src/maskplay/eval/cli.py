@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..devices import resolve_device
-from ..modeling import prepare_output_file
+from ..modeling import OutputLock, prepare_output_file
 from ..precision import Precision
 from ..score.scorer import Method, Overflow, Scorer
 
@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             t.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value)
         if name != "pairs":
             t.add_argument("--data", default=None, help=data_help)
-        t.set_defaults(func=func)
+        t.set_defaults(func=_locked(func))
         return t
 
     s = task("sts", "unsupervised STS: cosine of pooled embeddings vs gold; Spearman/Pearson x 100", run_sts,
@@ -80,6 +80,18 @@ def _scorer(args: argparse.Namespace) -> Scorer:
     return Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=resolve_device(args.device),
                                   method=Method(args.method), overflow=Overflow.WINDOW,
                                   precision=Precision(args.precision), progress=sys.stderr.isatty())
+
+
+def _locked(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """`func` holding the lock on --out for the whole evaluation: a second run given the same --out stops at once
+    (a one-line error) instead of overwriting the first's results when it ends."""
+    def run(args: argparse.Namespace) -> int:
+        if args.out is None:
+            return func(args)
+        with OutputLock(prepare_output_file(args.out)):
+            return func(args)
+
+    return run
 
 
 def _early_checks(args: argparse.Namespace) -> None:
