@@ -3,7 +3,8 @@ BertLMHeadModel.generate (is_decoder=True) on the same weights (maskplay.convert
 run, the cases interleaved round by round (benchmarks/common.interleaved; the median is reported).
 
 Greedy decoding of random prompts with no stop token, so every case generates exactly batch x max_new_tokens
-tokens; the run checks that maskplay's cached tokens equal HuggingFace's. Random weights (speed only).
+tokens; the run checks that maskplay's cached tokens equal HuggingFace's. Random weights (speed only). --dtype
+bf16 casts both models to bf16.
 
     .venv/bin/python benchmarks/generate_speed.py --preset mini --out results/bench-generate-mini
 """
@@ -23,6 +24,7 @@ from common import interleaved, machine  # noqa: E402
 
 from maskplay import preset  # noqa: E402
 from maskplay.convert import gpt_to_hf_bert_lm_head  # noqa: E402
+from maskplay.generate_cli import for_precision  # noqa: E402
 from maskplay.generation import generate  # noqa: E402
 from maskplay.modeling import build_model  # noqa: E402
 
@@ -58,6 +60,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16: both models cast to bf16 (maskplay generate --precision bf16)")
     parser.add_argument("--no-uncached", action="store_true", help="skip the uncached maskplay row (the slowest)")
     parser.add_argument("--out", type=Path, default=None, help="write OUT.json and OUT.log")
     args = parser.parse_args()
@@ -72,11 +76,14 @@ def main() -> None:
     hf = transformers.BertLMHeadModel(transformers.BertConfig(**{k: v for k, v in hf_dict.items()
                                                                   if k != "architectures"})).eval()
     hf.load_state_dict(hf_state, strict=True)
+    if args.dtype == "bf16":
+        model, hf = for_precision(model, "bf16"), hf.to(torch.bfloat16)
     cfg = model.config
     lines = [f"machine: {machine()}",
              f"model: {args.preset} GPT ({cfg.num_layers} layers, hidden {cfg.hidden_size}, vocab {cfg.vocab_size}), "
-             f"random weights; greedy, no stop token; prompts of {args.prompt_length // 2}-{args.prompt_length} "
-             f"tokens, left-padded; {args.max_new_tokens} new tokens; transformers {transformers.__version__}",
+             f"random weights, {args.dtype}; greedy, no stop token; "
+             f"prompts of {args.prompt_length // 2}-{args.prompt_length} tokens, left-padded; "
+             f"{args.max_new_tokens} new tokens; transformers {transformers.__version__}",
              f"{'batch':>5} {'case':<34} {'s/call':>8} {'tokens/s':>9} {'vs HF':>6}"]
     rows = []
     for batch in args.batch_sizes:
@@ -96,12 +103,13 @@ def main() -> None:
             rows.append({"batch": batch, "case": name, "seconds": seconds, "tokens_per_s": tokens / seconds,
                          "speedup_vs_hf": hf_time / seconds, "tokens_equal_hf": same})
             lines.append(f"{batch:>5} {name:<34} {seconds:>8.3f} {tokens / seconds:>9.0f} {hf_time / seconds:>5.2f}x")
-        lines.append(f"      greedy tokens equal to HuggingFace's: {same}")
+        lines.append(f"      greedy tokens equal to HuggingFace's: {same}"
+                     + (" (bf16: rounding may part them)" if args.dtype == "bf16" and not same else ""))
     print("\n".join(lines))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.with_suffix(".log").write_text("\n".join(lines) + "\n")
-        meta = {"machine": machine(), "preset": args.preset, "prompt_length": args.prompt_length,
+        meta = {"machine": machine(), "preset": args.preset, "dtype": args.dtype, "prompt_length": args.prompt_length,
                 "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "command": " ".join(sys.argv)}
         args.out.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
 
