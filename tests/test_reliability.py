@@ -119,6 +119,18 @@ def nan_model(env: dict[str, Path]) -> str:
     return str(target)
 
 
+def init_model(env: dict[str, Path]) -> str:
+    """A damaged model of the training data's vocabulary, for pretrain --init."""
+    from maskplay.tokenizer import load_tokenizer
+
+    target = env["root"] / "m-init"
+    if not target.exists():
+        tok = load_tokenizer(env["data"])
+        save_model_dir(target, tiny("tta", tok), tok)
+        _truncate(target / "model.safetensors")
+    return str(target)
+
+
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 PRETRAIN = ["--set", "model.preset=tiny", "--set", "data.max_length=32", "--set", "run.progress=false",
             "--set", "run.tensorboard=false", "--max-steps", "2", "--batch-size", "16", "--set", "optim.warmup_steps=1",
@@ -156,6 +168,10 @@ CASES: list[tuple[str, str, Callable[[dict[str, Path]], list[str]], str]] = [
                                                       str(e["root"] / "a_file"), *PRETRAIN], "a_file is a file"),
     ("pretrain-out-below-a-file", "pretrain", lambda e: ["pretrain", "--data", str(e["data"]), "--out",
                                                          str(e["root"] / "a_file" / "run"), *PRETRAIN], "a_file is a file"),
+    ("masks-out-is-a-directory", "masks", lambda e: ["masks", "--out", str(e["root"] / "a_dir")], "a_dir is a directory"),
+    ("tokenizer-out-below-a-file", "tokenizer", lambda e: ["tokenizer", "train", "--corpus", str(e["text"]),
+                                                           "--vocab-size", "100", "--out", str(e["root"] / "a_file" / "t")],
+     "a_file"),
     # input files
     ("score-file-missing", "score", lambda e: ["score", str(e["model"]), "--file", str(e["root"] / "nope.txt")],
      "nope.txt"),
@@ -236,6 +252,9 @@ CASES: list[tuple[str, str, Callable[[dict[str, Path]], list[str]], str]] = [
     ("score-nan-model", "score", lambda e: ["score", nan_model(e), "a cat", "the dog"], "sentence argument 1"),
     ("embed-nan-model", "embed", lambda e: ["embed", nan_model(e), "--file", str(e["text"]), "--out",
                                             str(e["root"] / "nan.npy")], "text.txt:1"),
+    ("pretrain-init-damaged", "pretrain", lambda e: ["pretrain", "--data", str(e["data"]), "--out",
+                                                     str(e["root"] / "run-init"), *PRETRAIN, "--init", init_model(e)],
+     "m-init/model.safetensors is damaged"),
     ("model-config-damaged", "score", lambda e: ["score", str(damaged_copy(
         e, "m-conf", lambda p: (p.parent / "config.json").write_text("{not json"))), "a cat"], "m-conf/config.json"),
 ]

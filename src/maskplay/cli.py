@@ -12,9 +12,11 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _masks(args: argparse.Namespace) -> int:
+    from .modeling import prepare_output_file
     from .viz import draw_masks
 
     families = list(MASK_FAMILIES[:-1]) if args.family == "all" else [args.family]
+    prepare_output_file(args.out)
     out = draw_masks(families, args.length, args.out, padding=args.padding)
     print(f"wrote {out}")
     return 0
@@ -75,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (ValueError, FileNotFoundError) as err:
         print(f"maskplay {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except (FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError) as err:
+        # a path the user gave that cannot be used as such (a file where a directory must be, ...): name it
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"maskplay {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
 
 

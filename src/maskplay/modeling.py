@@ -278,6 +278,8 @@ def read_weights(path: str | Path) -> dict[str, Tensor]:
     """A safetensors file's tensors, after the directory's manifest check; any damage is one ValueError that
     names the file (safetensors' own errors are not meant for users and can span lines)."""
     path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found")
     verify_model_files(path.parent)
     if path.stat().st_size == 0:
         raise ValueError(f"{path} is damaged: the file is empty")
