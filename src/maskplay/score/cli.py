@@ -256,10 +256,12 @@ class ScoreWriter:
 
     def __init__(self, out: IO[str], fmt: str, header: bool = True) -> None:
         self.out, self.fmt = out, fmt
-        if header and fmt in ("tsv", "table"):
-            print(TSV_HEADER if fmt == "tsv" else TABLE_HEADER, file=out)
+        self.header = header and fmt in ("tsv", "table")  # written with the first rows: an early error leaves none
 
     def write(self, rows: list[tuple[int, str, SentenceScore | None]]) -> None:
+        if self.header:
+            print(TSV_HEADER if self.fmt == "tsv" else TABLE_HEADER, file=self.out)
+            self.header = False
         for index, text, s in rows:
             print(self.line(index, text, s), file=self.out)
         self.out.flush()
