@@ -71,3 +71,17 @@ def test_sigterm_to_torchrun_checkpoints_and_stops_every_process(data, tmp_path)
     ckpt.verify_checkpoint(path)
     rng = ckpt.read_tensors(path / ckpt.RNG_FILE)
     assert {k.split("/")[0] for k in rng} == {"rank0", "rank1"}
+
+
+def test_electra_trains_and_resumes_exactly_under_ddp(data, tmp_path):
+    """Two towers, shared embeddings, the generator's samples drawn per process: replicas stay equal (the trainer
+    checks at every save) and a resumed run ends with the same weights."""
+    run_dir = tmp_path / "run"
+    torchrun(cli_command(data, run_dir, "run.keep_last=5", family="electra"))
+    expected = weights(run_dir)
+    assert any(k.startswith("generator.") for k in expected)
+    shutil.rmtree(run_dir / "ckpt-000008")
+    shutil.rmtree(run_dir / "final")
+    resumed = torchrun([sys.executable, "-m", "maskplay", "pretrain", "--out", str(run_dir), "--resume"])
+    assert "resumed from" in resumed.stdout and "ckpt-000004" in resumed.stdout
+    assert_same_weights(expected, weights(run_dir))
