@@ -1,12 +1,16 @@
 """maskplay GPT <-> HuggingFace BertLMHeadModel (is_decoder=True): a random HuggingFace decoder, converted, gives
-the same logits (padding on either side) and the same greedy generation; a maskplay GPT converts back."""
+the same logits (padding on either side) and the same greedy generation; a maskplay GPT converts back; and the same
+through `maskplay convert`."""
+
+import json
 
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
 
-from maskplay import GPT, preset  # noqa: E402
+from maskplay import GPT, MaskplayModel, preset  # noqa: E402
+from maskplay.cli import main  # noqa: E402
 from maskplay.convert import (  # noqa: E402
     config_from_hf_bert_lm_head,
     gpt_from_hf_bert_lm_head,
@@ -98,3 +102,103 @@ def test_unsupported_configs_and_missing_weights_are_errors(hf_model):
         gpt_from_hf_bert_lm_head(hf_model.config, state)
     with pytest.raises(ValueError, match="not a 'bert' model"):
         hf_bert_lm_head_config_dict(preset("tiny", family="bert"))
+
+
+# ---- the command line -------------------------------------------------------------------------------------
+
+
+def save_hf(model, directory, tokenizer: bool = False):
+    model.save_pretrained(directory, safe_serialization=True)
+    if tokenizer:
+        from maskplay.tokenizer import wordpiece_from_vocab
+
+        vocab = directory / "vocab.txt"
+        specials = {0: "[PAD]", 100: "[UNK]", 101: "[CLS]", 102: "[SEP]", 103: "[MASK]"}
+        vocab.write_text("".join(specials.get(i, f"tok{i}") + "\n" for i in range(VOCAB)))
+        wordpiece_from_vocab(vocab).save(str(directory / "tokenizer.json"))
+    return directory
+
+
+def close_on_real_tokens(a, b, attn):
+    torch.testing.assert_close(a[attn.bool()], b[attn.bool()], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["architectures", "model_type-and-is_decoder"])
+def test_cli_round_trip_hf_maskplay_hf(hf_model, tmp_path, capsys, named):
+    """HF -> maskplay -> HF: the same fp32 logits at every step, right- and left-padded; without `architectures`,
+    model_type bert with is_decoder = true is taken for a BertLMHeadModel."""
+    hf_dir = save_hf(hf_model, tmp_path / "hf", tokenizer=True)
+    if not named:
+        config = json.loads((hf_dir / "config.json").read_text())
+        del config["architectures"]
+        (hf_dir / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "mp")]) == 0
+    out = capsys.readouterr().out
+    assert "gpt (a BERT decoder)" in out and "copied tokenizer.json" in out
+    assert sorted(p.name for p in (tmp_path / "mp").iterdir()) == ["config.json", "manifest.json", "model.safetensors",
+                                                                  "tokenizer.json"]
+    model = MaskplayModel.from_pretrained(tmp_path / "mp").eval()
+    assert isinstance(model, GPT) and model.config.family == "gpt"
+    assert (model.config.pad_token_id, model.config.mask_token_id, model.config.sos_token_id) == (0, 103, 101)
+
+    assert main(["convert", "--to-hf", str(tmp_path / "mp"), "--out", str(tmp_path / "back")]) == 0
+    assert "wrote" in capsys.readouterr().out
+    config = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert config["architectures"] == ["BertLMHeadModel"] and config["is_decoder"] is True
+    assert (tmp_path / "back" / "tokenizer.json").is_file()
+    back, info = transformers.BertLMHeadModel.from_pretrained(tmp_path / "back", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    back = back.eval()
+    for side in ("right", "left"):
+        ids, attn = batch(side)
+        with torch.no_grad():
+            want = hf_model(input_ids=ids, attention_mask=attn).logits
+            close_on_real_tokens(model(ids, attention_mask=attn.bool()).logits, want, attn)
+            close_on_real_tokens(back(input_ids=ids, attention_mask=attn).logits, want, attn)
+
+
+def test_cli_maskplay_gpt_round_trip(tmp_path):
+    """A maskplay-native GPT (no segment table) -> HF -> maskplay: the same weights and logits."""
+    torch.manual_seed(5)
+    model = randomised(GPT(preset("tiny", family="gpt", vocab_size=VOCAB))).eval()
+    model.save_pretrained(tmp_path / "mp")
+    assert main(["convert", "--to-hf", str(tmp_path / "mp"), "--out", str(tmp_path / "hf")]) == 0
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["type_vocab_size"] == 1
+    assert main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "back")]) == 0
+    back = MaskplayModel.from_pretrained(tmp_path / "back").eval()
+    assert isinstance(back, GPT) and back.config.type_vocab_size == 1
+    ids, attn = batch("left")
+    with torch.no_grad():
+        close_on_real_tokens(back(ids, attention_mask=attn.bool()).logits,
+                             model(ids, attention_mask=attn.bool()).logits, attn)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_cli_damaged_hf_weights_are_one_line_naming_the_file(hf_model, tmp_path, capsys, damage):
+    hf_dir = save_hf(hf_model, tmp_path / "hf")
+    weights = hf_dir / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes({"truncated": data[: len(data) // 2], "garbage": b"\x07" * 64, "empty": b""}[damage])
+    capsys.readouterr()
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "mp")]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and str(weights) in err and "damaged" in err, err
+    assert "Traceback" not in captured.err and not (tmp_path / "mp").exists()
+
+
+def test_cli_refuses_causal_models_without_a_maskplay_counterpart(hf_model, tmp_path, capsys):
+    """is_decoder makes a BertForMaskedLM causal: converting it to a (bidirectional) bert would change its logits."""
+    hf_dir = save_hf(hf_model, tmp_path / "hf")
+    config = json.loads((hf_dir / "config.json").read_text())
+    (hf_dir / "config.json").write_text(json.dumps({**config, "architectures": ["BertForMaskedLM"]}))
+    capsys.readouterr()
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "mp")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is_decoder" in err and "BertLMHeadModel" in err
+    # a BertLMHeadModel that is not a decoder is refused by name
+    (hf_dir / "config.json").write_text(json.dumps({**config, "is_decoder": False}))
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "mp")]) == 2
+    assert "is_decoder is false" in capsys.readouterr().err
+    assert not (tmp_path / "mp").exists()

@@ -73,7 +73,7 @@ _ELECTRA_EMBEDDING_KEYS = ("electra.embeddings.word_embeddings.weight", "electra
                            "electra.embeddings.token_type_embeddings.weight", "electra.embeddings.LayerNorm.weight",
                            "electra.embeddings.LayerNorm.bias")
 
-ARCHITECTURES = ("BertForMaskedLM", "ElectraForPreTraining", "ElectraForMaskedLM")
+ARCHITECTURES = ("BertForMaskedLM", "ElectraForPreTraining", "ElectraForMaskedLM", "BertLMHeadModel")
 
 # ---- renaming ---------------------------------------------------------------------------------------------
 
@@ -330,7 +330,8 @@ def hf_config_dict(config: ModelConfig, generator: bool = False) -> dict[str, An
             raise ValueError("a BertMLM has no separate generator")
         architecture = "BertForMaskedLM" if config.embedding_size is None else "ElectraForMaskedLM"
     else:
-        raise ValueError(f"family {config.family!r} has no HuggingFace counterpart (bert and electra do)")
+        raise ValueError(f"family {config.family!r} has no config here (bert and electra; a gpt's is "
+                         "hf_bert_lm_head_config_dict)")
     out: dict[str, Any] = {
         "architectures": [architecture], "model_type": "bert" if architecture == "BertForMaskedLM" else "electra",
         "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
@@ -366,8 +367,9 @@ HFCheckpoint = tuple[Any, dict[str, Tensor]]  # (a HuggingFace config: attribute
 def from_hf(architecture: str, checkpoint: HFCheckpoint, generator: HFCheckpoint | None = None,
             special_ids: dict[str, Any] | None = None) -> MaskplayModel:
     """The maskplay model of a HuggingFace checkpoint (ARCHITECTURES), weights loaded strictly; `generator` (an
-    ElectraForMaskedLM) goes with an ElectraForPreTraining and gives a full Electra. `special_ids` (ModelConfig
-    fields: the tokenizer's, Tokenizer.model_config_ids) replace the bert-base-uncased layout HF configs imply."""
+    ElectraForMaskedLM) goes with an ElectraForPreTraining and gives a full Electra; a BertLMHeadModel gives a GPT.
+    `special_ids` (ModelConfig fields: the tokenizer's, Tokenizer.model_config_ids) replace the bert-base-uncased
+    layout HF configs imply."""
     from .families import BertMLM, Electra
 
     hf_config, state = checkpoint
@@ -375,6 +377,8 @@ def from_hf(architecture: str, checkpoint: HFCheckpoint, generator: HFCheckpoint
         raise ValueError(f"HuggingFace architecture {architecture!r} is not supported; supported: {list(ARCHITECTURES)}")
     if generator is not None and architecture != "ElectraForPreTraining":
         raise ValueError(f"a generator goes with an ElectraForPreTraining discriminator, not a {architecture}")
+    if architecture == "BertLMHeadModel":
+        return gpt_from_hf_bert_lm_head(hf_config, state, special_ids)
     states, names = [state], [architecture]
     if architecture == "BertForMaskedLM":
         config, converted = config_from_hf_bert(hf_config), hf_bert_to_maskplay(state)
@@ -411,13 +415,15 @@ def _check_complete(model: MaskplayModel, states: list[dict[str, Tensor]], names
 
 def to_hf(model: MaskplayModel) -> list[tuple[dict[str, Any], dict[str, Tensor]]]:
     """(config.json dict, state dict) for each HuggingFace model `model` becomes: one, or for an Electra with a
-    generator two (the discriminator, then the generator)."""
+    generator two (the discriminator, then the generator). A GPT becomes a BertLMHeadModel."""
     config, state = model.config, model.state_dict()
+    if config.family == "gpt":
+        return [gpt_to_hf_bert_lm_head(model)]
     if config.family == "bert":
         head = maskplay_to_hf_bert(state) if config.embedding_size is None else maskplay_to_hf_electra_generator(state)
         return [(hf_config_dict(config), head)]
     if config.family != "electra":
-        raise ValueError(f"family {config.family!r} has no HuggingFace counterpart (bert and electra do)")
+        raise ValueError(f"family {config.family!r} has no HuggingFace counterpart (bert, electra and gpt do)")
     hf_config_dict(config)  # an unsupported option (all_tokens_mlm) is named before the weights are
     disc, gen = maskplay_to_hf_electra(state)
     out = [(hf_config_dict(config), disc)]

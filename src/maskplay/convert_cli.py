@@ -1,4 +1,4 @@
-"""`maskplay convert`: HuggingFace BERT / ELECTRA checkpoints to maskplay model directories and back
+"""`maskplay convert`: HuggingFace BERT / ELECTRA / BERT-decoder checkpoints to maskplay model directories and back
 (see docs/CONVERT.md). Weights are read from safetensors only: a pickled pytorch_model.bin is never loaded."""
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ TOKENIZER = "tokenizer.json"
 _HF_DEFAULTS: dict[str, Any] = {
     "vocab_size": 30522, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
     "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12,
-    "pad_token_id": 0, "position_embedding_type": "absolute", "tie_word_embeddings": True,
+    "pad_token_id": 0, "position_embedding_type": "absolute", "tie_word_embeddings": True, "is_decoder": False,
+    "add_cross_attention": False,
 }
 _MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "bert": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072},
@@ -33,14 +34,17 @@ _MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("convert", help="convert HuggingFace BERT / ELECTRA checkpoints to maskplay and back",
+    p = sub.add_parser("convert", help="convert HuggingFace BERT / ELECTRA / BertLMHeadModel checkpoints to maskplay "
+                       "and back",
                        description="--from-hf: a HuggingFace directory (config.json + model.safetensors) -> a "
                                    "maskplay model directory. --to-hf: a maskplay model directory -> HuggingFace "
                                    "directories that transformers' from_pretrained loads.")
     direction = p.add_mutually_exclusive_group(required=True)
     direction.add_argument("--from-hf", metavar="HF_DIR", help="BertForMaskedLM, ElectraForPreTraining (the "
-                           "discriminator) or ElectraForMaskedLM (a generator alone)")
-    direction.add_argument("--to-hf", metavar="MASKPLAY_DIR", help="a bert or electra model directory")
+                           "discriminator), ElectraForMaskedLM (a generator alone) or BertLMHeadModel "
+                           "(is_decoder=True: becomes a gpt)")
+    direction.add_argument("--to-hf", metavar="MASKPLAY_DIR", help="a bert, electra or gpt model directory (a gpt "
+                           "becomes a BertLMHeadModel)")
     p.add_argument("--generator", metavar="HF_GEN_DIR", default=None,
                    help="with --from-hf: the ElectraForMaskedLM generator that goes with the discriminator in HF_DIR; "
                         "together they become one maskplay ELECTRA model")
@@ -83,22 +87,29 @@ def read_hf_dir(directory: str | Path) -> tuple[str, SimpleNamespace, dict[str, 
         raise ValueError(f"{config_path}: expected a JSON object")
     state = _read_weights(directory)
     architecture = _architecture(data, state, config_path)
-    model_type = "bert" if architecture == "BertForMaskedLM" else "electra"
+    model_type = "electra" if architecture.startswith("Electra") else "bert"
     return architecture, SimpleNamespace(**{**_HF_DEFAULTS, **_MODEL_DEFAULTS[model_type], **data}), state
 
 
 def _read_weights(directory: Path) -> dict[str, Tensor]:
-    from safetensors.torch import load_file
+    """A damaged (truncated, corrupted) file is one ValueError naming it, as for maskplay model directories."""
+    from .modeling import read_weights
 
     if (directory / WEIGHTS).is_file():
-        return load_file(str(directory / WEIGHTS))
+        return read_weights(directory / WEIGHTS)
     if (directory / WEIGHTS_INDEX).is_file():
-        index = json.loads((directory / WEIGHTS_INDEX).read_text())
+        try:
+            index = json.loads((directory / WEIGHTS_INDEX).read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"{directory / WEIGHTS_INDEX} is damaged: not readable JSON ({type(err).__name__})") from None
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ValueError(f"{directory / WEIGHTS_INDEX} is damaged: no weight_map of file names")
         state: dict[str, Tensor] = {}
-        for shard in sorted(set(index.get("weight_map", {}).values())):
+        for shard in sorted(set(weight_map.values())):
             if not (directory / shard).is_file() or Path(shard).name != shard:
                 raise FileNotFoundError(f"{directory / WEIGHTS_INDEX} names a shard {shard!r} that is not in {directory}")
-            state.update(load_file(str(directory / shard)))
+            state.update(read_weights(directory / shard))
         return state
     pickled = [name for name in ("pytorch_model.bin", "pytorch_model.bin.index.json") if (directory / name).is_file()]
     if pickled:
@@ -108,18 +119,26 @@ def _read_weights(directory: Path) -> dict[str, Tensor]:
 
 
 def _architecture(data: dict[str, Any], state: dict[str, Tensor], source: Path) -> str:
-    """The class config.json names; without `architectures`, the model_type and the head's weights decide."""
+    """The class config.json names; without `architectures`, the model_type, is_decoder and the head's weights
+    decide. is_decoder makes any BERT or ELECTRA causal, so only a BertLMHeadModel (maskplay's gpt) may have it."""
     from .convert import ARCHITECTURES
 
     named = data.get("architectures") or []
     known = [a for a in named if a in ARCHITECTURES]
-    if known:
-        return known[0]
-    if named:
+    if named and not known:
         raise ValueError(f"{source}: architecture {named[0]!r} is not supported; supported: {list(ARCHITECTURES)}")
     model_type = data.get("model_type")
+    decoder = bool(data.get("is_decoder", False))
+    if known:
+        if decoder and known[0] != "BertLMHeadModel":
+            raise ValueError(f"{source}: a {known[0]} with is_decoder = true attends causally, which its maskplay "
+                             "counterpart does not; only a BertLMHeadModel (maskplay gpt) may be a decoder")
+        return known[0]
     if model_type == "bert":
-        return "BertForMaskedLM"
+        return "BertLMHeadModel" if decoder else "BertForMaskedLM"
+    if decoder:
+        raise ValueError(f"{source}: model_type {model_type!r} with is_decoder = true: only a BERT decoder "
+                         "(BertLMHeadModel, maskplay gpt) converts")
     if model_type == "electra":
         if any(k.startswith("discriminator_predictions.") for k in state):
             return "ElectraForPreTraining"
@@ -158,7 +177,8 @@ def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Pa
 
     _write_dirs([(out, write)])
     what = {"BertForMaskedLM": "bert", "ElectraForMaskedLM": "bert (an ELECTRA generator, embedding_size "
-            f"{model.config.embedding_size})", "ElectraForPreTraining": "electra (discriminator alone)"}[architecture]
+            f"{model.config.embedding_size})", "ElectraForPreTraining": "electra (discriminator alone)",
+            "BertLMHeadModel": "gpt (a BERT decoder)"}[architecture]
     if generator is not None:
         tied = "tied" if model.config.electra.tie_embeddings else "untied"
         what = (f"electra (discriminator + generator at {model.config.electra.generator_hidden_fraction:.4g} of its "
