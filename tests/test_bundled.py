@@ -1,4 +1,4 @@
-"""The model shipped in the package: small enough, loads by name, and the demo runs with it."""
+"""The models shipped in the package: small enough, load by name, and the demo runs with them."""
 
 import pytest
 
@@ -19,6 +19,23 @@ def test_bundled_model_is_small_fp16_and_loads_by_name():
     assert model.family == "tta" and model.config.hidden_size == 256
 
 
+def test_bundled_unilm_is_small_fp16_and_generates_a_title():
+    from safetensors import safe_open
+
+    from maskplay.score.scorer import load_model_dir
+
+    bundle = BUNDLED_MODELS["unilm-titles-mini"]
+    weights = bundle / "model.safetensors"
+    assert weights.stat().st_size + (bundle / "tokenizer.json").stat().st_size <= 15 * 2**20
+    with safe_open(str(weights), framework="pt") as f:
+        assert {str(f.get_slice(k).get_dtype()) for k in f.keys()} == {"F16"}
+    model, tok = load_model_dir("unilm-titles-mini")
+    assert model.family == "unilm" and model.config.unilm.objective == "seq2seq"
+    [title] = model.generate(["Mount Kilimanjaro is a dormant volcano in Tanzania. It is the highest mountain in "
+                              "Africa."], tokenizer=tok, max_new_tokens=12).generations
+    assert title.finish_reason == "stop" and "kilimanjaro" in title.text, title
+
+
 @pytest.mark.slow
 def test_demo_finds_the_odd_word_and_ranks_pairs(capsys):
     from maskplay.demo import main
@@ -27,11 +44,14 @@ def test_demo_finds_the_odd_word_and_ranks_pairs(capsys):
     out = capsys.readouterr().out
     assert "most surprising word" in out and "Sentence similarity" in out
     # the bundled model has learned something: the real-word error is the most surprising word of each sentence
-    flagged = [line.strip() for line in out.splitlines() if line.strip().startswith("->")]
+    odd_words = out.split("does not fit")[1].split("Sentence similarity")[0]
+    flagged = [line.strip() for line in odd_words.splitlines() if line.strip().startswith("->")]
     assert [line.split()[1] for line in flagged] == ["'peace'", "'there'", "'build'"], flagged
     # and the unrelated pair is the least similar
     ranked = [line for line in out.split("Sentence similarity")[1].splitlines() if "~" in line]
     assert "guitar.' ~ 'The stock market" in ranked[-1], ranked
+    # and the bundled UniLM titles the paragraph
+    assert "-> 'eiffel tower'" in out.split("A title for a paragraph")[1], out
 
 
 @pytest.mark.parametrize("precision", ["bf16", "int8"])

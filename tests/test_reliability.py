@@ -509,3 +509,13 @@ def test_int8_is_refused_in_one_line_when_the_kernel_fails_its_check(env, capsys
     code, out, err = run_cli(["score", str(env["model"]), "a cat", "--precision", "int8"], capsys)
     assert_one_line_error(code, err, "score", "does not compute the reference arithmetic")
     assert "use --precision fp32 or bf16" in err and out == ""  # not even the table header
+
+
+def test_saved_model_files_follow_the_umask(tmp_path):
+    """safetensors' save_file recreates the temporary file, dropping the mode set on it: checked after writing."""
+    from maskplay import preset
+    from maskplay.modeling import build_model
+
+    build_model(preset("tiny", family="bert")).save_pretrained(tmp_path / "m")
+    for name in ("model.safetensors", "config.json"):
+        assert oct((tmp_path / "m" / name).stat().st_mode & 0o777) == oct(0o666 & ~_umask()), name

@@ -2,7 +2,9 @@
 
 1. scores a few sentences in one pass each and colours every piece by surprisal (`maskplay score --explain`);
 2. finds the word that does not fit in sentences with a real-word error;
-3. ranks sentence pairs by the cosine of their embeddings (`maskplay embed`)."""
+3. ranks sentence pairs by the cosine of their embeddings (`maskplay embed`);
+4. turns a paragraph into a title with the bundled UniLM (`maskplay generate unilm-titles-mini ...`): a BERT
+   made a seq2seq model by its mask alone, fine-tuned on Wikipedia (first paragraph -> title)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ from .score.embed import Embedder
 from .score.explain import explain, legend
 
 MODEL = "tta-mini-wiki"
+TITLE_MODEL = "unilm-titles-mini"
+PARAGRAPH = ("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named "
+             "after the engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889.")
 
 SENTENCES = [
     "The river flows into the sea near the old harbour.",
@@ -65,6 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     cosines = np.sum(left * right, axis=1)
     for k in np.argsort(-cosines):
         print(f"  {cosines[k]:.3f}  {PAIRS[k][0]!r} ~ {PAIRS[k][1]!r}")
+    print()
+
+    print(f"== 4. A title for a paragraph (UniLM, beam search): `maskplay generate {TITLE_MODEL} \"...\"`")
+    from .score.scorer import load_model_dir
+
+    model, tokenizer = load_model_dir(TITLE_MODEL)
+    [title] = model.generate([PARAGRAPH], tokenizer=tokenizer, strategy="beam", num_beams=4,
+                             max_new_tokens=16).generations
+    print(f"  {PARAGRAPH}\n    -> {title.text!r}")
     print(f"\n(demo took {time.perf_counter() - start:.1f} s)")
     return 0
 

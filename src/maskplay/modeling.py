@@ -204,7 +204,7 @@ class MaskplayModel(nn.Module):
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 # Models shipped inside the package, usable by name anywhere a model directory is expected.
-BUNDLED_MODELS = {"tta-mini-wiki": ASSETS / "tta-mini-wiki"}
+BUNDLED_MODELS = {"tta-mini-wiki": ASSETS / "tta-mini-wiki", "unilm-titles-mini": ASSETS / "unilm-titles-mini"}
 
 
 def resolve_model_dir(name: str | Path) -> Path:
@@ -377,6 +377,8 @@ class _atomic_path:
             self.tmp.unlink(missing_ok=True)
             return
         try:
+            # again here: a writer that recreates the file (safetensors' save_file does) drops the mode set above
+            os.chmod(self.tmp, 0o666 & ~_umask())
             with open(self.tmp, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(self.tmp, self.target)
