@@ -493,3 +493,100 @@ def gpt_to_hf_bert_lm_head(model: MaskplayModel) -> tuple[dict[str, Any], dict[s
     """(config.json dict, state dict) of the BertLMHeadModel a maskplay GPT becomes."""
     config = hf_bert_lm_head_config_dict(model.config)
     return config, maskplay_to_hf_bert_lm_head(model.state_dict())
+
+
+# ---- sequence classification: a maskplay fine-tuned model (maskplay.finetune) <-> HuggingFace ---------------
+# BertForSequenceClassification = BertModel + pooler (Dense + tanh on [CLS]) + Dropout + Linear: a FineTuned bert
+# (or unilm: the same weights, read bidirectionally) with head "bert" and pooling "first".
+# ElectraForSequenceClassification = ElectraModel + ElectraClassificationHead (Dropout, Dense, GELU, Dropout,
+# Linear on the first token): a FineTuned electra with head "electra" and pooling "first".
+# Other heads and poolings (the default "linear" head, mean / last pooling) have no HuggingFace twin.
+
+_BERT_SEQ_TOP = {**{k: v for k, v in _TOP.items() if k.startswith("bert.")},
+                 "bert.pooler.dense": "classifier.dense", "classifier": "classifier.out"}
+_ELECTRA_SEQ_TOP = {**_ELECTRA_EMBEDDINGS, "classifier.dense": "classifier.dense",
+                    "classifier.out_proj": "classifier.out"}
+SEQUENCE_ARCHITECTURES = ("BertForSequenceClassification", "ElectraForSequenceClassification")
+
+
+def _finetuned_state(model: Any) -> dict[str, Tensor]:
+    """A FineTuned model's weights with the backbone's at the top level (as a MaskplayModel's) + classifier.*."""
+    return {(k[len("backbone."):] if k.startswith("backbone.") else k): v for k, v in model.state_dict().items()}
+
+
+def sequence_classification_architecture(model: Any) -> str:
+    """The HuggingFace twin of a FineTuned model, or a ValueError saying why it has none."""
+    config, head = model.config, model.head_config
+    family = config.family
+    if family in ("bert", "unilm"):
+        want, architecture = "bert", "BertForSequenceClassification"
+        if config.embedding_size is not None:
+            raise ValueError("BertForSequenceClassification has no embedding_size: this bert has one")
+    elif family == "electra":
+        want, architecture = "electra", "ElectraForSequenceClassification"
+    else:
+        raise ValueError(f"a fine-tuned {family} model has no HuggingFace sequence-classification twin (bert, unilm and "
+                         "electra do)")
+    if head.head != want or head.pooling != "first":
+        raise ValueError(f"{architecture} reads the first token through its own head: fine-tune with --head {want} "
+                         f"--pooling first to export (this model: head {head.head!r}, pooling {head.pooling!r})")
+    return architecture
+
+
+def finetuned_to_hf_sequence_classification(model: Any) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """(config.json dict, state dict) of the BertForSequenceClassification / ElectraForSequenceClassification a
+    FineTuned model (maskplay.finetune) becomes; its logits equal HuggingFace's."""
+    architecture = sequence_classification_architecture(model)
+    config, head = model.config, model.head_config
+    state = _finetuned_state(model)
+    if architecture == "BertForSequenceClassification":
+        out = _to_hf(state, _BERT_SEQ_TOP, _BERT_LAYERS)
+        data = hf_config_dict(dataclasses.replace(config, family="bert", unilm=type(config.unilm)()))
+    else:
+        out = _to_hf(state, _ELECTRA_SEQ_TOP, _ELECTRA_LAYERS)
+        data = hf_config_dict(config)
+    labels = head.labels if head.objective == "classify" else ["score"]
+    data.update(architectures=[architecture], num_labels=len(labels), classifier_dropout=head.dropout,
+                id2label={str(i): name for i, name in enumerate(labels)},
+                label2id={name: i for i, name in enumerate(labels)},
+                problem_type="single_label_classification" if head.objective == "classify" else "regression")
+    return data, out
+
+
+def finetuned_from_hf_sequence_classification(architecture: str, hf_config: Any, hf_state: dict[str, Tensor],
+                                              special_ids: dict[str, Any] | None = None) -> Any:
+    """The FineTuned model (maskplay.finetune) of a HuggingFace BertForSequenceClassification /
+    ElectraForSequenceClassification (config, state dict), weights loaded strictly. A regression model
+    (problem_type "regression", or num_labels 1) gets the regress objective; a classifier its id2label names."""
+    from .families import BertMLM, Electra
+    from .finetune import FineTuned, HeadConfig
+
+    if architecture not in SEQUENCE_ARCHITECTURES:
+        raise ValueError(f"HuggingFace architecture {architecture!r} is not a supported sequence classifier; "
+                         f"supported: {list(SEQUENCE_ARCHITECTURES)}")
+    num_labels = int(getattr(hf_config, "num_labels", None) or len(getattr(hf_config, "id2label", {}) or {}) or 2)
+    regress = getattr(hf_config, "problem_type", None) == "regression" or num_labels == 1
+    if getattr(hf_config, "problem_type", None) == "multi_label_classification":
+        raise ValueError("multi_label_classification has no maskplay counterpart (one label per input)")
+    id2label = getattr(hf_config, "id2label", None) or {}
+    labels = [] if regress else [str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(num_labels)]
+    dropout = getattr(hf_config, "classifier_dropout", None)
+    dropout = hf_config.hidden_dropout_prob if dropout is None else dropout
+    if architecture == "BertForSequenceClassification":
+        config, top, layers, kind = config_from_hf_bert(hf_config), _BERT_SEQ_TOP, _BERT_LAYERS, "bert"
+    else:
+        config = config_from_hf_electra(hf_config)
+        top, layers, kind = _ELECTRA_SEQ_TOP, _ELECTRA_LAYERS, "electra"
+    if special_ids:
+        config = dataclasses.replace(config, **special_ids)
+    head = HeadConfig(objective="regress" if regress else "classify", labels=labels, pooling="first", head=kind,
+                      dropout=dropout)
+    model = FineTuned((Electra if kind == "electra" else BertMLM)(config), head)
+    converted = _from_hf(hf_state, top, layers, skip=(*_HF_BUFFERS, *_ELECTRA_BUFFERS))
+    want = _to_hf(_finetuned_state(model), top, layers)
+    missing = sorted(set(want) - set(hf_state))
+    if missing:
+        raise ValueError(f"the {architecture} checkpoint is missing weights: {missing}")
+    model.load_state_dict({f"backbone.{k}" if not k.startswith("classifier.") else k: v
+                           for k, v in converted.items()}, strict=True)
+    return model.eval()

@@ -1,0 +1,153 @@
+"""`maskplay finetune` (a backbone + a classification/regression head, early stopping on dev) and
+`maskplay predict` (a fine-tuned model directory on a file). See docs/FINETUNE.md."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("finetune", help="fine-tune a model on a classification / regression / pair task",
+                       description="Fine-tune MODEL (tta, bert, electra, unilm, gpt) with a small head on --train, "
+                                   "keep the weights of the best --dev evaluation, and save a model directory that "
+                                   "`maskplay predict` and maskplay.finetune.FineTuned.from_pretrained load.")
+    p.add_argument("model", help="a model directory (config.json, model.safetensors, tokenizer.json) or bundled name")
+    p.add_argument("--task", choices=["classify", "regress", "pairs"], required=True,
+                   help="classify (cross-entropy), regress (MSE), pairs (two texts as one input; classify or "
+                        "regress from the labels: regress if any is not an integer)")
+    p.add_argument("--train", required=True, metavar="FILE", help="TSV/CSV with a header, or CoLA / STS-B files")
+    p.add_argument("--dev", required=True, metavar="FILE")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--text-column", default=None)
+    p.add_argument("--text-pair-column", default=None)
+    p.add_argument("--label-column", default=None)
+    p.add_argument("--pooling", choices=["first", "mean", "last"], default=None,
+                   help="default: first for bert/electra/unilm, mean for tta, last for gpt")
+    p.add_argument("--head", choices=["linear", "bert", "electra"], default="linear",
+                   help="linear: Dropout + Linear; bert: HuggingFace's pooler (Dense + tanh) first, as "
+                        "BertForSequenceClassification; electra: ElectraClassificationHead")
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--warmup", type=float, default=0.1, help="fraction of the steps")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--patience", type=int, default=None, help="dev evaluations without improvement before stopping")
+    p.add_argument("--eval-every", type=int, default=None, help="steps between dev evaluations (default: each epoch)")
+    p.add_argument("--max-minutes", type=float, default=None)
+    p.add_argument("--metric", choices=["accuracy", "mcc", "pearson", "spearman"], default=None,
+                   help="the dev metric for early stopping (default: mcc for classification, pearson for regression)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--results", default=None, metavar="FILE.json", help="write the dev history and best result")
+    p.set_defaults(func=run_finetune)
+
+    q = sub.add_parser("predict", help="run a fine-tuned model directory on a file",
+                       description="Predict labels (classification) or scores (regression) for --file: the formats "
+                                   "finetune reads, or plain text (one per line, a tab between the texts of a pair).")
+    q.add_argument("model", help="a directory written by `maskplay finetune`")
+    q.add_argument("--file", required=True)
+    q.add_argument("--text-column", default=None)
+    q.add_argument("--text-pair-column", default=None)
+    q.add_argument("--label-column", default=None)
+    q.add_argument("--out", default=None, help="JSONL, one row per input (default: stdout)")
+    q.add_argument("--batch-size", type=int, default=64)
+    q.add_argument("--device", default="cpu")
+    q.set_defaults(func=run_predict)
+
+
+def _head(args: argparse.Namespace, family: str, train: list) -> object:
+    from .finetune import DEFAULT_POOLING, HeadConfig, _is_float, class_names
+
+    labels = [ex.label for ex in train]
+    if args.task == "pairs":
+        objective = "regress" if any(not (_is_float(v) and float(v).is_integer()) for v in labels) else "classify"
+    else:
+        objective = args.task
+    pair = args.task == "pairs" or train[0].pair is not None
+    return HeadConfig(objective=objective, labels=class_names(train) if objective == "classify" else [],
+                      pair=pair, pooling=args.pooling or DEFAULT_POOLING[family], head=args.head, dropout=args.dropout)
+
+
+def run_finetune(args: argparse.Namespace) -> int:
+    import torch
+
+    from .devices import resolve_device
+    from .finetune import FinetuneOptions, finetune, read_examples
+    from .modeling import prepare_output_dir, prepare_output_file
+    from .score.scorer import load_model_dir
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    prepare_output_dir(args.out)
+    if args.results:
+        prepare_output_file(args.results, "--results")
+    columns = dict(text_column=args.text_column, text_pair_column=args.text_pair_column, label_column=args.label_column)
+    need_pairs = True if args.task == "pairs" else None
+    train = read_examples(args.train, **columns, need_pairs=need_pairs)
+    dev = read_examples(args.dev, **columns, need_pairs=need_pairs)
+    backbone, tokenizer = load_model_dir(args.model)
+    head = _head(args, backbone.config.family, train)
+    if any(ex.pair is not None for ex in dev) != head.pair:
+        raise ValueError(f"--train {'has' if head.pair else 'has no'} text pairs but --dev "
+                         f"{'has none' if head.pair else 'has'}")
+    options = FinetuneOptions(lr=args.lr, batch_size=args.batch_size, epochs=args.epochs, max_steps=args.max_steps,
+                              warmup=args.warmup, weight_decay=args.weight_decay, patience=args.patience,
+                              eval_every=args.eval_every, max_minutes=args.max_minutes, seed=args.seed,
+                              metric=args.metric)
+    print(f"fine-tuning {backbone.config.family} ({args.model}) on {len(train)} examples, dev {len(dev)}: "
+          f"{head.objective}{' of pairs' if head.pair else ''}, pooling {head.pooling}, head {head.head}",
+          file=sys.stderr)
+    result = finetune(backbone.to(resolve_device(args.device)), tokenizer, head, train, dev, options)
+    result.model.save_pretrained(args.out, tokenizer)
+    summary = {"model": str(args.model), "family": backbone.config.family, "task": args.task,
+               "train": str(args.train), "dev": str(args.dev), "head": head.__dict__,
+               "options": options.__dict__, "steps": result.steps, "seconds": round(result.seconds, 1),
+               "best": result.best, "history": result.history, "out": str(args.out)}
+    if args.results:
+        Path(args.results).write_text(json.dumps(summary, indent=2) + "\n")
+    best = " ".join(f"{k} {v:.4f}" for k, v in result.best.items() if k.startswith("dev_"))
+    print(f"best dev (step {result.best.get('step')}): {best}; saved {args.out}")
+    return 0
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from .devices import resolve_device
+    from .finetune import encode_examples, label_values, load_finetuned, metrics, predict_rows, read_examples
+    from .modeling import prepare_output_file
+
+    model, tokenizer = load_finetuned(args.model)
+    model.to(resolve_device(args.device))
+    head = model.head_config
+    columns = dict(text_column=args.text_column, text_pair_column=args.text_pair_column, label_column=args.label_column)
+    examples = read_examples(args.file, **columns, need_labels=False, need_pairs=head.pair or None)
+    if head.pair and any(ex.pair is None for ex in examples):
+        bad = next(ex for ex in examples if ex.pair is None)
+        raise ValueError(f"{bad.where}: this model reads text pairs; the row has one text")
+    outputs = predict_rows(model, encode_examples(examples, tokenizer, model.config, head.pair), args.batch_size)
+    rows = []
+    for out in outputs:
+        if head.objective == "regress":
+            rows.append({"score": float(out)})
+        else:
+            import numpy as np
+
+            probs = np.exp(out - out.max())
+            probs /= probs.sum()
+            rows.append({"label": head.labels[int(out.argmax())],
+                         "probs": {name: round(float(p), 6) for name, p in zip(head.labels, probs, strict=True)}})
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    if args.out:
+        prepare_output_file(args.out)
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text)
+    if all(ex.label not in (None, "") for ex in examples):
+        scores = metrics(head, outputs, label_values(examples, head).numpy())
+        print(" ".join(f"{k} {v:.4f}" for k, v in scores.items()), file=sys.stderr)
+    return 0
