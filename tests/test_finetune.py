@@ -334,3 +334,29 @@ def test_hf_export_only_for_matching_heads(tok):
         model = FineTuned(backbone(family, tok), HeadConfig(labels=["0", "1"], head=head, pooling=pooling))
         with pytest.raises(ValueError, match=message):
             finetuned_to_hf_sequence_classification(model)
+
+
+def test_finetune_convert_cli_round_trip(tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=64, num_labels=3,
+                                     id2label={0: "neg", 1: "neu", 2: "pos"}, label2id={"neg": 0, "neu": 1, "pos": 2})
+    torch.manual_seed(0)
+    hf = transformers.BertForSequenceClassification(config).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    assert main(["finetune-convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "mp")]) == 0
+    model = FineTuned.from_pretrained(tmp_path / "mp")
+    assert model.head_config.labels == ["neg", "neu", "pos"] and model.head_config.head == "bert"
+    ids, mask, types = _hf_inputs(model.config)
+    with torch.no_grad():
+        want = hf(input_ids=ids, attention_mask=mask.long(), token_type_ids=types).logits
+        torch.testing.assert_close(model(ids, mask, token_type_ids=types), want, atol=1e-5, rtol=1e-5)
+    assert main(["finetune-convert", "--to-hf", str(tmp_path / "mp"), "--out", str(tmp_path / "back")]) == 0
+    back = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(back(input_ids=ids, attention_mask=mask.long(), token_type_ids=types).logits, want,
+                                   atol=1e-5, rtol=1e-5)
+    assert back.config.id2label == {0: "neg", 1: "neu", 2: "pos"}
+    capsys.readouterr()
+    assert main(["finetune-convert", "--to-hf", str(tmp_path / "mp"), "--out", str(tmp_path / "back")]) == 2
+    assert "already exists" in capsys.readouterr().err
