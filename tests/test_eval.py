@@ -65,18 +65,49 @@ def test_wer_bad_input():
 # ---- correlation and MCC -------------------------------------------------------------------------------
 
 
-def test_correlations_match_scipy():
-    stats = pytest.importorskip("scipy.stats")
+def _old_pearson(x, y):
+    """The hand-written statistics these replaced (scipy / scikit-learn now), kept to show the numbers hold."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    x, y = x - x.mean(), y - y.mean()
+    return float((x * y).sum()) / float(np.sqrt((x * x).sum() * (y * y).sum()))
+
+
+def _old_rankdata(x):
+    x = np.asarray(x, dtype=np.float64)
+    order = np.argsort(x, kind="mergesort")
+    ranks, sorted_x, start = np.empty(len(x)), x[order], 0
+    for end in range(1, len(x) + 1):
+        if end == len(x) or sorted_x[end] != sorted_x[start]:
+            ranks[order[start:end]] = (start + end + 1) / 2.0
+            start = end
+    return ranks
+
+
+def _old_matthews(p, g):
+    p, g = np.asarray(p, dtype=bool), np.asarray(g, dtype=bool)
+    tp, tn, fp, fn = (float(v.sum()) for v in (p & g, ~p & ~g, p & ~g, ~p & g))
+    denom = float(np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)))
+    return (tp * tn - fp * fn) / denom if denom > 0 else 0.0
+
+
+def test_library_statistics_equal_the_old_numbers():
     rng = np.random.default_rng(0)
     x = rng.normal(size=40)
     y = x + rng.normal(size=40)
     y[:6] = y[6]  # ties
     x[10:13] = x[13]
-    assert pearson(x, y) == pytest.approx(stats.pearsonr(x, y)[0])
-    assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y)[0])
-    np.testing.assert_allclose(rankdata(y), stats.rankdata(y))
+    assert pearson(x, y) == pytest.approx(_old_pearson(x, y), abs=1e-12)
+    assert spearman(x, y) == pytest.approx(_old_pearson(_old_rankdata(x), _old_rankdata(y)), abs=1e-12)
+    np.testing.assert_array_equal(rankdata(y), _old_rankdata(y))
+    # fixed inputs, numbers from the old code
+    assert pearson([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8, abs=1e-12)
+    assert spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(0.9486832980505138, abs=1e-12)
     with pytest.raises(ValueError, match="same length"):
         pearson([1.0, 2.0], [1.0])
+    for _ in range(50):
+        p, g = rng.random(30) > 0.5, rng.random(30) > 0.4
+        assert matthews(p, g) == pytest.approx(_old_matthews(p, g), abs=1e-12)
+    assert matthews([True] * 4, [True, False, True, False]) == _old_matthews([True] * 4, [1, 0, 1, 0]) == 0.0
 
 
 def test_matthews_hand_worked():

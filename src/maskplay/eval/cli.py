@@ -20,6 +20,7 @@ from ..score.scorer import Method, Overflow, Scorer
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate a model: sts, nbest, pairs, spelling, cola")
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
+    from .files import FORMATS
 
     def task(name: str, help_text: str, func: Callable[[argparse.Namespace], int], scoring: bool = True,
              data_help: str = "override the default data location") -> argparse.ArgumentParser:
@@ -32,8 +33,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--precision", choices=[x.value for x in Precision], default=Precision.fp32.value)
         if scoring:
             t.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value)
-        if name != "pairs":
-            t.add_argument("--data", default=None, help=data_help)
+        source = t.add_mutually_exclusive_group(required=name == "pairs")
+        if name == "pairs":
+            source.add_argument("--data", nargs="+", default=None, help="JSONL files or directories of them (as --file)")
+        else:
+            source.add_argument("--data", default=None, help=data_help)
+        source.add_argument("--file", action="append", default=None, metavar="FILE",
+                       help="evaluate on this file instead of --data (repeatable; gzip read as such); see "
+                            "docs/SCORING.md for the formats")
+        t.add_argument("--format", choices=FORMATS[name], default=None,
+                       help="the format of every --file (default: told from each file's content)")
         t.set_defaults(func=_locked(func))
         return t
 
@@ -58,7 +67,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     n.add_argument("--bonuses", type=float, nargs="+", default=[0.0], help="per-word length bonus grid")
 
     pr = task("pairs", "minimal pairs (BLiMP JSONL): accuracy per file and overall", run_pairs)
-    pr.add_argument("--data", nargs="+", required=True, help="JSONL files or directories of them")
     pr.add_argument("--normalize", choices=["sum", "mean"], default="sum",
                     help="compare total log p (BLiMP) or the mean per piece")
 
@@ -66,13 +74,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     sp = task("spelling", "real-word spelling error detection (Zesch 2012): top-1, P/R/F1", run_spelling,
               data_help="folder with the en_*.txt files")
-    sp.add_argument("--tune-on", choices=list(FILES), default=FILES[0], help="file the threshold is tuned on")
+    sp.add_argument("--tune-on", default=None, metavar="NAME",
+                    help=f"file the threshold is tuned on: one of {', '.join(FILES)} with --data (default "
+                         f"{FILES[0]}), the name of a --file (default: the first)")
 
     c = task("cola", "unsupervised CoLA: length-normalised score, threshold tuned on train, MCC on dev", run_cola,
              data_help="folder with in_domain_train.tsv, in_domain_dev.tsv, out_of_domain_dev.tsv")
     c.add_argument("--train-limit", type=int, default=2000,
                    help="tune the threshold on a fixed random sample of this many training sentences")
     c.add_argument("--normalize", choices=["mean", "sum"], default="mean")
+    c.add_argument("--tune-file", default=None, metavar="FILE",
+                   help="with --file: tune the threshold on a sample of this CoLA tsv (default: on the --file "
+                        "files themselves, reported as in-sample)")
 
 
 def _scorer(args: argparse.Namespace) -> Scorer:
@@ -105,7 +118,22 @@ def _early_checks(args: argparse.Namespace) -> None:
 
 
 def _header(args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
-    return {"task": args.task, "model_dir": portable(args.model_dir), "limit": args.limit, **extra}
+    files = {"files": [portable(f) for f in args.file], "format": args.format} if args.file else {}
+    return {"task": args.task, "model_dir": portable(args.model_dir), "limit": args.limit, **files, **extra}
+
+
+def _given_files(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
+    """(result name, path, format) of each --file (directories expanded), every file read for its format before
+    any model is loaded."""
+    from .files import FORMATS, detect, expand, unique_names
+
+    if args.data is not None:
+        raise ValueError("give --file or --data, not both")
+    paths = expand(args.task, args.file)
+    names = unique_names(paths)
+    formats = FORMATS[args.task]
+    return [(name, path, args.format or (formats[0] if len(formats) == 1 else detect(args.task, path)))
+            for name, path in zip(names, paths, strict=True)]
 
 
 def portable(path: str | Path) -> str:
@@ -131,6 +159,7 @@ def run_sts(args: argparse.Namespace) -> int:
     from .sts import SICK, STSB, evaluate_sts, load_sick, load_stsb
 
     _early_checks(args)
+    given = _load_sts_files(args) if args.file else None
     embedder = Embedder.from_pretrained(args.model_dir, device=resolve_device(args.device),
                                         precision=Precision(args.precision))
     settings = {"pooling": args.pooling, "layer": args.layer, "diagonal_mask": args.diagonal_mask,
@@ -144,20 +173,41 @@ def run_sts(args: argparse.Namespace) -> int:
     done = _timed("sts")
     results = {}
     root = Path(args.data) if args.data else None
-    for name in args.datasets:
+    labels = {"stsb": "STS-B dev", "sick": "SICK tr+trial"}
+    for name, (pairs, info) in (given or {}).items():
+        results[name] = {**info, **evaluate_sts(pairs, embed)}
+        labels[name] = name
+    for name in args.datasets if given is None else []:
         rel = STSB if name == "stsb" else SICK
         path = data_path(root.joinpath(*rel) if root else None, *rel)
         pairs = (load_stsb if name == "stsb" else load_sick)(path, args.limit)
         results[name] = {"file": portable(path), **evaluate_sts(pairs, embed)}
     print(f"Unsupervised STS ({settings['family']}, {args.pooling} pooling, layer {args.layer}"
           f"{', no diagonal mask' if not args.diagonal_mask else ''}): cosine vs gold, x 100")
-    print(f"{'dataset':<14}{'pairs':>7}{'Spearman':>10}{'Pearson':>10}")
+    width = max(14, *(len(x) + 2 for x in labels))
+    print(f"{'dataset':<{width}}{'pairs':>7}{'Spearman':>10}{'Pearson':>10}")
     for name, r in results.items():
-        label = "STS-B dev" if name == "stsb" else "SICK tr+trial"
-        print(f"{label:<14}{r['pairs']:>7}{r['spearman']:>10.2f}{r['pearson']:>10.2f}")
+        skipped = r.get("skipped_empty_gold")
+        note = f"   ({skipped} pairs without a gold score skipped)" if skipped else ""
+        print(f"{labels[name]:<{width}}{r['pairs']:>7}{r['spearman']:>10.2f}{r['pearson']:>10.2f}{note}")
     done()
     write_results(args.out, {**_header(args, settings), "results": results})
     return 0
+
+
+def _load_sts_files(args: argparse.Namespace) -> dict[str, tuple[list, dict[str, Any]]]:
+    from .files import semeval_pair
+    from .sts import load_sts_file
+
+    out = {}
+    for name, path, fmt in _given_files(args):
+        pairs, skipped = load_sts_file(path, fmt, args.limit)
+        info: dict[str, Any] = {"file": portable(path), "format": fmt}
+        if fmt == "semeval":
+            source, gold = semeval_pair(path)
+            info.update(file=portable(source), gold_file=portable(gold), skipped_empty_gold=skipped)
+        out[name] = (pairs, info)
+    return out
 
 
 def run_nbest(args: argparse.Namespace) -> int:
@@ -166,17 +216,22 @@ def run_nbest(args: argparse.Namespace) -> int:
 
     _early_checks(args)
     check_grids(args.weights, args.bonuses)
-    folder = data_path(args.data, FOLDER)
-    splits = {s: load_nbest(data_path(folder / f"{s}.jsonl.gz"), args.limit) for s in SPLITS}
+    if args.file:
+        splits = {name: load_nbest(path, args.limit, fmt) for name, path, fmt in _given_files(args)}
+    else:
+        folder = data_path(args.data, FOLDER)
+        splits = {s: load_nbest(data_path(folder / f"{s}.jsonl.gz"), args.limit, "jsonl") for s in SPLITS}
     scorer = _scorer(args)
     done = _timed("nbest")
     results = evaluate_nbest(splits, _sentence_values(scorer, "sum"),
                              FirstPass(args.first_pass), args.weights, args.bonuses)
-    print(f"N-best reranking, LibriSpeech 30-best (ESPnet conformer+HuBERT); LM {scorer.model.config.family} "
+    lists = "your lists" if args.file else "LibriSpeech 30-best (ESPnet conformer+HuBERT)"
+    print(f"N-best reranking, {lists}; LM {scorer.model.config.family} "
           f"({scorer.method.value}); first pass = {args.first_pass}; WER %")
-    print(f"{'split':<11}{'utts':>6}{'words':>7}{'1-best':>8}{'oracle':>8}{'rerank':>8}  weight (tuned on)")
+    width = max(11, *(len(x) + 2 for x in results))
+    print(f"{'split':<{width}}{'utts':>6}{'words':>7}{'1-best':>8}{'oracle':>8}{'rerank':>8}  weight (tuned on)")
     for name, r in results.items():
-        print(f"{name:<11}{r['utterances']:>6}{r['ref_words']:>7}{r['one_best_wer']:>8.2f}{r['oracle_wer']:>8.2f}"
+        print(f"{name:<{width}}{r['utterances']:>6}{r['ref_words']:>7}{r['one_best_wer']:>8.2f}{r['oracle_wer']:>8.2f}"
               f"{r['reranked_wer']:>8.2f}  w={r['weight']:g} b={r['bonus']:g} ({r['tuned_on']})")
     done()
     write_results(args.out, {**_header(args, {"method": scorer.method.value, "first_pass": args.first_pass,
@@ -200,10 +255,14 @@ def _sentence_values(scorer: Scorer, normalize: str) -> Callable[[list[str]], li
 
 def run_pairs(args: argparse.Namespace) -> int:
     from .common import write_results
+    from .files import base_name
     from .pairs import evaluate_pairs, load_pairs, pair_files
 
     _early_checks(args)
-    files = {f.stem: load_pairs(f, args.limit) for f in pair_files(args.data)}
+    if args.file:
+        files = {name: load_pairs(path, args.limit) for name, path, _ in _given_files(args)}
+    else:
+        files = {base_name(f): load_pairs(f, args.limit) for f in pair_files(args.data)}
     scorer = _scorer(args)
     done = _timed("pairs")
     results = evaluate_pairs(files, _sentence_values(scorer, args.normalize))
@@ -215,7 +274,8 @@ def run_pairs(args: argparse.Namespace) -> int:
           f"{results['macro_accuracy']:.1f})")
     done()
     write_results(args.out, {**_header(args, {"method": scorer.method.value, "normalize": args.normalize,
-                                              "files": [portable(p) for p in args.data]}), "results": results})
+                                              **({} if args.file else {"files": [portable(p) for p in args.data]})}),
+                             "results": results})
     return 0
 
 
@@ -224,22 +284,29 @@ def run_spelling(args: argparse.Namespace) -> int:
     from .spelling import FILES, FOLDER, evaluate_spelling, load_rwse
 
     _early_checks(args)
-    folder = data_path(args.data, FOLDER)
-    files = {name: load_rwse(data_path(folder / f"{name}.txt"), args.limit) for name in FILES}
+    if args.file:
+        files = {name: load_rwse(path, args.limit) for name, path, _ in _given_files(args)}
+    else:
+        folder = data_path(args.data, FOLDER)
+        files = {name: load_rwse(data_path(folder / f"{name}.txt"), args.limit) for name in FILES}
+    tune_on = args.tune_on or next(iter(files))
+    if tune_on not in files:
+        raise ValueError(f"--tune-on {tune_on}: not among the files {', '.join(files)}")
     scorer = _scorer(args)
     done = _timed("spelling")
-    results = evaluate_spelling(files, scorer.score, args.tune_on)
+    results = evaluate_spelling(files, scorer.score, tune_on)
     print(f"Real-word error detection (Zesch 2012), {scorer.model.config.family} ({scorer.method.value}); "
-          f"threshold {results['threshold']:.2f} nats tuned on {args.tune_on}")
-    print(f"{'file':<22}{'items':>6}{'top1':>7}{'pair':>7}   always-flag P/R/F1      tuned P/R/F1")
+          f"threshold {results['threshold']:.2f} nats tuned on {tune_on}")
+    width = max(22, *(len(x) + 2 for x in files))
+    print(f"{'file':<{width}}{'items':>6}{'top1':>7}{'pair':>7}   always-flag P/R/F1      tuned P/R/F1")
     for name, r in results["files"].items():
         a, t = r["always_flag"], r["tuned"]
         mark = " (in-sample)" if t["in_sample"] else ""
-        print(f"{name:<22}{r['items']:>6}{r['top1']:>7.1f}{r['pair_accuracy']:>7.1f}   "
+        print(f"{name:<{width}}{r['items']:>6}{r['top1']:>7.1f}{r['pair_accuracy']:>7.1f}   "
               f"{a['precision']:5.1f} {a['recall']:5.1f} {a['f1']:5.1f}   {t['precision']:5.1f} {t['recall']:5.1f} "
               f"{t['f1']:5.1f}{mark}")
     done()
-    write_results(args.out, {**_header(args, {"method": scorer.method.value, "tune_on": args.tune_on}),
+    write_results(args.out, {**_header(args, {"method": scorer.method.value, "tune_on": tune_on}),
                              "results": results})
     return 0
 
@@ -251,20 +318,36 @@ def run_cola(args: argparse.Namespace) -> int:
     _early_checks(args)
     if args.train_limit is not None and args.train_limit < 2:
         raise ValueError(f"--train-limit must be at least 2, got {args.train_limit}")
-    folder = data_path(args.data, *FOLDER)
-    train = sample(load_cola(data_path(folder / TRAIN)), args.train_limit)
-    devs = {Path(d).stem: limit_rows(load_cola(data_path(folder / d)), args.limit) for d in DEVS}
+    in_sample = False
+    if args.file:
+        # a file named train.tsv must not take the place of the results' own "train" entry
+        devs = {(str(path) if name in ("threshold", "train", "in_sample") else name): limit_rows(load_cola(path), args.limit)
+                for name, path, _ in _given_files(args)}
+        in_sample = args.tune_file is None
+        tuning = [j for rows in devs.values() for j in rows] if in_sample else load_cola(args.tune_file)
+        train = sample(tuning, args.train_limit)
+    else:
+        if args.tune_file is not None:
+            raise ValueError("--tune-file goes with --file (with --data the threshold is tuned on in_domain_train)")
+        folder = data_path(args.data, *FOLDER)
+        train = sample(load_cola(data_path(folder / TRAIN)), args.train_limit)
+        devs = {Path(d).stem: limit_rows(load_cola(data_path(folder / d)), args.limit) for d in DEVS}
     scorer = _scorer(args)
     done = _timed("cola")
     results = evaluate_cola(train, devs, _sentence_values(scorer, args.normalize))
+    results["in_sample"] = in_sample
+    source = ("the files themselves (in-sample)" if in_sample else portable(args.tune_file)) if args.file else "train"
     print(f"Unsupervised CoLA, {scorer.model.config.family} ({scorer.method.value}, {args.normalize} log p >= "
-          f"{results['threshold']:.3f}; threshold tuned on {len(train)} train sentences, train MCC "
+          f"{results['threshold']:.3f}; threshold tuned on {len(train)} sentences of {source}, MCC there "
           f"{results['train']['mcc']:.1f})")
-    print(f"{'set':<22}{'sentences':>10}{'MCC x100':>10}{'acc %':>8}")
+    width = max(22, *(len(x) + 2 for x in devs))
+    print(f"{'set':<{width}}{'sentences':>10}{'MCC x100':>10}{'acc %':>8}")
     for name in devs:
         r = results[name]
-        print(f"{name:<22}{r['sentences']:>10}{r['mcc']:>10.1f}{r['accuracy']:>8.1f}")
+        print(f"{name:<{width}}{r['sentences']:>10}{r['mcc']:>10.1f}{r['accuracy']:>8.1f}")
     done()
     write_results(args.out, {**_header(args, {"method": scorer.method.value, "normalize": args.normalize,
-                                              "train_limit": args.train_limit}), "results": results})
+                                              "train_limit": args.train_limit,
+                                              **({"tune_file": portable(args.tune_file)} if args.tune_file else {})}),
+                             "results": results})
     return 0

@@ -5,6 +5,7 @@ log-probability per piece) reaches a threshold. The threshold is tuned on a samp
 from __future__ import annotations
 
 import csv
+import io
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .common import candidate_thresholds, matthews
+from .files import read_text
 
 FOLDER = ("cola", "raw")
 TRAIN = "in_domain_train.tsv"
@@ -29,16 +31,18 @@ class Judgement:
 def load_cola(path: str | Path) -> list[Judgement]:
     """Tab-separated: source, label (1 = acceptable), original mark, sentence; no header."""
     path, rows = Path(path), []
-    with open(path, encoding="utf-8", newline="") as f:
-        for number, row in enumerate(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE), start=1):
-            if len(row) != 4:
-                raise ValueError(f"{path}:{number}: expected 4 tab-separated columns "
-                                 f"(source, label, mark, sentence), found {len(row)}")
-            if row[1] not in ("0", "1"):
-                raise ValueError(f"{path}:{number}: label {row[1]!r} is not 0 or 1")
-            if not row[3].strip():
-                raise ValueError(f"{path}:{number}: empty sentence")
-            rows.append(Judgement(row[3], row[1] == "1"))
+    text = io.StringIO(read_text(path), newline="")
+    for number, row in enumerate(csv.reader(text, delimiter="\t", quoting=csv.QUOTE_NONE), start=1):
+        if not row:  # a blank line
+            continue
+        if len(row) != 4:
+            raise ValueError(f"{path}:{number}: expected 4 tab-separated columns "
+                             f"(source, label, mark, sentence), found {len(row)}")
+        if row[1] not in ("0", "1"):
+            raise ValueError(f"{path}:{number}: label {row[1]!r} is not 0 or 1")
+        if not row[3].strip():
+            raise ValueError(f"{path}:{number}: empty sentence")
+        rows.append(Judgement(row[3], row[1] == "1"))
     if not rows:
         raise ValueError(f"{path}: no sentences")
     return rows

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
+from sklearn.metrics import matthews_corrcoef
 
 from ..modeling import atomic_path
 
@@ -48,40 +50,39 @@ def data_path(given: str | Path | None, *default: str) -> Path:
 
 # ---- metrics -----------------------------------------------------------------------------------------
 
-def pearson(x: np.ndarray, y: np.ndarray) -> float:
+def _pair(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if x.shape != y.shape or x.ndim != 1 or len(x) < 2:
-        raise ValueError(f"pearson needs two 1-D arrays of the same length >= 2, got {x.shape} and {y.shape}")
-    x, y = x - x.mean(), y - y.mean()
-    denom = math.sqrt(float((x * x).sum()) * float((y * y).sum()))
-    return float((x * y).sum()) / denom if denom > 0 else float("nan")
+        raise ValueError(f"a correlation needs two 1-D arrays of the same length >= 2, got {x.shape} and {y.shape}")
+    return x, y
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """scipy.stats.pearsonr; nan when either side is constant (callers check that first)."""
+    x, y = _pair(x, y)
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    return float(stats.pearsonr(x, y).statistic)
 
 
 def rankdata(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n, ties sharing their average rank (scipy.stats.rankdata's 'average')."""
-    x = np.asarray(x, dtype=np.float64)
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x), dtype=np.float64)
-    sorted_x = x[order]
-    start = 0
-    for end in range(1, len(x) + 1):
-        if end == len(x) or sorted_x[end] != sorted_x[start]:
-            ranks[order[start:end]] = (start + end + 1) / 2.0  # mean of ranks start+1 .. end
-            start = end
-    return ranks
+    """Ranks 1..n, ties sharing their average rank (scipy.stats.rankdata)."""
+    return stats.rankdata(np.asarray(x, dtype=np.float64), method="average")
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    return pearson(rankdata(x), rankdata(y))
+    """scipy.stats.spearmanr (Pearson of the average ranks); nan when either side is constant."""
+    x, y = _pair(x, y)
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    return float(stats.spearmanr(x, y).statistic)
 
 
 def matthews(predicted: np.ndarray, gold: np.ndarray) -> float:
-    """Matthews correlation of two boolean arrays; 0 when it is undefined (a constant prediction)."""
+    """Matthews correlation of two boolean arrays (sklearn.metrics.matthews_corrcoef): 0 when it is undefined
+    (a constant prediction)."""
     p, g = np.asarray(predicted, dtype=bool), np.asarray(gold, dtype=bool)
-    tp, tn = float((p & g).sum()), float((~p & ~g).sum())
-    fp, fn = float((p & ~g).sum()), float((~p & g).sum())
-    denom = math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
-    return (tp * tn - fp * fn) / denom if denom > 0 else 0.0
+    return float(matthews_corrcoef(g, p))
 
 
 def candidate_thresholds(values: np.ndarray) -> np.ndarray:

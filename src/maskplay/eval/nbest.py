@@ -8,11 +8,9 @@ the lowest LM score of its own list."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
-import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .files import detect, lines, read_text
 from .wer import edit_distance
 
 SPLITS = ("dev_clean", "dev_other")
@@ -38,46 +37,92 @@ class Utterance:
     utt_id: str
     ref: str
     texts: list[str]
-    score: np.ndarray  # ESPnet final score per hypothesis
-    espnet_lm: np.ndarray
+    score: np.ndarray  # first-pass score per hypothesis (ESPnet's final score in the shared lists)
+    espnet_lm: np.ndarray  # the first pass's own LM score per hypothesis; nan where the list has none
+    where: str = ""  # file:line, for errors
 
 
-def load_nbest(path: str | Path, limit: int | None = None) -> list[Utterance]:
+def load_nbest(path: str | Path, limit: int | None = None, fmt: str | None = None) -> list[Utterance]:
+    """N-best lists in the shared layout (`fmt` "jsonl", one utterance a line: utt_id, ref, hyps with text and
+    score, and optionally rank and lm) or in mlm-scoring's (`fmt` "mlm-scoring", one JSON object
+    {utt_id: {"ref", "hyp_1": {"text", "score"}, ...}}); plain or gzip; the format is told from the content
+    when not given."""
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
+    if fmt is None:
+        fmt = detect("nbest", path)
+    utts = _load_mlm_scoring(path) if fmt == "mlm-scoring" else _load_jsonl(path, limit)
+    for utt in utts:
+        if not utt.texts:
+            raise ValueError(f"{utt.where}: utterance {utt.utt_id} has no hypotheses")
+        if not (np.isfinite(utt.score).all() and (np.isfinite(utt.espnet_lm) | np.isnan(utt.espnet_lm)).all()
+                and not np.isnan(utt.score).any()):
+            raise ValueError(f"{utt.where}: utterance {utt.utt_id} has a score or lm value that is not a finite "
+                             "number")
+    return utts[:limit] if limit is not None else utts
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)
+
+
+def _load_jsonl(path: Path, limit: int | None) -> list[Utterance]:
     utts = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for number, line in enumerate(_lines(f, path), start=1):
-            try:
-                d = json.loads(line)
-                hyps = sorted(d["hyps"], key=lambda h: h["rank"])
-                utt = Utterance(d["utt_id"], d["ref"], [h["text"] for h in hyps],
-                                np.array([h["score"] for h in hyps], dtype=np.float64),
-                                np.array([h["lm"] for h in hyps], dtype=np.float64))
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
-                raise ValueError(f"{path}:{number}: not an N-best record ({type(err).__name__}: {err})") from None
-            if not utt.texts:
-                raise ValueError(f"{path}:{number}: utterance {utt.utt_id} has no hypotheses")
-            if not (np.isfinite(utt.score).all() and np.isfinite(utt.espnet_lm).all()):
-                raise ValueError(f"{path}:{number}: utterance {utt.utt_id} has a score or lm value that is not a "
-                                 "finite number")
-            utts.append(utt)
-            if limit is not None and len(utts) >= limit:
-                break
+    for number, line in enumerate(lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            hyps = d["hyps"]
+            if any("rank" in h for h in hyps):
+                hyps = sorted(hyps, key=lambda h: h["rank"])
+            utt = Utterance(str(d["utt_id"]), _text(d["ref"]), [_text(h["text"]) for h in hyps],
+                            np.array([_number(h["score"]) for h in hyps], dtype=np.float64),
+                            np.array([_number(h["lm"]) if "lm" in h else np.nan for h in hyps], dtype=np.float64),
+                            f"{path}:{number}")
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+            raise ValueError(f"{path}:{number}: not an N-best record ({type(err).__name__}: {err})") from None
+        utts.append(utt)
+        if limit is not None and len(utts) >= limit:
+            break
     return utts
 
 
-def _lines(f: Any, path: Path) -> Iterator[str]:
-    """The file's lines; a .gz that is not gzip, a truncated one or bytes that are not UTF-8 are errors naming it."""
-    number = 0
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not a string")
+    return value
+
+
+def _load_mlm_scoring(path: Path) -> list[Utterance]:
+    """mlm-scoring (Shin et al.'s ESPnet lists): utterances in sorted id order, hyp_1 .. hyp_N in that order."""
+    text = read_text(path)
     try:
-        for line in f:
-            number += 1
-            yield line
-    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
-        raise ValueError(f"{path}: not a readable gzip file ({type(err).__name__}: {err})") from None
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path}:{number + 1}: invalid UTF-8 ({err.reason})") from None
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}:1: expected one JSON object {{utterance id: {{ref, hyp_1, ...}}}} (mlm-scoring)")
+    utts = []
+    for utt_id, entry in sorted(data.items()):
+        where = f"{path}:{text[:max(text.find(json.dumps(utt_id)), 0)].count(chr(10)) + 1}"
+        try:
+            if not isinstance(entry, dict):
+                raise TypeError("not an object")
+            if "ref" not in entry:
+                raise KeyError("ref (an LM score file of mlm-scoring has none: give the file with the references)")
+            ranks = sorted(int(k.removeprefix("hyp_")) for k in entry if k.startswith("hyp_"))
+            if ranks != list(range(1, len(ranks) + 1)):
+                raise KeyError(f"hyp_1 .. hyp_{len(ranks)} (found {len(ranks)} hyp_ keys with gaps)")
+            hyps = [entry[f"hyp_{k}"] for k in ranks]
+            utts.append(Utterance(utt_id, _text(entry["ref"]).strip(), [_text(h["text"]).strip() for h in hyps],
+                                  np.array([_number(h["score"]) for h in hyps], dtype=np.float64),
+                                  np.full(len(hyps), np.nan), where))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{where}: utterance {utt_id} is not an mlm-scoring N-best entry "
+                             f"({type(err).__name__}: {err})") from None
+    return utts
 
 
 @dataclass
@@ -110,6 +155,9 @@ def prepare(utts: list[Utterance], lm_scores: dict[str, float], first_pass: Firs
         if np.isnan(scores).all():
             scores[:] = 0.0
         scores[np.isnan(scores)] = np.nanmin(scores)  # empty hypotheses: the worst LM score of the list
+        if first_pass is FirstPass.AM and np.isnan(u.espnet_lm).any():
+            raise ValueError(f"{u.where or u.utt_id}: --first-pass am needs the first pass's own LM score (\"lm\") "
+                             "of every hypothesis, and this list has none")
         f = u.score if first_pass is FirstPass.SCORE else u.score - ESPNET_LM_WEIGHT * u.espnet_lm
         first.append(f)
         lm.append(scores)
@@ -143,13 +191,21 @@ def check_grids(weights: Sequence[float], bonuses: Sequence[float]) -> None:
         raise ValueError(f"--bonuses: every length bonus must be a finite number, got {bad[0]}")
 
 
+def pooled(parts: Sequence[Prepared]) -> Prepared:
+    """Several splits as one (for tuning on all the other splits)."""
+    return Prepared([a for p in parts for a in p.first], [a for p in parts for a in p.lm],
+                    [a for p in parts for a in p.length], [a for p in parts for a in p.errors],
+                    sum(p.ref_words for p in parts))
+
+
 def evaluate_nbest(splits: dict[str, list[Utterance]], lm: Callable[[list[str]], list[float]],
                    first_pass: FirstPass = FirstPass.SCORE, weights: Sequence[float] = DEFAULT_WEIGHTS,
                    bonuses: Sequence[float] = (0.0,)) -> dict[str, Any]:
     """Score every distinct non-empty lowercased hypothesis once with `lm` (sentence log-probabilities), then
-    for each split report 1-best, oracle, and reranked WER with (w, b) tuned on the other split."""
-    if len(splits) != 2:
-        raise ValueError(f"cross-tuning needs exactly two splits, got {sorted(splits)}")
+    for each split report 1-best, oracle, and reranked WER with (w, b) tuned on the other splits pooled (with
+    two splits, each on the other; a single split is tuned on itself, marked in_sample)."""
+    if not splits:
+        raise ValueError("no N-best lists to evaluate")
     check_grids(weights, bonuses)
     texts = sorted({t.lower() for utts in splits.values() for u in utts for t in u.texts if t.strip()})
     lm_scores = dict(zip(texts, lm(texts), strict=True))
@@ -158,16 +214,26 @@ def evaluate_nbest(splits: dict[str, list[Utterance]], lm: Callable[[list[str]],
         raise ValueError(f"the LM gave a non-finite score ({lm_scores[broken[0]]}) to {broken[0]!r} and "
                          f"{len(broken) - 1} other hypotheses; is the model damaged?")
     prepared = {name: prepare(utts, lm_scores, first_pass) for name, utts in splits.items()}
+    for name, p in prepared.items():
+        if p.ref_words == 0:
+            raise ValueError(f"{name}: the references have no words, so WER is undefined")
     tuned = {name: tune(p, weights, bonuses) for name, p in prepared.items()}
     out: dict[str, Any] = {}
     for name, p in prepared.items():
-        other = next(n for n in prepared if n != name)
-        w, b, _ = tuned[other]
+        others = [n for n in prepared if n != name]
+        if not others:
+            w, b, tuned_on = tuned[name][0], tuned[name][1], name
+        elif len(others) == 1:
+            (tuned_on,) = others
+            w, b = tuned[tuned_on][:2]
+        else:
+            w, b, _ = tune(pooled([prepared[n] for n in others]), weights, bonuses)
+            tuned_on = "+".join(others)
         out[name] = {
             "utterances": len(p.errors), "ref_words": p.ref_words, "hypotheses_scored": sum(len(e) for e in p.errors),
             "one_best_wer": p.one_best_wer(), "oracle_wer": p.oracle_wer(),
             "first_pass_only_wer": p.wer(0.0, 0.0),
-            "reranked_wer": p.wer(w, b), "weight": w, "bonus": b, "tuned_on": other,
+            "reranked_wer": p.wer(w, b), "weight": w, "bonus": b, "tuned_on": tuned_on, "in_sample": not others,
             "self_tuned_wer": tuned[name][2], "self_tuned_weight": tuned[name][0], "self_tuned_bonus": tuned[name][1],
         }
     return out

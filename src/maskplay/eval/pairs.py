@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .files import base_name, expand, lines
+
 
 @dataclass(frozen=True)
 class MinimalPair:
@@ -18,19 +20,9 @@ class MinimalPair:
 
 
 def pair_files(paths: list[str | Path]) -> list[Path]:
-    """Files as given; a directory stands for the *.jsonl files in it (sorted)."""
-    files: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(p.glob("*.jsonl"))
-            if not found:
-                raise FileNotFoundError(f"{p}: no *.jsonl files in this directory")
-            files.extend(found)
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise FileNotFoundError(f"{p} not found")
-    stems = [f.stem for f in files]
+    """Files as given; a directory stands for the *.jsonl and *.jsonl.gz files in it (sorted)."""
+    files = expand("pairs", paths)
+    stems = [base_name(f) for f in files]
     dupes = sorted({s for s in stems if stems.count(s) > 1})
     if dupes:
         raise ValueError(f"several files named {dupes}: results are reported per file name")
@@ -38,26 +30,27 @@ def pair_files(paths: list[str | Path]) -> list[Path]:
 
 
 def load_pairs(path: str | Path, limit: int | None = None) -> list[MinimalPair]:
+    """BLiMP JSONL (plain or gzip): one object a line with string fields sentence_good and sentence_bad (other
+    fields are ignored); blank lines are allowed, anything else that is not such an object is an error."""
     path, pairs = Path(path), []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: invalid JSON: {err.msg}") from None
-            if not isinstance(d, dict):
-                raise ValueError(f"{path}:{number}: expected a JSON object")
-            missing = [k for k in ("sentence_good", "sentence_bad") if not isinstance(d.get(k), str)]
-            if missing:
-                raise ValueError(f"{path}:{number}: missing or non-string field(s) {missing}")
-            for key in ("sentence_good", "sentence_bad"):
-                if not d[key].strip():
-                    raise ValueError(f"{path}:{number}: {key} is empty")
-            pairs.append(MinimalPair(d["sentence_good"], d["sentence_bad"]))
-            if limit is not None and len(pairs) >= limit:
-                break
+    for number, line in enumerate(lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{number}: invalid JSON: {err.msg}") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{path}:{number}: expected a JSON object")
+        missing = [k for k in ("sentence_good", "sentence_bad") if not isinstance(d.get(k), str)]
+        if missing:
+            raise ValueError(f"{path}:{number}: missing or non-string field(s) {missing}")
+        for key in ("sentence_good", "sentence_bad"):
+            if not d[key].strip():
+                raise ValueError(f"{path}:{number}: {key} is empty")
+        pairs.append(MinimalPair(d["sentence_good"], d["sentence_bad"]))
+        if limit is not None and len(pairs) >= limit:
+            break
     if not pairs:
         raise ValueError(f"{path}: no pairs")
     return pairs

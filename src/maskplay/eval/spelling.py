@@ -23,6 +23,7 @@ import numpy as np
 
 from ..score.scorer import SentenceScore
 from .common import candidate_thresholds
+from .files import read_text
 
 FILES = ("en_natural_train", "en_artificial_noun", "en_artificial_token")
 FOLDER = "rwse-zesch2012"
@@ -44,7 +45,7 @@ def load_rwse(path: str | Path, limit: int | None = None) -> list[Item]:
     path = Path(path)
     blocks: list[tuple[int, list[str]]] = []  # (line number of the block's first line, its lines)
     current: list[str] = []
-    for number, raw in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
+    for number, raw in enumerate(read_text(path).split("\n"), start=1):
         line = raw.removesuffix("\r")
         if line.strip():
             if not current:

@@ -4,6 +4,7 @@ Spearman and Pearson x 100 (the T-TA paper reports STS-B Pearson; SentEval-style
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .common import pearson, spearman
+from .files import read_text, semeval_pair
 
 STSB = ("stsbenchmark", "sts-dev.csv")
 SICK = ("sick", "SICK_train_trial.txt")
@@ -24,11 +26,11 @@ class Pair:
     gold: float
 
 
-def _rows(path: Path) -> list[list[str]]:
-    # QUOTE_NONE: STS-B sentences contain unbalanced double quotes, which the default dialect would merge
-    # across lines.
-    with open(path, encoding="utf-8", newline="") as f:
-        return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+def _rows(path: Path, delimiter: str = "\t") -> list[list[str]]:
+    # QUOTE_NONE for tabs: STS-B sentences contain unbalanced double quotes, which the default dialect would merge
+    # across lines. A comma-separated file needs quoting (its sentences contain commas).
+    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+    return list(csv.reader(io.StringIO(read_text(path), newline=""), delimiter=delimiter, quoting=quoting))
 
 
 def _gold(text: str, where: str) -> float:
@@ -76,6 +78,70 @@ def load_sick(path: str | Path, limit: int | None = None) -> list[Pair]:
         if limit is not None and len(pairs) >= limit:
             break
     return pairs
+
+
+def load_sts_header(path: str | Path, limit: int | None = None) -> list[Pair]:
+    """STS-B as GLUE (and most re-exports) ship it: a header row naming sentence1, sentence2 and score (or
+    label), tab- or comma-separated; other columns are ignored."""
+    path = Path(path)
+    first = next((line for line in read_text(path).splitlines() if line.strip()), "")
+    delimiter = "\t" if "\t" in first else ","
+    rows = [r for r in _rows(path, delimiter)]
+    if not rows:
+        raise ValueError(f"{path}: empty file")
+    header = [c.strip() for c in rows[0]]
+    score = next((c for c in ("score", "label") if c in header), None)
+    missing = [c for c in ("sentence1", "sentence2") if c not in header] + ([] if score else ["score"])
+    if missing:
+        raise ValueError(f"{path}:1: header lacks column(s) {missing}; found {header}")
+    ia, ib, ig = header.index("sentence1"), header.index("sentence2"), header.index(score)
+    pairs = []
+    for number, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise ValueError(f"{path}:{number}: {len(row)} columns, the header has {len(header)}")
+        gold = _gold(row[ig], f"{path}:{number}: {score}")
+        pairs.append(Pair(row[ia], row[ib], gold))
+        if limit is not None and len(pairs) >= limit:
+            break
+    return pairs
+
+
+def load_semeval(path: str | Path, limit: int | None = None) -> tuple[list[Pair], int]:
+    """SemEval STS 2012-2016: STS.input.NAME.txt (sentence1 TAB sentence2 [TAB sources], one pair a line) and
+    STS.gs.NAME.txt beside it (one gold score a line, same order). A pair whose gold line is empty has no
+    gold score and is skipped, as the official scorer does; (pairs, number skipped)."""
+    source, gold_path = semeval_pair(Path(path))
+    inputs, golds = read_text(source).split("\n"), read_text(gold_path).split("\n")
+    for text in (inputs, golds):  # the final line end is not a line
+        if text and text[-1] == "":
+            text.pop()
+    if len(inputs) != len(golds):
+        raise ValueError(f"{gold_path}:{min(len(inputs), len(golds)) + 1}: {len(golds)} gold lines for "
+                         f"{len(inputs)} input lines in {source.name}")
+    pairs, skipped = [], 0
+    for number, (line, gold_line) in enumerate(zip(inputs, golds, strict=True), start=1):
+        line, gold_line = line.removesuffix("\r"), gold_line.strip()
+        if not gold_line:
+            skipped += 1
+            continue
+        gold = _gold(gold_line, f"{gold_path}:{number}: gold score")
+        cells = line.split("\t")
+        if len(cells) < 2 or not cells[0].strip() or not cells[1].strip():
+            raise ValueError(f"{source}:{number}: expected two tab-separated sentences, found {len(cells)} column(s)")
+        pairs.append(Pair(cells[0], cells[1], gold))
+        if limit is not None and len(pairs) >= limit:
+            break
+    return pairs, skipped
+
+
+def load_sts_file(path: str | Path, fmt: str, limit: int | None = None) -> tuple[list[Pair], int]:
+    """(pairs, pairs skipped for an empty gold score) of one file in format `fmt` (see files.FORMATS)."""
+    if fmt == "semeval":
+        return load_semeval(path, limit)
+    loader = {"stsb": load_stsb, "stsb-header": load_sts_header, "sick": load_sick}[fmt]
+    return loader(path, limit), 0
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
