@@ -345,3 +345,12 @@ def test_eval_file_errors(model_dir, workdir, capsys):
         main(["eval", "cola", model_dir, "--file", "data/c.tsv", "--data", "data"])
     with pytest.raises(SystemExit):
         main(["eval", "sts", model_dir, "--file", "data/sts.tsv", "--format", "blimp"])
+
+
+def test_the_shared_files_are_detected_as_what_they_are():
+    cases = [("sts", ("stsbenchmark", "sts-dev.csv"), "stsb"), ("sts", ("sick", "SICK_train_trial.txt"), "sick"),
+             ("cola", ("cola", "raw", "in_domain_dev.tsv"), "cola"),
+             ("spelling", ("rwse-zesch2012", "en_natural_train.txt"), "zesch"),
+             ("nbest", ("librispeech-nbest-espnet-hubert30", "dev_clean.jsonl.gz"), "jsonl")]
+    for task, parts, fmt in cases:
+        assert detect(task, shared_path(*parts)) == fmt, parts
