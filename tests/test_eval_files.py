@@ -155,6 +155,9 @@ def test_sts_malformed_rows_name_file_and_line(tmp_path):
     glue.write_text(GLUE_ROWS + "3\tx\ty\n")
     with pytest.raises(ValueError, match=r"g.tsv:5: 3 columns, the header has 10"):
         load_sts_header(glue)
+    glue.write_text("split\tscore\tsentence1\tsentence2\ntrain\t1\ta\tb\ntest\t2\tc\td\n")
+    with pytest.raises(ValueError, match=r"g.tsv:1: a 'split' column with test, train: the splits would be pooled"):
+        load_sts_header(glue)
     glue.write_text("index\tsentence1\tsentence2\n0\ta\tb\n")  # GLUE's test split: no gold
     with pytest.raises(ValueError, match=r"g.tsv:1: header lacks column\(s\) \['score'\]"):
         load_sts_header(glue)

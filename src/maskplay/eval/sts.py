@@ -95,6 +95,12 @@ def load_sts_header(path: str | Path, limit: int | None = None) -> list[Pair]:
     if missing:
         raise ValueError(f"{path}:1: header lacks column(s) {missing}; found {header}")
     ia, ib, ig = header.index("sentence1"), header.index("sentence2"), header.index(score)
+    if "split" in header:  # sentence-transformers' stsbenchmark.tsv.gz holds train, dev and test in one file
+        k = header.index("split")
+        splits = sorted({r[k] for r in rows[1:] if len(r) == len(header)})
+        if len(splits) > 1:
+            raise ValueError(f"{path}:1: a 'split' column with {', '.join(splits)}: the splits would be pooled; "
+                             "give a file with one split")
     pairs = []
     for number, row in enumerate(rows[1:], start=2):
         if not row:
