@@ -360,3 +360,31 @@ def test_finetune_convert_cli_round_trip(tmp_path, capsys):
     capsys.readouterr()
     assert main(["finetune-convert", "--to-hf", str(tmp_path / "mp"), "--out", str(tmp_path / "back")]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+def test_cli_pairs_on_stsb_files_regress_and_predict_needs_pairs(tok, tmp_path, capsys):
+    model_dir = save_model_dir(tmp_path / "bert", backbone("bert", tok, type_vocab_size=2), tok)
+    r = random.Random(0)
+
+    def sts(path, n):
+        lines = []
+        for i in range(n):
+            k = r.randint(0, 3)
+            lines.append(f"main-captions\tMSRvid\t2012test\t{i:04d}\t{k + 0.5 * (i % 2):.3f}\t"
+                         + " ".join(["good"] * k + ["cat"]) + "\ta dog ran")
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    train, dev = sts(tmp_path / "sts-train.csv", 24), sts(tmp_path / "sts-dev.csv", 12)
+    assert main(["finetune", str(model_dir), "--task", "pairs", "--train", str(train), "--dev", str(dev),
+                 "--out", str(tmp_path / "out"), "--epochs", "2", "--batch-size", "8", "--head", "bert"]) == 0
+    model = FineTuned.from_pretrained(tmp_path / "out")
+    assert model.head_config.objective == "regress" and model.head_config.pair
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path / "out"), "--file", str(dev)]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 12 and "score" in captured.out and "pearson" in captured.err
+    single = tmp_path / "single.txt"
+    single.write_text("the cat\tthe dog\none text only\n")
+    assert main(["predict", str(tmp_path / "out"), "--file", str(single)]) == 2
+    assert f"{single}:2: this model reads text pairs (two texts separated by a tab)" in capsys.readouterr().err

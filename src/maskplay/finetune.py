@@ -301,7 +301,10 @@ def read_examples(path: str | Path, text_column: str | None = None, text_pair_co
             examples.append(_example(fields[5], fields[6], fields[4], where))
     elif not need_labels:
         for number, line in numbered:
-            text, _, pair = line.partition("\t")
+            text, tab_found, pair = line.partition("\t")
+            if need_pairs and not tab_found:
+                raise ValueError(f"{path}:{number}: this model reads text pairs (two texts separated by a tab); "
+                                 "the line has one text")
             examples.append(_example(text, pair if need_pairs else None, None, f"{path}:{number}"))
     else:
         raise ValueError(f"{path}:{numbered[0][0]}: unrecognised format: give a header line naming the columns "
