@@ -100,7 +100,9 @@ class ClassifierHead(nn.Module):
 
 
 class FineTuned(nn.Module):
-    """A backbone (its LM head dropped) + a classification/regression head."""
+    """A backbone (its LM head dropped) + a classification/regression head. The backbone given is used in place
+    (its head replaced; fine-tuning trains its weights), except an ELECTRA with a generator, whose discriminator is
+    copied out."""
 
     def __init__(self, backbone: MaskplayModel, head_config: HeadConfig) -> None:
         super().__init__()
