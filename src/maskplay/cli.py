@@ -74,8 +74,13 @@ def main(argv: list[str] | None = None) -> int:
         from .allocator import keep_freed_memory
 
         keep_freed_memory()  # batch after batch, the same large activations: reuse their memory
+    from .precision_probe import announce
+
+    announce(show=False)
     try:
-        return args.func(args)
+        code = args.func(args)
+        announce()  # what --precision auto chose, once the command has succeeded (an error stays one line)
+        return code
     except (ValueError, FileNotFoundError) as err:
         print(f"maskplay {args.command}: error: {err}", file=sys.stderr)
         return 2

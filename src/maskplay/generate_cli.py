@@ -11,7 +11,7 @@ from typing import Any
 
 from .generation import STRATEGIES, GenerationOutput, default_stop_ids, generate, require_generative
 
-PRECISIONS = ("fp32", "bf16", "int8")
+PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -40,8 +40,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="recompute the whole sequence at every step (the reference path; slow)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="bf16: a bf16 copy of the model; int8: the encoder's linear layers in int8 (CPU)")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help="auto (default): bf16 where this machine runs it faster than fp32, else fp32; bf16: a bf16 "
+                        "copy of the model; int8: the encoder's linear layers in int8 (CPU, only when asked)")
     p.add_argument("--format", choices=["plain", "jsonl"], default="plain",
                    help="plain: one output per line; jsonl: one object per line with tokens, scores, flags")
     p.add_argument("--stream", choices=["auto", "always", "never"], default="auto",
@@ -90,6 +91,13 @@ def for_precision(model: Any, precision: str) -> Any:
     return model
 
 
+def resolved_precision(model: Any, precision: str, device: str | None, command: str) -> str:
+    """--precision with auto resolved for this machine and model (logged on stderr)."""
+    from .precision_probe import resolve_cli
+
+    return resolve_cli(precision, device or "cpu", model=model, command=command).value
+
+
 def _stop_ids(tokens: list[str] | None, model: Any, tokenizer: Any) -> tuple[int, ...]:
     if tokens is None:
         return default_stop_ids(model, tokenizer)
@@ -124,7 +132,7 @@ def run_generate(args: argparse.Namespace) -> int:
     require_generative(model)
     if args.device:
         model = model.to(args.device)
-    model = for_precision(model, args.precision)
+    model = for_precision(model, resolved_precision(model, args.precision, args.device, "generate"))
     stream = args.stream == "always" or (args.stream == "auto" and sys.stdout.isatty())
     stream = stream and len(prompts) == 1 and args.strategy != "beam" and args.format == "plain"
     streamer = _Streamer(tokenizer) if stream else None

@@ -17,6 +17,7 @@ import numpy as np
 from ..devices import resolve_device
 from ..modeling import OutputLock, atomic_path, prepare_output_file
 from ..precision import Precision
+from ..precision_probe import AUTO, resolve_cli
 from .scorer import Method, Overflow, SentenceScore
 
 
@@ -56,7 +57,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file", default=None, help="one sentence per line (UTF-8); '-' = stdin")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
-    p.add_argument("--precision", choices=[p.value for p in Precision], default=Precision.fp32.value)
+    p.add_argument("--precision", choices=[AUTO, *(p.value for p in Precision)], default=AUTO,
+                   help="auto (default): bf16 where this machine runs it faster than fp32, else fp32 (measured once, "
+                        "cached); int8 (CPU) only when asked")
     p.add_argument("--empty", choices=["keep", "error"], default="keep",
                    help="a blank input line: keep it as an output row marked empty (default; counted on stderr), "
                         "or stop with an error naming it")
@@ -128,7 +131,9 @@ def run_score(args: argparse.Namespace) -> int:
         done = resume_point(out_path, rows, args.format) if args.resume and out_path.exists() else 0
         scorer = Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=device,
                                         method=Method(args.method), overflow=Overflow(args.overflow),
-                                        precision=Precision(args.precision), progress=False)
+                                        precision=resolve_cli(args.precision, device, model_dir=args.model_dir,
+                                                             rows=args.batch_size * 32, command="score"),
+                                        progress=False)
         _check_lengths(scorer, rows, args, start=done)
         if args.explain:
             return _explain(scorer, rows, args)
@@ -338,7 +343,8 @@ def run_embed(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     rows = _read_input(args)
     with OutputLock(out):
-        embedder = Embedder.from_pretrained(args.model_dir, device=device, precision=Precision(args.precision))
+        precision = resolve_cli(args.precision, device, model_dir=args.model_dir, rows=args.batch_size * 32, command="embed")
+        embedder = Embedder.from_pretrained(args.model_dir, device=device, precision=precision)
         positions = [k for k, (_, text) in enumerate(rows) if not is_empty(text)]
         try:
             vectors = embedder.encode([rows[k][1] for k in positions], pooling=Pooling(args.pooling), layer=args.layer,

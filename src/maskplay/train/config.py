@@ -13,8 +13,9 @@ from typing import Any
 from ..config import FAMILIES, PRESETS, ElectraConfig, ModelConfig, UnilmConfig, from_dict, load_toml, preset
 from ..devices import check_device_name
 from ..precision import Precision
+from ..precision_probe import AUTO
 
-PRECISIONS = tuple(p.value for p in Precision if p.trainable)  # fp32, bf16, bf16-autocast
+PRECISIONS = (AUTO, *(p.value for p in Precision if p.trainable))  # auto, fp32, bf16, bf16-autocast
 # ModelConfig fields that come from the tokenizer of the data, never from the training config.
 TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "eos_token_id", "unk_token_id", "sos_token_id", "mask_token_id",
                     "sep_token_id", "special_token_ids")
@@ -147,9 +148,10 @@ class RunSection:
     keep_last: int = 3  # checkpoints kept; older ones are deleted
     log_every: int = 10  # steps between metrics.jsonl records
     max_minutes: float | None = None  # wall-clock budget for the training loop, resumes included
-    # fp32 | bf16 (weights cast to bf16 at each forward, activations bf16 end to end) | bf16-autocast
-    # (torch.autocast); in every case parameters, gradients, AdamW state and checkpoints stay fp32
-    precision: str = "fp32"
+    # auto (bf16 where this machine runs it faster, else fp32; resolved at run start, see precision_probe) | fp32 |
+    # bf16 (weights cast to bf16 at each forward, activations bf16 end to end) | bf16-autocast (torch.autocast);
+    # in every case parameters, gradients, AdamW state and checkpoints stay fp32
+    precision: str = AUTO
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA needs it for bitwise resumes)
     threads: int | None = None  # torch.set_num_threads; None leaves torch's default

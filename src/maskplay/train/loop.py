@@ -32,7 +32,9 @@ from torch import Tensor
 from ..config import ModelConfig, from_dict
 from ..data.dataset import TokenDataset
 from ..modeling import IGNORE_INDEX, MaskplayModel, atomic_path, build_model, prepare_output_dir
-from ..precision import forward_in
+from ..precision import Precision, forward_in
+from ..precision_probe import AUTO
+from ..precision_probe import resolve as resolve_precision
 from ..tokenizer import Tokenizer, load_tokenizer
 from . import checkpoint as ckpt
 from . import distributed
@@ -197,6 +199,7 @@ class Trainer:
         self.lengths = sequence_lengths(self.train_data)
         self.batches_per_epoch = len(self.lengths) // cfg.data.batch_size
         self.device = d.device
+        self.precision = self._resolve_precision()
 
         _seed_everything(cfg.data.seed)  # the same initial weights on every process
         self.model: MaskplayModel = build_model(self.model_config).to(self.device)
@@ -254,6 +257,18 @@ class Trainer:
         if cfg.data.batch_size % per:
             raise ValueError(f"data.batch_size={cfg.data.batch_size} must be divisible by optim.grad_accum "
                              f"({cfg.optim.grad_accum}) x processes ({d.world_size}) = {per}")
+
+    def _resolve_precision(self) -> Precision:
+        """run.precision for this machine (auto: probed on rank 0, cached; every process uses rank 0's choice)."""
+        cfg = self.config
+        choice = None
+        if self.d.is_main:
+            choice = resolve_precision(cfg.run.precision, self.device, self.model_config,
+                                       rows=self.micro * cfg.data.max_length, warn=self.log)
+            if cfg.run.precision == AUTO:
+                self.log(choice.describe())
+        options = list(Precision)
+        return options[distributed.broadcast_int(self.d, options.index(choice.precision) if choice else 0)]
 
     def _initialise_from(self, directory: str) -> None:
         """Copy the weights of a saved model (strict: every weight of this model must be there, nothing else)."""
@@ -327,6 +342,16 @@ class Trainer:
         cfg = self.config
         saved = train_config_from_dict(ckpt.read_json(path / ckpt.CONFIG_FILE), source=str(path / ckpt.CONFIG_FILE))
         changed = config_differences(saved, cfg)
+        state = ckpt.read_json(path / ckpt.STATE_FILE)
+        # run.precision: what matters is the precision the checkpoint was trained in (state.json's, or the saved
+        # config's for a checkpoint older than `auto`); a saved `auto` re-resolves on this machine
+        used = state.get("precision", saved.run.precision)
+        if "run.precision" in changed and used == self.precision.value:
+            changed.remove("run.precision")
+        elif saved.run.precision == AUTO and cfg.run.precision == AUTO and used != self.precision.value:
+            self.log(f"WARNING: run.precision auto resolved to {self.precision.value} on this machine, but "
+                     f"{path.name} was trained in {used}: the run goes on in {self.precision.value} (not bitwise "
+                     "the run an uninterrupted one would have been)")
         fixed = [k for k in changed if k not in RESUMABLE_CHANGES]
         if fixed:
             raise ValueError(f"cannot resume from {path}: these settings differ from the run's "
@@ -343,7 +368,6 @@ class Trainer:
                              f"(the tokenizer of {self.data_dir} differs?)")
         self.model.load_strict({k: v.to(self.device) for k, v in ckpt.read_tensors(path / ckpt.MODEL_FILE).items()},
                                source=str(path / ckpt.MODEL_FILE))
-        state = ckpt.read_json(path / ckpt.STATE_FILE)
         ckpt.optimizer_from_tensors(self.optimizer, ckpt.read_tensors(path / ckpt.OPTIMIZER_FILE),
                                     state["optimizer_param_groups"], source=str(path / ckpt.OPTIMIZER_FILE))
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["step_in_epoch"]
@@ -385,6 +409,7 @@ class Trainer:
                 "elapsed_s": self.elapsed(), "eval_loss": eval_loss if eval_loss is not None else self.last_eval,
                 "world_size": d.world_size, "schedule": schedule_state(self.step, self.config.optim),
                 "optimizer_param_groups": groups, "torch_version": torch.__version__,
+                "precision": self.precision.value,
                 "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             }
             ckpt.write_checkpoint(self.run_dir, self.step, {
@@ -460,7 +485,7 @@ class Trainer:
                                  "data")
             return 0.0, 0, {}
         with no_sync:
-            out = forward_in(module, self.config.run.precision, **batch)
+            out = forward_in(module, self.precision, **batch)
             total = out.loss.float() * n  # the family's loss is the mean over its n targets: n * mean is their sum
             total.backward()
         return float(total.detach()), n, {k: float(v.detach()) * n for k, v in (out.parts or {}).items()}
@@ -479,7 +504,7 @@ class Trainer:
                 batch = {k: v.to(self.device) for k, v in self.model.training_batch(ids, mask, generator=g).items()}
                 n = count_targets(self.model, batch)
                 if n:
-                    out = forward_in(self.model, self.config.run.precision, **batch)
+                    out = forward_in(self.model, self.precision, **batch)
                     loss_sum += float(out.loss.float()) * n
                     count += n
                     for key, value in (out.parts or {}).items():
@@ -503,7 +528,7 @@ class Trainer:
                      f"vocabulary {self.model_config.vocab_size}; {len(self.train_data):,} training sequences "
                      f"({self.train_data.num_tokens:,} tokens), {self.batches_per_epoch} steps per epoch; "
                      f"{d.world_size} process(es) x {cfg.optim.grad_accum} micro-batch(es) of {self.micro}; "
-                     f"device {self.device}, {cfg.run.precision}; run directory {self.run_dir}")
+                     f"device {self.device}, {self.precision.value}; run directory {self.run_dir}")
         self.model.train()
         if self.step == 0:
             self.last_eval = self.evaluate()
