@@ -105,7 +105,7 @@ def test_seq2seq_eval_end_to_end(tmp_path, family, capsys):
                      "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["pairs"] == 2 and len(record["predictions"]) == 2 and 0 <= record["rouge1"] <= 100
-    assert cli_main(["seq2seq", "eval", "first-words:2", "--data", str(data)]) == 0
+    assert cli_main(["eval", "seq2seq", "first-words:2", "--data", str(data)]) == 0  # the same command
     assert "first-words:2" in capsys.readouterr().out
 
 

@@ -30,7 +30,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--family", choices=SEQ2SEQ_FAMILIES, default="unilm", help="model.family")
     t.set_defaults(func=run)
 
-    e = tasks.add_parser("eval", help="ROUGE-1/2/L and exact match of generated targets on a JSONL file",
+    add_eval_parser(tasks)
+
+
+def add_eval_parser(tasks: argparse._SubParsersAction, name: str = "eval") -> None:
+    """`maskplay seq2seq eval`, also registered as `maskplay eval seq2seq` (name="seq2seq")."""
+    e = tasks.add_parser(name,
+                         help="ROUGE-1/2/L and exact match of generated targets on a JSONL file",
                          description="Generate a target for every source of --data and score it against the "
                                      "reference (ROUGE F1 x 100 from the rouge-score package, exact match %). "
                                      "MODEL may also be first-words:K, the trivial baseline.")
@@ -42,9 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--max-new-tokens", type=int, default=24)
     e.add_argument("--max-source", type=int, default=96, help="source pieces kept (as `data titles` cut them)")
     e.add_argument("--batch-size", type=int, default=32)
-    e.add_argument("--out", default=None, help="write the scores (and every prediction) as JSON here")
     e.add_argument("--precision", choices=("auto", "fp32", "bf16", "int8"), default="auto",
                    help="auto (default): bf16 where this machine runs it faster than fp32, else fp32")
+    e.add_argument("--out", default=None, help="write the scores (and every prediction) as JSON here")
     e.set_defaults(func=run_eval)
 
 

@@ -19,8 +19,11 @@ from ..score.scorer import Method, Overflow, Scorer
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="evaluate a model: sts, nbest, pairs, spelling, cola")
+    p = sub.add_parser("eval", help="evaluate a model: sts, nbest, pairs, spelling, cola, seq2seq")
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
+    from ..seq2seq_cli import add_eval_parser
+
+    add_eval_parser(tasks, "seq2seq")  # the same command as `maskplay seq2seq eval`
     from .files import FORMATS
 
     def task(name: str, help_text: str, func: Callable[[argparse.Namespace], int], scoring: bool = True,
