@@ -24,6 +24,18 @@ def machine() -> str:
             f"AMX {'yes' if amx else 'no'}, Python {platform.python_version()}")
 
 
+def resolve_dtype(name: str, config: object, rows: int) -> str:
+    """A benchmark's --dtype with auto resolved as maskplay's commands resolve it (maskplay.precision_probe: bf16
+    where this machine's bf16 matmuls measure faster, else fp32), the choice printed; other names as given."""
+    from maskplay.precision_probe import AUTO, resolve
+
+    if name != AUTO:
+        return name
+    choice = resolve(AUTO, "cpu", config, rows=rows, inference=True)
+    print(choice.describe(), flush=True)
+    return choice.precision.value
+
+
 def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
     """The fastest of `repeats` timed calls, in seconds (the least disturbed by other work)."""
     for _ in range(warmup):

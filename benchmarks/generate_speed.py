@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interleaved, machine  # noqa: E402
+from common import interleaved, machine, resolve_dtype  # noqa: E402
 
 from maskplay import preset  # noqa: E402
 from maskplay.convert import gpt_to_hf_bert_lm_head  # noqa: E402
@@ -60,8 +60,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
-                        help="bf16: both models cast to bf16 (maskplay generate --precision bf16)")
+    parser.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default="auto",
+                        help="bf16: both models cast to bf16 (maskplay generate --precision bf16); auto: bf16 where "
+                             "this machine runs it faster, else fp32 (as maskplay generate)")
     parser.add_argument("--no-uncached", action="store_true", help="skip the uncached maskplay row (the slowest)")
     parser.add_argument("--out", type=Path, default=None, help="write OUT.json and OUT.log")
     args = parser.parse_args()
@@ -76,6 +77,7 @@ def main() -> None:
     hf = transformers.BertLMHeadModel(transformers.BertConfig(**{k: v for k, v in hf_dict.items()
                                                                   if k != "architectures"})).eval()
     hf.load_state_dict(hf_state, strict=True)
+    args.dtype = resolve_dtype(args.dtype, model.config, max(args.batch_sizes))
     if args.dtype == "bf16":
         model, hf = for_precision(model, "bf16"), hf.to(torch.bfloat16)
     cfg = model.config

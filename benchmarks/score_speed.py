@@ -39,7 +39,7 @@ import torch
 from torch.ao.quantization import quantize_dynamic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interleaved, machine, matmul_peak  # noqa: E402
+from common import interleaved, machine, matmul_peak, resolve_dtype  # noqa: E402
 
 from maskplay import preset  # noqa: E402
 from maskplay.allocator import keep_freed_memory  # noqa: E402
@@ -112,8 +112,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--dtype", choices=[p.value for p in Precision if p.trainable], default="fp32",
-                        help="bf16: maskplay runs bf16 end to end, HF gets bf16 weights; bf16-autocast: autocast for both")
+    parser.add_argument("--dtype", choices=["auto", *(p.value for p in Precision if p.trainable)], default="auto",
+                        help="bf16: maskplay runs bf16 end to end, HF gets bf16 weights; bf16-autocast: autocast for "
+                             "both; auto: bf16 where this machine runs it faster, else fp32 (as maskplay's commands)")
     parser.add_argument("--batch-size", type=int, default=32,
                         help="sentences (or PLL copies) per forward pass for maskplay, and for HF encode")
     parser.add_argument("--min-words", type=int, default=5)
@@ -153,6 +154,7 @@ def main() -> None:
     loaded = hf.load_state_dict(maskplay_to_hf_bert(bert.state_dict()), strict=False)
     assert not loaded.unexpected_keys and all(k.endswith("_ids") for k in loaded.missing_keys), loaded
 
+    args.dtype = resolve_dtype(args.dtype, tta.config, args.batch_size * 32)
     precision = Precision(args.dtype)
     context = nullcontext
     hf_bert_fp32 = copy.deepcopy(hf.bert)

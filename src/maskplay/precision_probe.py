@@ -36,6 +36,7 @@ CACHE_ENV, REPROBE_ENV = "MASKPLAY_CACHE_DIR", "MASKPLAY_REPROBE"
 AUTO_ENV = "MASKPLAY_AUTO_PRECISION"  # fp32 or bf16: what auto means here, without measuring (CI, clusters)
 CACHE_FILE = "precision-probe.json"
 EMULATED_STOP = 8  # a bf16 product this many times slower than fp32: emulated, the probe stops there
+GIVE_UP_FLOOR = 0.005  # seconds
 OP_FLOPS = 64e6  # rows of each timed product are cut to about this many FLOPs (at least MIN_ROWS rows)
 MIN_ROWS = 16
 
@@ -112,7 +113,9 @@ def _measure(shapes: list[tuple[int, int, int]], rows: int) -> float:
     for count, k, n in shapes:
         m = max(MIN_ROWS, min(rows, int(OP_FLOPS // (2 * k * n))))
         t32 = time_matmul(m, k, n, torch.float32)
-        t16 = time_matmul(m, k, n, torch.bfloat16, give_up=EMULATED_STOP * t32)
+        # give_up: one call this slow is enough to know; the floor keeps a hiccup of the machine on a product of
+        # microseconds from passing for emulation (the best of several calls decides then)
+        t16 = time_matmul(m, k, n, torch.bfloat16, give_up=max(EMULATED_STOP * t32, GIVE_UP_FLOOR))
         if t16 > EMULATED_STOP * t32:
             return t32 / t16
         fp32 += count * t32 / m  # seconds per token for this product
