@@ -349,3 +349,20 @@ def test_electra_pll_is_the_generators_pll(tok):
     for sentence, score in zip(SENTENCES[:3], got, strict=True):
         assert score.token_log_probs == pytest.approx(naive_pll(generator, tok, sentence, False), abs=ATOL)
         assert score.replaced_probs is None
+
+
+@pytest.mark.parametrize("auto, bf16_head", [("fp32", False), ("bf16", True)])
+def test_int8_scoring_runs_the_head_in_bf16_only_where_bf16_is_fast(tok, monkeypatch, auto, bf16_head):
+    """On a CPU that emulates bf16 (the probe, here pinned through MASKPLAY_AUTO_PRECISION) an int8 scorer keeps its
+    LM head in fp32; the scores stay close to fp32's either way."""
+    from maskplay.score.scorer import Runner
+
+    monkeypatch.setenv("MASKPLAY_AUTO_PRECISION", auto)
+    model = tiny("tta", tok)
+    runner = Runner(model, "int8")
+    assert runner.bf16_head is bf16_head
+    assert (next(runner.head.parameters()).dtype == torch.bfloat16) is bf16_head
+    ref = Scorer(model, tok).score(SENTENCES[:3])
+    got = Scorer(model, tok, precision="int8").score(SENTENCES[:3])
+    for a, b in zip(ref, got, strict=True):
+        assert a.token_log_probs == pytest.approx(b.token_log_probs, abs=0.3)

@@ -224,13 +224,16 @@ class Runner:
     """The model's forward pass and LM head in one precision (maskplay.precision): fp32; bf16 end to end (the
     parameters cast to bf16 once, here, and used through functional_call - the model keeps its fp32 weights);
     or bf16 autocast; or int8 (the encoder's linear layers in int8, precision.quantize_int8; the LM head in
-    bf16). The bf16 and int8 copies are made on first use and reused while the model's weights stay the same."""
+    bf16 where this CPU runs bf16 natively, else in fp32: an emulated bf16 head would cost more than the whole
+    int8 encoder saves). The bf16 and int8 copies are made on first use and reused while the model's weights stay
+    the same."""
 
     def __init__(self, model: MaskplayModel, precision: Precision | str) -> None:
         self.precision = Precision(precision)
         self.model = _cached(model, "int8", quantize_int8) if self.precision is Precision.int8 else model
         self.head = self.model.head
-        if self.precision in (Precision.bf16, Precision.int8):
+        self.bf16_head = self.precision is Precision.bf16 or (self.precision is Precision.int8 and _fast_bf16(model))
+        if self.bf16_head:
             self.params, self.head = _cached(model, "bf16", _bf16_copies)
 
     def _autocast(self) -> Any:
@@ -246,7 +249,7 @@ class Runner:
 
     def original_log_probs(self, hidden: Tensor) -> Tensor:
         """ELECTRA: log P(original) = log sigmoid(-replaced logit) from the discriminator head at hidden, fp32."""
-        if self.precision in (Precision.bf16, Precision.int8):
+        if self.bf16_head:
             logits = self.head(hidden.to(torch.bfloat16))
         else:
             with self._autocast():
@@ -255,7 +258,7 @@ class Runner:
 
     def log_probs(self, hidden: Tensor, targets: Tensor) -> Tensor:
         """log p(targets[n]) from the LM head at hidden[n], fp32 (heads.LMHead.log_probs)."""
-        if self.precision in (Precision.bf16, Precision.int8):
+        if self.bf16_head:
             return self.head.log_probs(hidden.to(torch.bfloat16), self.params["embeddings.word.weight"], targets)
         with self._autocast():
             return self.head.log_probs(hidden, self.model.embeddings.word.weight, targets)
@@ -275,6 +278,15 @@ def _cached(model: MaskplayModel, kind: str, make: Callable[[MaskplayModel], Any
         copies.pop(kind, None)  # free the stale copy before making the new one
         copies[kind] = (key, make(model))
     return copies[kind][1]
+
+
+def _fast_bf16(model: MaskplayModel) -> bool:
+    """Whether this machine runs the model's bf16 matmuls faster than fp32 (the cached precision probe; CUDA:
+    when the GPU supports bf16)."""
+    from ..precision_probe import resolve
+
+    device = next(model.parameters()).device
+    return resolve("auto", device, model.config, inference=True).precision is Precision.bf16
 
 
 def _bf16_copies(model: MaskplayModel) -> tuple[dict[str, Tensor], Any]:
