@@ -366,3 +366,15 @@ def test_int8_scoring_runs_the_head_in_bf16_only_where_bf16_is_fast(tok, monkeyp
     got = Scorer(model, tok, precision="int8").score(SENTENCES[:3])
     for a, b in zip(ref, got, strict=True):
         assert a.token_log_probs == pytest.approx(b.token_log_probs, abs=0.3)
+
+
+@pytest.mark.parametrize("auto", ["fp32", "bf16"])
+def test_the_python_api_takes_precision_auto(tok, monkeypatch, auto):
+    from maskplay.precision import Precision
+    from maskplay.score.embed import Embedder
+
+    monkeypatch.setenv("MASKPLAY_AUTO_PRECISION", auto)  # what the probe would decide, pinned
+    model = tiny("bert", tok)
+    assert Scorer(model, tok, precision="auto").precision is Precision(auto)
+    assert Embedder(model, tok, precision="auto").precision is Precision(auto)
+    assert Scorer(model, tok, precision="fp32").precision is Precision.fp32

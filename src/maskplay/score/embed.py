@@ -18,7 +18,7 @@ import torch
 from ..modeling import MaskplayModel
 from ..precision import Precision
 from ..tokenizer import Tokenizer
-from .scorer import Overflow, Runner, _progress, check_compatible, chunks, load_model_dir, pad_rows
+from .scorer import Overflow, Runner, _progress, check_compatible, chunks, load_model_dir, pad_rows, resolve_precision
 from .text import encode_ids
 
 
@@ -36,7 +36,7 @@ class Embedder:
             model = model.to(device)
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.precision = Precision(precision)
+        self.precision = resolve_precision(model, precision)  # "auto" too
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, **kwargs: Any) -> Embedder:

@@ -280,6 +280,16 @@ def _cached(model: MaskplayModel, kind: str, make: Callable[[MaskplayModel], Any
     return copies[kind][1]
 
 
+def resolve_precision(model: MaskplayModel, precision: Precision | str) -> Precision:
+    """A Precision, with "auto" resolved for this model on this machine (maskplay.precision_probe: bf16 where
+    the probe measures it faster than fp32, else fp32; never int8)."""
+    if str(getattr(precision, "value", precision)) != "auto":
+        return Precision(precision)
+    from ..precision_probe import resolve
+
+    return resolve("auto", next(model.parameters()).device, model.config, inference=True).precision
+
+
 def _fast_bf16(model: MaskplayModel) -> bool:
     """Whether this machine runs the model's bf16 matmuls faster than fp32 (the cached precision probe; CUDA:
     when the GPU supports bf16)."""
@@ -351,7 +361,7 @@ class Scorer:
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.method = resolve_method(model.config.family, method)
-        self.precision = Precision(precision)
+        self.precision = resolve_precision(model, precision)
         self.progress = progress
 
     @classmethod
