@@ -27,9 +27,9 @@ what each method computes).
 from __future__ import annotations
 
 import argparse
-import os
 import copy
 import json
+import os
 import re
 import sys
 import warnings
@@ -246,8 +246,8 @@ def main() -> None:
           + ", ".join(f"{cases[k][1]} {v:.5f}" for k, v in cosines.items()))
     if args.out:
         Path(args.out).write_text(json.dumps({"machine": machine(), "peak_bf16": peak_bf16, "peak_fp32": peak_fp32,
-                                              "args": {k: os.path.relpath(v) if isinstance(v, Path) else str(v)  # no machine paths
-                                                       for k, v in vars(args).items()},
+                                              "args": {k: os.path.relpath(v) if isinstance(v, Path) else str(v)
+                                                       for k, v in vars(args).items()},  # no machine paths
                                               "malloc": malloc, "pll_max_diff": diff, "int8_min_cosine": cosines,
                                               "rows": rows},
                                              indent=2) + "\n")
