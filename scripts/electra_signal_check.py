@@ -44,8 +44,9 @@ def main() -> None:
             if step % 50 == 0:
                 p = float(out.parts["replaced"])
                 base = -(p * math.log(p) + (1 - p) * math.log(1 - p))
-                print(f"{label} step {step:>3}: disc BCE {float(out.parts['disc_loss'].detach()):.3f} (base rate {base:.3f}), "
-                      f"accuracy {float(out.parts['disc_accuracy']):.3f}, generator MLM {float(out.parts['gen_loss'].detach()):.2f}")
+                parts = {k: float(v.detach()) for k, v in out.parts.items()}
+                print(f"{label} step {step:>3}: disc BCE {parts['disc_loss']:.3f} (base rate {base:.3f}), "
+                      f"accuracy {parts['disc_accuracy']:.3f}, generator MLM {parts['gen_loss']:.2f}")
 
     train(300, "generator samples")
     head = model.generator.head
