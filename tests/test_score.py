@@ -378,3 +378,19 @@ def test_the_python_api_takes_precision_auto(tok, monkeypatch, auto):
     assert Scorer(model, tok, precision="auto").precision is Precision(auto)
     assert Embedder(model, tok, precision="auto").precision is Precision(auto)
     assert Scorer(model, tok, precision="fp32").precision is Precision.fp32
+
+
+def test_every_family_has_a_natural_score_and_unilm_scores_like_its_bert(tok):
+    """A family added without a scoring method would make `maskplay score` a traceback."""
+    from maskplay.families import FAMILY_CLASSES
+    from maskplay.score.scorer import resolve_method
+
+    for family in FAMILY_CLASSES:
+        resolve_method(family, "auto")
+    bert = tiny("bert", tok)
+    unilm = tiny("unilm", tok)
+    unilm.load_state_dict(bert.state_dict())
+    a = Scorer(bert, tok).score(SENTENCES[:2])
+    b = Scorer(unilm, tok).score(SENTENCES[:2])
+    for x, y in zip(a, b, strict=True):
+        assert x.token_log_probs == pytest.approx(y.token_log_probs, abs=ATOL)

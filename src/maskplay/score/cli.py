@@ -73,7 +73,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("sentences", nargs="*", metavar="SENTENCE")
     p.add_argument("--format", choices=["table", "jsonl", "tsv"], default="table")
     p.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value,
-                   help="auto = one-pass for T-TA, pll for BERT, causal for GPT, discriminator for ELECTRA "
+                   help="auto = one-pass for T-TA, pll for BERT and UniLM, causal for GPT, discriminator for ELECTRA "
                         "(sum of log P(original)); pll on ELECTRA = its generator's PLL")
     p.add_argument("--overflow", choices=[Overflow.ERROR.value, Overflow.WINDOW.value], default=Overflow.ERROR.value,
                    help="a sentence longer than the model: error, or score it in overlapping windows")

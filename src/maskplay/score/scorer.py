@@ -58,11 +58,13 @@ class Overflow(str, Enum):
     TRUNCATE = "truncate"  # embeddings only: keep the first pieces that fit
 
 
-_AUTO = {"tta": Method.ONE_PASS, "bert": Method.PLL, "gpt": Method.CAUSAL, "electra": Method.DISCRIMINATOR}
+# UniLM is a BERT under a mask: a sentence has no separator, so its mask is bidirectional and its PLL is BERT's
+_AUTO = {"tta": Method.ONE_PASS, "bert": Method.PLL, "gpt": Method.CAUSAL, "electra": Method.DISCRIMINATOR,
+         "unilm": Method.PLL}
 _ALLOWED = {
     Method.ONE_PASS: ("tta",),
-    Method.PLL: ("tta", "bert", "electra"),
-    Method.PLL_WORD: ("tta", "bert", "electra"),
+    Method.PLL: ("tta", "bert", "electra", "unilm"),
+    Method.PLL_WORD: ("tta", "bert", "electra", "unilm"),
     Method.CAUSAL: ("gpt",),
     Method.DISCRIMINATOR: ("electra",),
 }
