@@ -35,7 +35,8 @@ def electra_training_flops_per_token(config: ModelConfig, seq_len: int) -> float
 
 def predicted_fraction(family: str) -> float:
     """Share of tokens at which each family applies its LM head during training."""
-    return {"bert": 0.15, "gpt": 1.0, "tta": 1.0, "electra": 0.15}[family]  # ELECTRA: its generator's head
+    # ELECTRA: its generator's head; UniLM: its mixed objective's masked tokens (seq2seq: the target share)
+    return {"bert": 0.15, "gpt": 1.0, "tta": 1.0, "electra": 0.15, "unilm": 0.15}[family]
 
 
 def _layer_flops(config: ModelConfig, seq_len: int) -> float:
