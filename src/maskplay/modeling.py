@@ -231,7 +231,8 @@ def resolve_model_dir(name: str | Path) -> Path:
 MODEL_MANIFEST = "manifest.json"
 
 
-def _sha256(path: Path) -> str:
+def sha256(path: Path) -> str:
+    """The hex sha256 of a file, read in 1 MiB blocks (model manifests and training checkpoints)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -245,7 +246,7 @@ def write_model_manifest(directory: str | Path) -> Path:
     covered: config.json and tokenizer.json are text a user may legitimately edit."""
     directory = Path(directory)
     weights = directory / WEIGHTS_NAME
-    manifest = {"format": 1, "files": {WEIGHTS_NAME: {"sha256": _sha256(weights), "bytes": weights.stat().st_size}}}
+    manifest = {"format": 1, "files": {WEIGHTS_NAME: {"sha256": sha256(weights), "bytes": weights.stat().st_size}}}
     with _atomic_path(directory / MODEL_MANIFEST) as tmp:
         tmp.write_text(json.dumps(manifest, indent=2) + "\n")
     return directory / MODEL_MANIFEST
@@ -270,7 +271,7 @@ def verify_model_files(directory: str | Path) -> None:
         actual = file.stat().st_size
         if actual != size:
             raise ValueError(f"{file} is damaged: {actual} bytes, the manifest says {size} (truncated?)")
-        if _sha256(file) != digest:
+        if sha256(file) != digest:
             raise ValueError(f"{file} is damaged: its sha256 differs from the manifest's (corrupted)")
 
 
@@ -385,11 +386,16 @@ class _atomic_path:
         except OSError as err:  # e.g. the target became a directory meanwhile: leave no temporary file behind
             self.tmp.unlink(missing_ok=True)
             raise ValueError(f"cannot write {self.target}: {err.strerror or err}") from None
-        dir_fd = os.open(self.target.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(self.target.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_path(target: str | Path) -> _atomic_path:

@@ -15,7 +15,6 @@ missing or whose files do not match it is reported by file name and skipped for 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -31,6 +30,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
+
+from ..modeling import fsync_dir, sha256
 
 MANIFEST = "manifest.json"
 MODEL_FILE = "model.safetensors"
@@ -59,22 +60,6 @@ def _fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_checkpoint(run_dir: str | Path, step: int, tensors: dict[str, dict[str, Tensor]],
                      documents: dict[str, Any]) -> Path:
     """Write `tensors` (file name -> named tensors, as safetensors) and `documents` (file name -> JSON value)
@@ -101,13 +86,13 @@ def write_checkpoint(run_dir: str | Path, step: int, tensors: dict[str, dict[str
             _fsync_file(tmp / name)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         _fsync_file(tmp / MANIFEST)
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         old = None
         if final.exists():  # the same step written again (e.g. a signal right after a periodic save)
             old = run_dir / f".old-{final.name}-{os.getpid()}"
             os.replace(final, old)
         os.replace(tmp, final)
-        _fsync_dir(run_dir)
+        fsync_dir(run_dir)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
