@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..masks import and_masks, bidirectional, materialize, padding
+from ..masks import MaskMod, and_masks, bidirectional, materialize, padding
 from ..modeling import IGNORE_INDEX, MaskplayModel
 from ..outputs import ModelOutput
 
@@ -20,8 +20,16 @@ class BertMLM(MaskplayModel):
                 query_positions: Tensor | None = None) -> ModelOutput:
         """query_positions (B,): the last block runs at that one position per row (see Encoder.forward)."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
+        return self.under_mask(bidirectional(), input_ids, attention_mask, labels, token_type_ids,
+                               output_hidden_states, query_positions)
+
+    def under_mask(self, structure: MaskMod, input_ids: Tensor, attention_mask: Tensor, labels: Tensor | None,
+                   token_type_ids: Tensor | None, output_hidden_states: bool,
+                   query_positions: Tensor | None) -> ModelOutput:
+        """The BERT forward pass under a structural mask (joined with the padding): a family that is BERT's
+        weights under another mask (UniLM) runs this with its own."""
         B, L = input_ids.shape
-        mask = materialize(and_masks(bidirectional(), padding(attention_mask)), B, L, device=input_ids.device)
+        mask = materialize(and_masks(structure, padding(attention_mask)), B, L, device=input_ids.device)
         h = self.embed(input_ids, token_type_ids)
         query_positions = self._query_positions(query_positions, labels)
         h, states = self.encoder(h, mask, output_hidden_states=output_hidden_states, query_positions=query_positions,

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ..cache import KVCache
 from ..generation import check_ids, forward_cached, last_real
-from ..masks import MaskMod, and_masks, bidirectional, causal, materialize, padding, prefix_lm
+from ..masks import MaskMod, bidirectional, causal, materialize, prefix_lm
 from ..modeling import IGNORE_INDEX
 from ..outputs import ModelOutput
 from .bert import BertMLM, mask_tokens
@@ -66,15 +66,8 @@ class UniLM(BertMLM):
         attention_mask = self.check_inputs(input_ids, attention_mask)
         if token_type_ids is None:
             token_type_ids = segments_after_separator(input_ids, self.config.separator_id)
-        B, L = input_ids.shape
-        mask = materialize(and_masks(structure(int(mask_kind), token_type_ids), padding(attention_mask)), B, L,
-                           device=input_ids.device)
-        segments = token_type_ids if self.config.type_vocab_size >= 2 else None
-        h = self.embed(input_ids, segments)
-        query_positions = self._query_positions(query_positions, labels)
-        h, states = self.encoder(h, mask, output_hidden_states=output_hidden_states, query_positions=query_positions,
-                                 tokens=self._real_tokens(attention_mask, query_positions))
-        return self.output(h, labels, states)
+        return self.under_mask(structure(int(mask_kind), token_type_ids), input_ids, attention_mask, labels,
+                               self._segments(token_type_ids), output_hidden_states, query_positions)
 
     def training_batch(self, input_ids: Tensor, attention_mask: Tensor,
                        generator: torch.Generator | None = None) -> dict[str, Tensor]:
