@@ -184,10 +184,15 @@ class MaskplayModel(nn.Module):
         config = from_dict(ModelConfig, data, source=str(config_path))
         model_cls = cls if cls.family else family_class(config.family)
         model = model_cls(config)
-        state = read_weights(weights_path)
-        model.load_strict({k: v.float() if v.is_floating_point() else v for k, v in state.items()},
-                          source=str(weights_path))
+        model.load_weights(weights_path)
         return model
+
+    def load_weights(self, path: str | Path, source: str | None = None) -> None:
+        """Strictly load a model.safetensors (checked against its manifest), floating-point tensors as fp32 (an
+        fp16 export included)."""
+        state = read_weights(path)
+        self.load_strict({k: v.float() if v.is_floating_point() else v for k, v in state.items()},
+                         source=source or str(path))
 
     def load_strict(self, state: dict[str, Tensor], source: str = "state dict") -> None:
         """load_state_dict that names every missing, unexpected or misshapen weight in its error."""

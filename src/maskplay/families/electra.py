@@ -182,11 +182,6 @@ class Electra(MaskplayModel):
         disc.load_strict(state, source="the discriminator's weights")
         return disc.train(self.training)
 
-    def replaced_log_probs(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
-        """log P(original) per position, (B, L) fp32: the discriminator's score of each token."""
-        out = self(input_ids, attention_mask)
-        return F.logsigmoid(-out.logits.float())
-
 
 def corrupt(original_ids: Tensor, selected: Tensor, sampled: Tensor) -> tuple[Tensor, Tensor]:
     """The discriminator's input (the samples, in row-major order, at the selected positions) and its labels:

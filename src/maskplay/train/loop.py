@@ -272,11 +272,10 @@ class Trainer:
 
     def _initialise_from(self, directory: str) -> None:
         """Copy the weights of a saved model (strict: every weight of this model must be there, nothing else)."""
-        from ..modeling import WEIGHTS_NAME, read_weights, resolve_model_dir
+        from ..modeling import WEIGHTS_NAME, resolve_model_dir
 
         path = resolve_model_dir(directory) / WEIGHTS_NAME
-        state = {k: v.float() if v.is_floating_point() else v for k, v in read_weights(path).items()}
-        self.model.load_strict(state, source=f"model.init {path}")
+        self.model.load_weights(path, source=f"model.init {path}")
         self.log(f"initialised the {self.model_config.family} model from {path}")
 
     def _choose_checkpoint(self, resume: bool, resume_from: str | Path | None) -> Path | None:
