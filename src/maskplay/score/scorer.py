@@ -419,7 +419,8 @@ class Scorer:
         if getattr(self.model, "generator", None) is None:
             raise ValueError("method 'pll' on an ELECTRA model runs its generator, and this model is a discriminator "
                              "alone (electra.generator = false); use method 'discriminator'")
-        return self.model.standalone("generator").eval()  # a BertMLM of its own: what Runner's copies expect
+        # a BertMLM of its own (what Runner's copies expect), made once while the weights stay the same
+        return _cached(self.model, "generator", lambda m: m.standalone("generator").eval())
 
     def _one_pass(self, runner: Runner, segments: list[Segment]) -> list[tuple[tuple[int, int], float]]:
         """T-TA, GPT and ELECTRA's discriminator: every scored piece of a batch of segments in one forward pass."""
