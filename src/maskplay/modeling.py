@@ -170,18 +170,10 @@ class MaskplayModel(nn.Module):
         """Load a model saved by save_pretrained, from a directory or a hub name ("org/name", fetched with
         huggingface_hub). Called on MaskplayModel it builds the saved family."""
         directory = resolve_model_dir(directory)
-        config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
-        for path in (config_path, weights_path):
-            if not path.is_file():
-                raise FileNotFoundError(f"{path} not found: is {directory} a directory written by save_pretrained?")
-        try:
-            data = json.loads(config_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ValueError(f"{config_path} is damaged: not readable JSON ({err})") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{config_path} is damaged: a JSON object was expected")
-        data.update(config_overrides)
-        config = from_dict(ModelConfig, data, source=str(config_path))
+        config = read_model_config(directory, **config_overrides)
+        weights_path = directory / WEIGHTS_NAME
+        if not weights_path.is_file():
+            raise FileNotFoundError(f"{weights_path} not found: is {directory} a directory written by save_pretrained?")
         model_cls = cls if cls.family else family_class(config.family)
         model = model_cls(config)
         model.load_weights(weights_path)
@@ -205,6 +197,22 @@ class MaskplayModel(nn.Module):
             raise ValueError(f"{source} does not match {type(self).__name__}: missing {missing}, "
                              f"unexpected {unexpected}, wrong shapes {shapes}")
         self.load_state_dict(state, strict=True)
+
+
+def read_model_config(directory: str | Path, **overrides: Any) -> ModelConfig:
+    """The ModelConfig in a model directory (a bundled name or hub id resolved first); a missing or damaged
+    config.json is one error naming it."""
+    config_path = resolve_model_dir(directory) / CONFIG_NAME
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path} not found: is {config_path.parent} a directory written by "
+                                "save_pretrained?")
+    try:
+        data = json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{config_path} is damaged: not readable JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{config_path} is damaged: a JSON object was expected")
+    return from_dict(ModelConfig, {**data, **overrides}, source=str(config_path))
 
 
 ASSETS = Path(__file__).resolve().parent / "assets"

@@ -225,11 +225,9 @@ def model_dir_config(model_dir: str | Path) -> Any:
     """The ModelConfig in a model directory (or a bundled model's), or None when it cannot be read (the model's
     loading then reports the problem)."""
     try:
-        from .config import ModelConfig, from_dict
-        from .modeling import CONFIG_NAME, resolve_model_dir
+        from .modeling import read_model_config
 
-        path = resolve_model_dir(model_dir) / CONFIG_NAME
-        return from_dict(ModelConfig, json.loads(path.read_text()), source=str(path))
+        return read_model_config(model_dir)
     except Exception:  # noqa: BLE001 - any problem here is reported by the model's loading right after
         return None
 

@@ -70,15 +70,15 @@ class ModelSection:
 
     def _init_config(self, tokenizer_fields: dict[str, Any]) -> ModelConfig:
         """The architecture of the model in `init`, as this section's family, checked against the tokenizer."""
-        from ..modeling import CONFIG_NAME, resolve_model_dir
+        from ..modeling import read_model_config
 
-        path = resolve_model_dir(self.init) / CONFIG_NAME
-        if not path.is_file():
-            raise FileNotFoundError(f"model.init: {path} not found (a model directory written by save_pretrained)")
-        saved = from_dict(ModelConfig, json.loads(path.read_text()), source=str(path))
+        try:
+            saved = read_model_config(self.init)
+        except (ValueError, FileNotFoundError) as err:
+            raise type(err)(f"model.init: {err}") from None
         for name in ("vocab_size", "pad_token_id", "mask_token_id"):
             if getattr(saved, name) != tokenizer_fields[name]:
-                raise ValueError(f"model.init: {path} has {name}={getattr(saved, name)}, the data's tokenizer "
+                raise ValueError(f"model.init: {self.init} has {name}={getattr(saved, name)}, the data's tokenizer "
                                  f"{tokenizer_fields[name]}: train with the tokenizer the model was trained with")
         return dataclasses.replace(saved, family=self.family, electra=self.electra, unilm=self.unilm,
                                    **{**self.overrides(), **tokenizer_fields})
