@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from .backbone import Embeddings, Encoder
 from .config import ModelConfig, from_dict
 from .heads import LMHead
+from .masks import MaskMod, and_masks, materialize, padding
 from .outputs import ModelOutput
 
 IGNORE_INDEX = -100
@@ -46,6 +47,17 @@ class MaskplayModel(nn.Module):
     def make_head(self, config: ModelConfig) -> nn.Module:
         """The family's output head; the tied masked-LM head unless a family says otherwise."""
         return LMHead(config)
+
+    def encode_under(self, structure: MaskMod, input_ids: Tensor, attention_mask: Tensor,
+                     token_type_ids: Tensor | None = None, output_hidden_states: bool = False,
+                     query_positions: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        """The backbone on one stream under a structural mask (joined with the padding here): what BERT,
+        UniLM, ELECTRA's discriminator and GPT share; the family's mask is the only difference."""
+        B, L = input_ids.shape
+        mask = materialize(and_masks(structure, padding(attention_mask)), B, L, device=input_ids.device)
+        return self.encoder(self.embed(input_ids, token_type_ids), mask, output_hidden_states=output_hidden_states,
+                            query_positions=query_positions,
+                            tokens=self._real_tokens(attention_mask, query_positions))
 
     def embed(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
               dropout: nn.Module | None = None) -> Tensor:

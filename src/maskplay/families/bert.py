@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..masks import MaskMod, and_masks, bidirectional, materialize, padding
+from ..masks import MaskMod, bidirectional
 from ..modeling import IGNORE_INDEX, MaskplayModel
 from ..outputs import ModelOutput
 
@@ -26,14 +26,10 @@ class BertMLM(MaskplayModel):
     def under_mask(self, structure: MaskMod, input_ids: Tensor, attention_mask: Tensor, labels: Tensor | None,
                    token_type_ids: Tensor | None, output_hidden_states: bool,
                    query_positions: Tensor | None) -> ModelOutput:
-        """The BERT forward pass under a structural mask (joined with the padding): a family that is BERT's
-        weights under another mask (UniLM) runs this with its own."""
-        B, L = input_ids.shape
-        mask = materialize(and_masks(structure, padding(attention_mask)), B, L, device=input_ids.device)
-        h = self.embed(input_ids, token_type_ids)
+        """BERT's forward pass under a structural mask: UniLM is BERT's weights under its own."""
         query_positions = self._query_positions(query_positions, labels)
-        h, states = self.encoder(h, mask, output_hidden_states=output_hidden_states, query_positions=query_positions,
-                                 tokens=self._real_tokens(attention_mask, query_positions))
+        h, states = self.encode_under(structure, input_ids, attention_mask, token_type_ids, output_hidden_states,
+                                      query_positions)
         return self.output(h, labels, states)
 
     def training_batch(self, input_ids: Tensor, attention_mask: Tensor,

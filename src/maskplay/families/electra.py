@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from ..config import ElectraConfig, ModelConfig
 from ..heads import LMHead
-from ..masks import and_masks, bidirectional, materialize, padding
+from ..masks import bidirectional
 from ..modeling import IGNORE_INDEX, MaskplayModel
 from ..outputs import ModelOutput
 from .bert import BertMLM, mask_tokens
@@ -106,10 +106,7 @@ class Electra(MaskplayModel):
     def discriminate(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
                      output_hidden_states: bool = False) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         """The discriminator tower's output (B, L, H)."""
-        B, L = input_ids.shape
-        mask = materialize(and_masks(bidirectional(), padding(attention_mask)), B, L, device=input_ids.device)
-        return self.encoder(self.embed(input_ids, token_type_ids), mask, output_hidden_states=output_hidden_states,
-                            tokens=self._real_tokens(attention_mask))
+        return self.encode_under(bidirectional(), input_ids, attention_mask, token_type_ids, output_hidden_states)
 
     def logits(self, hidden: Tensor) -> Tensor:
         return self.head(hidden)

@@ -7,7 +7,7 @@ from torch import Tensor
 
 from ..cache import KVCache
 from ..generation import check_ids, forward_cached, last_real
-from ..masks import and_masks, causal, materialize, padding
+from ..masks import causal
 from ..modeling import MaskplayModel
 from ..outputs import ModelOutput
 
@@ -20,10 +20,7 @@ class GPT(MaskplayModel):
         """labels are aligned with input_ids (as in HuggingFace): the shift happens here, so logits row k
         predicts labels[:, 1:] at its k-th non-ignored entry."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
-        B, L = input_ids.shape
-        mask = materialize(and_masks(causal(), padding(attention_mask)), B, L, device=input_ids.device)
-        h, states = self.encoder(self.embed(input_ids), mask, output_hidden_states=output_hidden_states,
-                                 tokens=self._real_tokens(attention_mask))
+        h, states = self.encode_under(causal(), input_ids, attention_mask, output_hidden_states=output_hidden_states)
         if labels is None:
             return self.output(h, None, states)
         shifted = labels[:, 1:].clone()
