@@ -61,6 +61,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="0 = the embedding output (the input of block 1), 1..N = the output of block N, -1 = last")
     s.add_argument("--diagonal-mask", action=argparse.BooleanOptionalAction, default=True,
                    help="T-TA only: --no-diagonal-mask lets each position see its own token")
+    s.add_argument("--idf-from", default=None, metavar="FILE",
+                   help="with --file: fit the TF-IDF baseline's IDF on this STS file's sentences (default: "
+                        "sts-train.csv beside an STS-B file, a SICK file's TRAIN rows, else the evaluated sentences)")
 
     from .nbest import DEFAULT_WEIGHTS, FirstPass
 
@@ -166,10 +169,14 @@ def _timed(label: str) -> Callable[[], None]:
 
 def run_sts(args: argparse.Namespace) -> int:
     from ..score.embed import Embedder, Pooling
+    from .baselines import evaluate_baselines
     from .common import data_path, write_results
-    from .sts import SICK, STSB, evaluate_sts, load_sick, load_stsb
+    from .sts import SICK, STSB, baseline_idf, evaluate_sts, load_sick, load_stsb
 
     _early_checks(args)
+    if args.idf_from is not None and not args.file:
+        raise ValueError("--idf-from goes with --file (STS-B's IDF comes from its train sentences, SICK's from its "
+                         "TRAIN rows)")
     given = _load_sts_files(args) if args.file else None
     embedder = Embedder.from_pretrained(args.model_dir, device=resolve_device(args.device),
                                         precision=_precision(args))
@@ -192,23 +199,35 @@ def run_sts(args: argparse.Namespace) -> int:
         rel = STSB if name == "stsb" else SICK
         path = data_path(root.joinpath(*rel) if root else None, *rel)
         pairs = (load_stsb if name == "stsb" else load_sick)(path, args.limit)
-        results[name] = {"file": portable(path), **evaluate_sts(pairs, embed)}
+        results[name] = {"file": portable(path), **evaluate_sts(pairs, embed),
+                         "baselines": evaluate_baselines(pairs, baseline_idf(pairs, name, path))}
     print(f"Unsupervised STS ({settings['family']}, {args.pooling} pooling, layer {args.layer}"
           f"{', no diagonal mask' if not args.diagonal_mask else ''}): cosine vs gold, x 100")
     width = max(14, *(len(x) + 2 for x in labels))
-    print(f"{'dataset':<{width}}{'pairs':>7}{'Spearman':>10}{'Pearson':>10}")
+    print(f"{'dataset':<{width}}{'pairs':>7}{'Spearman':>10}{'Pearson':>10}  |{'BoW':>7}{'TF-IDF':>8}")
     for name, r in results.items():
         skipped = r.get("skipped_empty_gold")
         note = f"   ({skipped} pairs without a gold score skipped)" if skipped else ""
-        print(f"{labels[name]:<{width}}{r['pairs']:>7}{r['spearman']:>10.2f}{r['pearson']:>10.2f}{note}")
+        bow, tfidf = (r["baselines"][k]["spearman"] for k in ("bow", "tfidf"))
+        print(f"{labels[name]:<{width}}{r['pairs']:>7}{r['spearman']:>10.2f}{r['pearson']:>10.2f}  |"
+              f"{_number(bow):>7}{_number(tfidf):>8}{note}")
+    print("| baselines without a model, Spearman: cosine of word counts (BoW) and of TF-IDF vectors, lower-cased \\w+ "
+          "words; IDF from")
+    for name, r in results.items():
+        print(f"  {labels[name]}: {r['baselines']['tfidf']['idf_from']}")
     done()
     write_results(args.out, {**_header(args, settings), "results": results})
     return 0
 
 
+def _number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 def _load_sts_files(args: argparse.Namespace) -> dict[str, tuple[list, dict[str, Any]]]:
+    from .baselines import evaluate_baselines
     from .files import semeval_pair
-    from .sts import load_sts_file
+    from .sts import baseline_idf, load_sts_file
 
     out = {}
     for name, path, fmt in _given_files(args):
@@ -217,6 +236,7 @@ def _load_sts_files(args: argparse.Namespace) -> dict[str, tuple[list, dict[str,
         if fmt == "semeval":
             source, gold = semeval_pair(path)
             info.update(file=portable(source), gold_file=portable(gold), skipped_empty_gold=skipped)
+        info["baselines"] = evaluate_baselines(pairs, baseline_idf(pairs, fmt, path, args.idf_from))
         out[name] = (pairs, info)
     return out
 

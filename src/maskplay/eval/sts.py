@@ -1,5 +1,6 @@
 """Unsupervised semantic textual similarity: cosine of pooled sentence embeddings against the gold scores,
-Spearman and Pearson x 100 (the T-TA paper reports STS-B Pearson; SentEval-style work reports Spearman)."""
+Spearman and Pearson x 100 (the T-TA paper reports STS-B Pearson; SentEval-style work reports Spearman).
+Next to every model's result, the bag-of-words and TF-IDF cosine baselines (maskplay.eval.baselines)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .baselines import Idf, pair_sentences
 from .common import pearson, spearman
 from .files import read_text, semeval_pair
 
@@ -178,3 +180,46 @@ def evaluate_sts(pairs: list[Pair], embed: Callable[[list[str]], np.ndarray]) ->
         raise ValueError(f"the correlation is undefined: all {len(pairs)} cosine similarities are equal "
                          f"({sims[0]:g}), so the model's embeddings do not tell the pairs apart")
     return {"spearman": 100 * spearman(sims, gold), "pearson": 100 * pearson(sims, gold), "pairs": len(pairs)}
+
+
+# ---- the model-free baselines (maskplay.eval.baselines) next to every model's result ----------------------------
+
+STSB_TRAIN = "sts-train.csv"  # beside sts-dev.csv in the STS-B layout: the IDF source of the STS-B baselines
+
+
+def sick_split(path: str | Path, split: str = "TRAIN") -> list[Pair] | None:
+    """The pairs of one SemEval_set split (TRAIN, TRIAL) of a SICK file; None when it has no such column."""
+    path = Path(path)
+    rows = _rows(path)
+    if not rows or "SemEval_set" not in rows[0]:
+        return None
+    header = rows[0]
+    k, ia, ib = header.index("SemEval_set"), header.index("sentence_A"), header.index("sentence_B")
+    return [Pair(r[ia], r[ib], 0.0) for r in rows[1:] if len(r) == len(header) and r[k].strip() == split]
+
+
+def baseline_idf(pairs: list[Pair], fmt: str, path: str | Path | None = None,
+                 idf_from: str | Path | None = None) -> Idf:
+    """The IDF of the TF-IDF baseline of one evaluated set, from the best source at hand:
+    `idf_from` (an STS file of any format: its sentences) when given; for an STS-B file (fmt "stsb") the
+    STS-B train sentences beside it (sts-train.csv); for a SICK file with a SemEval_set column, its TRAIN rows;
+    else the evaluated sentences themselves (no gold score is read, but the IDF has seen the test sentences:
+    the source says so)."""
+    from .cli import portable
+    from .files import detect
+
+    if idf_from is not None:
+        source = Path(idf_from)
+        given, _ = load_sts_file(source, detect("sts", source))
+        return Idf.fit(pair_sentences(given), f"{portable(source)} (--idf-from)")
+    if path is not None:
+        path = Path(path)
+        train = path.with_name(STSB_TRAIN)
+        if fmt == "stsb" and train.is_file() and train.resolve() != path.resolve():
+            return Idf.fit(pair_sentences(load_stsb(train)), f"STS-B train sentences ({portable(train)})")
+        if fmt == "sick":
+            rows = sick_split(path)
+            if rows:
+                return Idf.fit(pair_sentences(rows), f"SICK TRAIN rows of {portable(path)} (its TRIAL rows not)")
+    return Idf.fit(pair_sentences(pairs), "the evaluated sentences themselves (no other IDF source)")
+
