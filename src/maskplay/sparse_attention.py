@@ -46,19 +46,32 @@ def band_mask(window: int, mask_mod: MaskMod | None = None, global_positions: Te
 
 
 def masked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float | None = None) -> Tensor:
-    """Dense SDPA under a bool mask (True = may attend); rows that may attend to nothing give zeros, not NaN.
-    The reference the banded kernel is tested against, and the dense case of the benchmark."""
-    dead = ~mask.any(dim=-1, keepdim=True)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | dead, scale=scale)
+    """Dense SDPA under a bool mask (True = may attend) or a float one (added to the scores, -inf = hidden);
+    rows that may attend to nothing give zeros, not NaN. The reference the banded kernel is tested against,
+    and the dense case of the benchmark."""
+    if mask.dtype == torch.bool:
+        dead = ~mask.any(dim=-1, keepdim=True)
+        guarded = mask | dead
+    else:
+        dead = ~torch.isfinite(mask).any(dim=-1, keepdim=True)
+        guarded = mask.masked_fill(dead, 0.0)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=guarded, scale=scale)
     return out.masked_fill(dead, 0.0)
+
+
+def _with_bias(allowed: Tensor, bias: Tensor) -> Tensor:
+    """The float mask: bias where allowed, -inf elsewhere."""
+    return torch.where(allowed, bias, torch.full((), float("-inf"), dtype=bias.dtype, device=bias.device))
 
 
 def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int, mask_mod: MaskMod | None = None, *,
                              global_positions: Tensor | None = None, chunk: int | None = None,
-                             scale: float | None = None) -> Tensor:
+                             scale: float | None = None, bias_mod: MaskMod | None = None) -> Tensor:
     """Attention of q (B, H, L, D) over k, v (B, H, L, D) restricted to |i - j| <= window, plus global tokens
     (``global_positions``: (B, L) bool or (B, G) indices with -1 for none), AND `mask_mod`. Equal to
     ``masked_attention(q, k, v, materialize_heads(band_mask(...)))`` in memory O(L * (chunk + 2 * window + G)).
+    `bias_mod(b, h, q, kv)`, where given, returns a float added to the allowed scores (-inf hides a key), the
+    way adaptive span's soft mask enters as log m(|i - j|).
     `chunk` (queries per block) defaults to max(window, 64): smaller wastes less of the band, larger makes
     fewer, larger matmuls (docs/BENCHMARKS.md)."""
     B, H, L, D = q.shape
@@ -90,6 +103,8 @@ def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int, mask_
     if mask_mod is not None:
         # indices outside [0, L) are clamped only so that a mask_mod's lookups stay in range; `allowed` hides them
         allowed = allowed & mask_mod(bi, hi, q_idx.clamp(max=L - 1), kv_idx.clamp(0, L - 1))
+    if bias_mod is not None:
+        allowed = _with_bias(allowed, bias_mod(bi, hi, q_idx.clamp(max=L - 1), kv_idx.clamp(0, L - 1)))
 
     flags = None if global_positions is None else global_flags(global_positions.to(device), L)  # (B, L)
     if flags is not None:
@@ -105,11 +120,12 @@ def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int, mask_
         g_allowed = valid.view(B, 1, 1, 1, G) & ((q_idx - g_idx).abs() > window)
         if mask_mod is not None:
             g_allowed = g_allowed & mask_mod(bi, hi, q_idx.clamp(max=L - 1), g_idx)
+        if bias_mod is not None:
+            g_allowed = _with_bias(g_allowed, bias_mod(bi, hi, q_idx.clamp(max=L - 1), g_idx))
         rows = torch.broadcast_shapes(allowed.shape[:-1], g_allowed.shape[:-1])
         allowed = torch.cat([allowed.expand(*rows, band), g_allowed.expand(*rows, G)], dim=-1)
         k_bands = torch.cat([k_bands, k_g.unsqueeze(1).expand(B, n, H, G, D)], dim=3)
         v_bands = torch.cat([v_bands, v_g.unsqueeze(1).expand(B, n, H, G, D)], dim=3)
-
     allowed = allowed.expand(B, n, allowed.shape[2], c, allowed.shape[-1])
     out = masked_attention(q_chunks.reshape(B * n, H, c, D), k_bands.reshape(B * n, H, -1, D),
                            v_bands.reshape(B * n, H, -1, D), allowed.reshape(B * n, allowed.shape[2], c, -1), scale)
@@ -121,6 +137,9 @@ def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int, mask_
     full = torch.ones(1, 1, 1, L, dtype=torch.bool, device=device) if mask_mod is None else \
         mask_mod(bi[..., 0], hi[..., 0], g_pos.view(B, 1, G, 1), torch.arange(L, device=device).view(1, 1, 1, L))
     full = full & valid.view(B, 1, G, 1)
+    if bias_mod is not None:
+        full = _with_bias(full, bias_mod(bi[..., 0], hi[..., 0], g_pos.view(B, 1, G, 1),
+                                         torch.arange(L, device=device).view(1, 1, 1, L)))
     out_g = masked_attention(torch.gather(q, 2, gather), k, v, full.expand(B, full.shape[1], G, L), scale)
     # the global rows replace their band rows; slots past a row's count write to a spare row L, dropped after
     target = g_pos.masked_fill(~valid, L).view(B, 1, G, 1).expand(B, H, G, D)
