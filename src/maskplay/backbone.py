@@ -1,6 +1,8 @@
 """The one Transformer core every family shares: embeddings and post-LN blocks, numerically the same as
-HuggingFace BERT. A block takes its queries from one stream and its keys/values from another when asked
-(T-TA queries a [MASK] stream against the embedding output; XLNet's query stream reads the content stream)."""
+HuggingFace BERT (and, with positions = "transformer-xl" and no attention biases, as HuggingFace XLNet's layers).
+A block takes its queries from one stream and its keys/values from another when asked: T-TA queries a [MASK]
+stream against the embedding output (Encoder, `kv`); XLNet runs its content and query streams through the same
+blocks, both reading keys/values projected from the content stream (families/xlnet.py drives that loop)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from torch import Tensor, nn
 from .cache import KVCache, LayerCache
 from .config import ModelConfig
 from .dropout import Dropout, dropout
+from .positions import Frame, RelativePositions, attend_with_term
 from .quant import Int8Linear, concatenated_int8
 
 
@@ -21,7 +24,8 @@ class Embeddings(nn.Module):
         super().__init__()
         width = config.embedding_width  # the hidden size unless embedding_size says otherwise
         self.word = nn.Embedding(config.vocab_size, width)
-        self.position = nn.Embedding(config.max_position, width)
+        # absolute positions only where the config's scheme has them (positions.py)
+        self.position = nn.Embedding(config.max_position, width) if config.positions == "learned" else None
         self.segment = nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size else None
         self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout)
@@ -31,7 +35,9 @@ class Embeddings(nn.Module):
         """`dropout` lets a second stream (T-TA's queries) share the LayerNorm but keep its own dropout.
         `positions` (B, L): each token's absolute position (default 0..L-1): tokens appended to a key/value
         cache sit after the cached ones, and a left-padded row counts from its first real token."""
-        if positions is None:
+        if self.position is None:
+            x = self.word(input_ids)
+        elif positions is None:
             x = self.word(input_ids) + self.position.weight[:input_ids.shape[1]]
         else:
             x = self.word(input_ids) + self.position(positions)
@@ -47,21 +53,27 @@ class Attention(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         h = config.hidden_size
+        bias = bool(config.attention_bias)
         self.num_heads = config.num_heads
-        self.query = nn.Linear(h, h)
-        self.key = nn.Linear(h, h)
-        self.value = nn.Linear(h, h)
-        self.out = nn.Linear(h, h)
+        self.query = nn.Linear(h, h, bias=bias)
+        self.key = nn.Linear(h, h, bias=bias)
+        self.value = nn.Linear(h, h, bias=bias)
+        self.out = nn.Linear(h, h, bias=bias)
         self.dropout_p = config.attention_dropout
+        # the layer's own relative-position weights, where positions enter attention rather than the embeddings
+        self.relative = RelativePositions(config) if config.positions == "transformer-xl" else None
 
     def forward(self, h: Tensor, mask: Tensor, dead_rows: Tensor | None, kv: Tensor | None = None,
                 keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None,
-                cache: LayerCache | None = None) -> Tensor:
+                cache: LayerCache | None = None, frame: Frame | None = None) -> Tensor:
         """Self-attention by default; queries from `h` against keys/values projected from `kv`, or against
         `keys_values` already projected (T-TA projects every layer's from the embedding output in one matmul).
         With `packing`, h, kv and keys_values hold the real tokens only, (N, C). With `cache` (self-attention
         only), the new tokens' keys/values are appended to this layer's cache and the queries attend to all of
-        its keys: `mask` is then (B, 1, Lnew, Lcached + Lnew)."""
+        its keys: `mask` is then (B, 1, Lnew, Lcached + Lnew). `frame`: the relative positions of this pass (needed
+        exactly when the layer has relative-position weights; not with packing or a cache)."""
+        if (frame is None) != (self.relative is None):
+            raise ValueError("relative-position attention needs a positions.Frame, and only it takes one")
         # one wide matmul instead of three narrow ones: narrow matmuls waste most of a CPU's bf16 throughput
         if keys_values is not None:
             q, (k, v) = self.query(h), keys_values
@@ -70,6 +82,8 @@ class Attention(nn.Module):
         else:
             q, (k, v) = self.query(h), fused_linear(kv, self.key, self.value)
         if packing is not None:
+            if frame is not None:
+                raise ValueError("relative-position attention runs on the padded layout, not packed")
             return self.out(packing.attend(q, k, v, mask, dead_rows, self.num_heads))
         B, Lq, H = q.shape
         nh = self.num_heads
@@ -79,7 +93,10 @@ class Attention(nn.Module):
         v = v.view(B, Lk, nh, -1).transpose(1, 2)
         if cache is not None:
             k, v = cache.append(k, v)
-        if self.training and self.dropout_p > 0:
+        if self.relative is not None:
+            q, term = self.relative(q, frame)
+            a = attend_with_term(q, k, v, mask, term, self.dropout_p, self.training)
+        elif self.training and self.dropout_p > 0:
             # what SDPA does with dropout on CPU (its math path), with the cheaper dropout
             scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5).masked_fill_(~mask, float("-inf"))
             a = dropout(scores.softmax(dim=-1), self.dropout_p, True) @ v
@@ -114,9 +131,9 @@ class Block(nn.Module):
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, dead_rows: Tensor | None = None,
                 keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None,
-                cache: LayerCache | None = None) -> Tensor:
+                cache: LayerCache | None = None, frame: Frame | None = None) -> Tensor:
         h = self.attn_norm(h + self.dropout(self.attn(h, mask, dead_rows, kv=kv, keys_values=keys_values,
-                                                      packing=packing, cache=cache)))
+                                                      packing=packing, cache=cache, frame=frame)))
         return self.ffn_norm(h + self.dropout(self.ffn(h)))
 
 
@@ -190,7 +207,10 @@ def wide_linear(x: Tensor, *layers: nn.Linear) -> Tensor:
     if any(type(layer) is not nn.Linear for layer in layers):
         return torch.cat([layer(x) for layer in layers], dim=-1)
     weight = torch.cat([layer.weight for layer in layers])
-    bias = torch.cat([layer.bias for layer in layers])
+    if all(layer.bias is None for layer in layers):
+        return F.linear(x, weight)
+    bias = torch.cat([layer.bias if layer.bias is not None else layer.weight.new_zeros(layer.out_features)
+                      for layer in layers])
     return F.linear(x, weight, bias)
 
 

@@ -12,8 +12,9 @@ from typing import Any, TypeVar
 
 import tomllib
 
-FAMILIES = ("tta", "bert", "gpt", "electra", "unilm")
+FAMILIES = ("tta", "bert", "gpt", "electra", "unilm", "xlnet")
 UNILM_OBJECTIVES = ("seq2seq", "mixed")
+POSITION_SCHEMES = ("learned", "transformer-xl")  # see positions.py
 
 
 @dataclass
@@ -52,6 +53,22 @@ class ElectraConfig:
 
 
 @dataclass
+class XlnetConfig:
+    """XLNet's switches (Yang et al., 2019); read only by family="xlnet"."""
+
+    partial_prediction: int = 6  # K: the last ceil(n/K) tokens of each factorization order are the targets
+    mem_len: int = 0  # segment-level recurrence: content states kept per layer for the next segment (0 = none)
+    clamp_len: int = -1  # relative distances clamped to +-clamp_len (-1: never), as XLNet's clamp_len
+
+    def __post_init__(self) -> None:
+        if self.partial_prediction < 1:
+            raise ValueError(f"xlnet.partial_prediction (K) must be at least 1 (K = 1 predicts every token), "
+                             f"got {self.partial_prediction}")
+        if self.mem_len < 0:
+            raise ValueError(f"xlnet.mem_len must be >= 0 (0 = no memory), got {self.mem_len}")
+
+
+@dataclass
 class ModelConfig:
     """Everything needed to build one model. Special token ids follow maskplay's vocabulary layout
     ([PAD]=0 [EOS]=1 [UNK]=2 [SOS]=3 [MASK]=4 [CLS]=5 [SEP]=6), the layout of the T-TA paper's vocabulary."""
@@ -67,6 +84,10 @@ class ModelConfig:
     # width of the embedding tables; None = hidden_size. When it differs, a linear projection maps the embeddings
     # to the hidden size and the LM head maps back (HuggingFace ELECTRA's embedding_size, ALBERT's factorisation)
     embedding_size: int | None = None
+    # where positions come from (positions.py); None = the family's own: "transformer-xl" for xlnet, else "learned"
+    positions: str | None = None
+    # biases on the attention's query/key/value/output projections; None = the family's own (XLNet has none)
+    attention_bias: bool | None = None
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     layer_norm_eps: float = 1e-12
@@ -80,10 +101,28 @@ class ModelConfig:
     special_token_ids: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4, 5, 6])
     electra: ElectraConfig = field(default_factory=ElectraConfig)
     unilm: UnilmConfig = field(default_factory=UnilmConfig)
+    xlnet: XlnetConfig = field(default_factory=XlnetConfig)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
+        xl = self.family == "xlnet"
+        if self.positions is None:
+            self.positions = "transformer-xl" if xl else "learned"
+        if self.attention_bias is None:
+            self.attention_bias = not xl
+        if self.positions not in POSITION_SCHEMES:
+            raise ValueError(f"positions must be one of {POSITION_SCHEMES}, got {self.positions!r}")
+        if xl and self.positions != "transformer-xl":
+            raise ValueError(f"family xlnet needs positions = 'transformer-xl' (its two streams have no absolute "
+                             f"positions), got {self.positions!r}")
+        if not xl and self.positions == "transformer-xl":
+            raise ValueError(f"positions = 'transformer-xl' is built for family xlnet only so far, not {self.family!r}")
+        if xl and self.type_vocab_size:
+            raise ValueError("family xlnet encodes segments relatively (token_type_ids still work): set "
+                             f"type_vocab_size = 0, got {self.type_vocab_size}")
+        if xl and self.embedding_size not in (None, self.hidden_size):
+            raise ValueError("family xlnet has no embedding projection: leave embedding_size out")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

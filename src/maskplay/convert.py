@@ -5,7 +5,8 @@ every target weight must be filled: nothing is silently skipped.
 - ElectraForPreTraining (the discriminator) <-> Electra with electra.generator = false;
 - ElectraForMaskedLM (the generator) <-> BertMLM with embedding_size;
 - the pair <-> a full Electra, its generator sized by electra.generator_hidden_fraction;
-- BertLMHeadModel (is_decoder=True) <-> GPT."""
+- BertLMHeadModel (is_decoder=True) <-> GPT;
+- XLNetLMHeadModel <-> XLNet (convert_xlnet.py)."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ _ELECTRA_EMBEDDING_KEYS = ("electra.embeddings.word_embeddings.weight", "electra
                            "electra.embeddings.token_type_embeddings.weight", "electra.embeddings.LayerNorm.weight",
                            "electra.embeddings.LayerNorm.bias")
 
-ARCHITECTURES = ("BertForMaskedLM", "ElectraForPreTraining", "ElectraForMaskedLM", "BertLMHeadModel")
+ARCHITECTURES = ("BertForMaskedLM", "ElectraForPreTraining", "ElectraForMaskedLM", "BertLMHeadModel", "XLNetLMHeadModel")
 
 # ---- renaming ---------------------------------------------------------------------------------------------
 
@@ -379,6 +380,8 @@ def from_hf(architecture: str, checkpoint: HFCheckpoint, generator: HFCheckpoint
         raise ValueError(f"a generator goes with an ElectraForPreTraining discriminator, not a {architecture}")
     if architecture == "BertLMHeadModel":
         return gpt_from_hf_bert_lm_head(hf_config, state, special_ids)
+    if architecture == "XLNetLMHeadModel":
+        return _xlnet_from_hf(hf_config, state, special_ids)
     states, names = [state], [architecture]
     if architecture == "BertForMaskedLM":
         config, converted = config_from_hf_bert(hf_config), hf_bert_to_maskplay(state)
@@ -397,6 +400,16 @@ def from_hf(architecture: str, checkpoint: HFCheckpoint, generator: HFCheckpoint
     model = (Electra if config.family == "electra" else BertMLM)(config)
     _check_complete(model, states, names)
     model.load_strict(converted, source=f"the converted {' + '.join(names)} weights")
+    return model.eval()
+
+
+def _xlnet_from_hf(hf_config: Any, state: dict[str, Tensor], special_ids: dict[str, Any] | None) -> MaskplayModel:
+    from .convert_xlnet import config_from_hf_xlnet, hf_xlnet_to_maskplay
+    from .families import XLNet
+
+    config = config_from_hf_xlnet(hf_config, special_ids)
+    model = XLNet(config)
+    model.load_strict(hf_xlnet_to_maskplay(state, config.num_layers), source="the converted XLNetLMHeadModel weights")
     return model.eval()
 
 
@@ -419,11 +432,15 @@ def to_hf(model: MaskplayModel) -> list[tuple[dict[str, Any], dict[str, Tensor]]
     config, state = model.config, model.state_dict()
     if config.family == "gpt":
         return [gpt_to_hf_bert_lm_head(model)]
+    if config.family == "xlnet":
+        from .convert_xlnet import hf_xlnet_config_dict, maskplay_to_hf_xlnet
+
+        return [(hf_xlnet_config_dict(config), maskplay_to_hf_xlnet(state, config))]
     if config.family == "bert":
         head = maskplay_to_hf_bert(state) if config.embedding_size is None else maskplay_to_hf_electra_generator(state)
         return [(hf_config_dict(config), head)]
     if config.family != "electra":
-        raise ValueError(f"family {config.family!r} has no HuggingFace counterpart (bert, electra and gpt do)")
+        raise ValueError(f"family {config.family!r} has no HuggingFace counterpart (bert, electra, gpt and xlnet do)")
     hf_config_dict(config)  # an unsupported option (all_tokens_mlm) is named before the weights are
     disc, gen = maskplay_to_hf_electra(state)
     out = [(hf_config_dict(config), disc)]

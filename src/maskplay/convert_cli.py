@@ -1,4 +1,4 @@
-"""`maskplay convert`: HuggingFace BERT / ELECTRA / BERT-decoder checkpoints to maskplay model directories and back
+"""`maskplay convert`: HuggingFace BERT / ELECTRA / BERT-decoder / XLNet checkpoints to maskplay model directories and back
 (see docs/CONVERT.md). Weights are read from safetensors only: a pickled pytorch_model.bin is never loaded."""
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ _MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "bert": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072},
     "electra": {"embedding_size": 128, "hidden_size": 256, "num_hidden_layers": 12, "num_attention_heads": 4,
                 "intermediate_size": 1024},
+    # transformers.XLNetConfig's defaults
+    "xlnet": {"vocab_size": 32000, "d_model": 1024, "n_layer": 24, "n_head": 16, "d_inner": 4096,
+              "ff_activation": "gelu", "attn_type": "bi", "dropout": 0.1, "mem_len": None, "reuse_len": None,
+              "bi_data": False, "clamp_len": -1, "same_length": False},
 }
 
 
@@ -87,7 +91,8 @@ def read_hf_dir(directory: str | Path) -> tuple[str, SimpleNamespace, dict[str, 
         raise ValueError(f"{config_path}: expected a JSON object")
     state = _read_weights(directory)
     architecture = _architecture(data, state, config_path)
-    model_type = "electra" if architecture.startswith("Electra") else "bert"
+    model_type = ("electra" if architecture.startswith("Electra") else
+                  "xlnet" if architecture.startswith("XLNet") else "bert")
     return architecture, SimpleNamespace(**{**_HF_DEFAULTS, **_MODEL_DEFAULTS[model_type], **data}), state
 
 
@@ -136,6 +141,8 @@ def _architecture(data: dict[str, Any], state: dict[str, Tensor], source: Path) 
         return known[0]
     if model_type == "bert":
         return "BertLMHeadModel" if decoder else "BertForMaskedLM"
+    if model_type == "xlnet":
+        return "XLNetLMHeadModel"
     if decoder:
         raise ValueError(f"{source}: model_type {model_type!r} with is_decoder = true: only a BERT decoder "
                          "(BertLMHeadModel, maskplay gpt) converts")
@@ -178,7 +185,7 @@ def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Pa
     _write_dirs([(out, write)])
     what = {"BertForMaskedLM": "bert", "ElectraForMaskedLM": "bert (an ELECTRA generator, embedding_size "
             f"{model.config.embedding_size})", "ElectraForPreTraining": "electra (discriminator alone)",
-            "BertLMHeadModel": "gpt (a BERT decoder)"}[architecture]
+            "BertLMHeadModel": "gpt (a BERT decoder)", "XLNetLMHeadModel": "xlnet"}[architecture]
     if generator is not None:
         tied = "tied" if model.config.electra.tie_embeddings else "untied"
         what = (f"electra (discriminator + generator at {model.config.electra.generator_hidden_fraction:.4g} of its "

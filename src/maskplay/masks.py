@@ -75,6 +75,70 @@ def permutation_query(rank: Tensor) -> MaskMod:
     return lambda b, h, q, kv: rank[b, kv] < rank[b, q]
 
 
+def hidden_keys(hidden: Tensor) -> MaskMod:
+    """No query sees a hidden key (B, L) bool: XLNet's pseudo-log-likelihood hides the scored token from every
+    stream, its own content stream excepted (see families/xlnet.py)."""
+    show = ~hidden.bool()
+    return lambda b, h, q, kv: show[b, kv]
+
+
+def diagonal() -> MaskMod:
+    """Query i sees key i: what XLNet's content stream adds to its query stream's mask."""
+    return lambda b, h, q, kv: q == kv
+
+
+def from_perm_mask(perm_mask: Tensor) -> Tensor:
+    """HuggingFace's / the XLNet code's perm_mask (B, L, L), 1 = i may NOT attend to j, as this library's
+    boolean convention (True = may attend). The one place the convention flips."""
+    if perm_mask.dim() != 3 or perm_mask.shape[1] != perm_mask.shape[2]:
+        raise ValueError(f"perm_mask must be (batch, length, length), got {tuple(perm_mask.shape)}")
+    return perm_mask == 0
+
+
+def to_perm_mask(may_attend: Tensor) -> Tensor:
+    """The inverse of from_perm_mask: a float perm_mask for HuggingFace XLNet (1.0 = may not attend)."""
+    return (~may_attend.bool()).float()
+
+
+def rank_from_order(order: Tensor) -> Tensor:
+    """A factorization order (B, L): order[b, t] = the position predicted at step t, every row a permutation of
+    0..L-1; returns rank[b, i] = the step of position i. Anything else is a ValueError naming the row."""
+    if order.dim() != 2:
+        raise ValueError(f"a factorization order must be (batch, length), got shape {tuple(order.shape)}")
+    expected = torch.arange(order.shape[1], device=order.device)
+    bad = (order.sort(dim=1).values != expected).any(dim=1)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(f"factorization order row {row} is not a permutation of 0..{order.shape[1] - 1}: "
+                         f"{order[row].tolist()}")
+    return order.argsort(dim=1)
+
+
+def real_rank(rank: Tensor, attention_mask: Tensor) -> Tensor:
+    """`rank` renumbered so that the real tokens take steps 0..n-1 in their order and padding comes after."""
+    key = rank.long() + (~attention_mask.bool()).long() * (rank.shape[1] + 1)
+    return key.argsort(dim=1).argsort(dim=1)
+
+
+def partial_targets(rank: Tensor, attention_mask: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """XLNet's partial prediction: the last ceil(n/k) real tokens of each order (n = that row's real tokens).
+    Returns (positions (B, T), valid (B, T) bool), T the most of any row, each row's targets in position order
+    and its unused slots valid=False (position 0)."""
+    if k < 1:
+        raise ValueError(f"partial prediction needs K >= 1, got {k}")
+    real = attention_mask.bool()
+    n = real.sum(dim=1)
+    count = (n + k - 1) // k
+    rank = real_rank(rank, real)
+    chosen = real & (rank >= (n - count)[:, None])
+    T = max(int(count.max()), 1)
+    # positions of the chosen tokens first (in position order), then the rest
+    key = (~chosen).long() * rank.shape[1] + torch.arange(rank.shape[1], device=rank.device)[None]
+    positions = key.argsort(dim=1)[:, :T]
+    valid = torch.arange(T, device=rank.device)[None] < count[:, None]
+    return positions.masked_fill(~valid, 0), valid
+
+
 def materialize(mod: MaskMod, batch: int, q_len: int, kv_len: int | None = None,
                 device: torch.device | str | None = None) -> Tensor:
     """Evaluate `mod` on every (b, q, kv) triple: a (batch, 1, q_len, kv_len) bool tensor."""
@@ -89,8 +153,8 @@ def materialize(mod: MaskMod, batch: int, q_len: int, kv_len: int | None = None,
 def random_rank(lengths: Tensor, max_len: int, generator: torch.Generator | None = None) -> Tensor:
     """A random factorization order per sequence, as ranks; padding positions get the largest ranks."""
     batch = lengths.shape[0]
-    noise = torch.rand(batch, max_len, generator=generator)
-    noise = noise.masked_fill(torch.arange(max_len)[None, :] >= lengths[:, None], 2.0)
+    noise = torch.rand(batch, max_len, generator=generator).to(lengths.device)
+    noise = noise.masked_fill(torch.arange(max_len, device=lengths.device)[None, :] >= lengths[:, None], 2.0)
     return noise.argsort(dim=1).argsort(dim=1)
 
 

@@ -21,6 +21,7 @@ from .config import ModelConfig, from_dict
 from .heads import LMHead
 from .masks import MaskMod, and_masks, materialize, padding
 from .outputs import ModelOutput
+from .positions import RelativePositions
 
 IGNORE_INDEX = -100
 WEIGHTS_NAME = "model.safetensors"
@@ -36,13 +37,17 @@ class MaskplayModel(nn.Module):
             raise ValueError(f"{type(self).__name__} needs a config with family={self.family!r}, "
                              f"got {config.family!r}")
         self.config = config
-        self.embeddings = Embeddings(config)
+        self.embeddings = self.make_embeddings(config)
         # embeddings narrower (or wider) than the blocks: one projection into the hidden size
         width = config.embedding_width
         self.embeddings_project = nn.Linear(width, config.hidden_size) if width != config.hidden_size else None
         self.encoder = Encoder(config)
         self.head = self.make_head(config)
         self.apply(self._init_weights)
+
+    def make_embeddings(self, config: ModelConfig) -> nn.Module:
+        """The family's input embeddings; BERT's (token + position [+ segment], LayerNorm) unless it says otherwise."""
+        return Embeddings(config)
 
     def make_head(self, config: ModelConfig) -> nn.Module:
         """The family's output head; the tied masked-LM head unless a family says otherwise."""
@@ -76,6 +81,8 @@ class MaskplayModel(nn.Module):
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
+        elif isinstance(module, RelativePositions):
+            module.reset_parameters(std)
 
     # ---- inputs -------------------------------------------------------------------------------------
 

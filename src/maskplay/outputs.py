@@ -16,6 +16,7 @@ class ModelOutput:
     hidden_states: the input of the first block, then the output of every block (with output_hidden_states).
     parts: named components of the loss and training statistics (ELECTRA's generator and discriminator losses),
         each a mean over the batch (the losses keep their graph, for tests of where gradients go); logged by the trainer.
+    mems: XLNet's memory for the next segment, one (B, M, H) tensor per layer (None for other families).
     """
 
     def __init__(self, loss: Tensor | None = None, logits: Tensor | Callable[[], Tensor] | None = None,
@@ -26,6 +27,7 @@ class ModelOutput:
         self._logits = logits
         self.last_hidden_state = last_hidden_state
         self.hidden_states = hidden_states
+        self.mems: list[Tensor] | None = None
 
     @property
     def logits(self) -> Tensor | None:

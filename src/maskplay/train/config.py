@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import FAMILIES, PRESETS, ElectraConfig, ModelConfig, UnilmConfig, from_dict, load_toml, preset
+from ..config import FAMILIES, PRESETS, ElectraConfig, ModelConfig, UnilmConfig, XlnetConfig, from_dict, load_toml, preset
 from ..devices import check_device_name
 from ..precision import Precision
 from ..precision_probe import AUTO
@@ -34,12 +34,15 @@ class ModelSection:
     max_position: int | None = None
     type_vocab_size: int | None = None
     embedding_size: int | None = None
+    positions: str | None = None  # None: the family's own (positions.py)
+    attention_bias: bool | None = None  # None: the family's own
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     layer_norm_eps: float | None = None
     initializer_range: float | None = None
     electra: ElectraConfig = field(default_factory=ElectraConfig)  # [model.electra], read by family = "electra"
     unilm: UnilmConfig = field(default_factory=UnilmConfig)  # [model.unilm], read by family = "unilm"
+    xlnet: XlnetConfig = field(default_factory=XlnetConfig)  # [model.xlnet], read by family = "xlnet"
     # a model directory whose weights start the run (e.g. a BERT for UniLM seq2seq fine-tuning): its architecture
     # is used, the preset and the size fields above are then ignored; "" = random initialisation
     init: str = ""
@@ -53,19 +56,21 @@ class ModelSection:
             # the architecture checks of ModelConfig (sizes, ELECTRA's generator) now, with the preset's
             # vocabulary, so that a bad [model] section stops the run before it writes anything
             try:
-                preset(self.preset, family=self.family, electra=self.electra, unilm=self.unilm, **self.overrides())
+                preset(self.preset, family=self.family, electra=self.electra, unilm=self.unilm, xlnet=self.xlnet,
+                       **self.overrides())
             except ValueError as err:
                 raise ValueError(f"model: {err}") from None
 
     def overrides(self) -> dict[str, Any]:
+        sections = ("family", "preset", "electra", "unilm", "xlnet", "init")
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("family", "preset", "electra", "unilm", "init") and getattr(self, f.name) is not None}
+                if f.name not in sections and getattr(self, f.name) is not None}
 
     def build(self, tokenizer_fields: dict[str, Any]) -> ModelConfig:
         """The ModelConfig of this section for a vocabulary (Tokenizer.model_config_ids())."""
         if self.init:
             return self._init_config(tokenizer_fields)
-        return preset(self.preset, family=self.family, electra=self.electra, unilm=self.unilm,
+        return preset(self.preset, family=self.family, electra=self.electra, unilm=self.unilm, xlnet=self.xlnet,
                       **{**self.overrides(), **tokenizer_fields})
 
     def _init_config(self, tokenizer_fields: dict[str, Any]) -> ModelConfig:
@@ -80,7 +85,7 @@ class ModelSection:
             if getattr(saved, name) != tokenizer_fields[name]:
                 raise ValueError(f"model.init: {self.init} has {name}={getattr(saved, name)}, the data's tokenizer "
                                  f"{tokenizer_fields[name]}: train with the tokenizer the model was trained with")
-        return dataclasses.replace(saved, family=self.family, electra=self.electra, unilm=self.unilm,
+        return dataclasses.replace(saved, family=self.family, electra=self.electra, unilm=self.unilm, xlnet=self.xlnet,
                                    **{**self.overrides(), **tokenizer_fields})
 
 

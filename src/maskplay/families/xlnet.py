@@ -1,0 +1,291 @@
+"""XLNet (Yang et al., NeurIPS 2019): a permutation language model with two-stream attention and Transformer-XL
+relative positions, on the shared blocks.
+
+- Content stream h starts from the token embedding; query stream g from one learned vector (`query_start`,
+  HuggingFace's mask_emb), so it carries a position but never its token. In layer m both streams read keys and
+  values projected from the content stream of layer m-1 (and from the memory, when given): the content
+  stream may see what its query stream may see plus itself, the query stream what the order puts strictly
+  before it. Both streams go through the same block in one call (their rows concatenated), sharing its weights.
+- Training: a random factorization order per sequence (padding outside it); only the last ceil(n/K) tokens of
+  each order are targets (partial prediction, K = xlnet.partial_prediction), and the query stream exists only
+  at those positions. The last layer's content rows feed nothing and are skipped.
+- Positions are relative (positions.py, "transformer-xl"); no absolute table, no embedding LayerNorm, no
+  biases in attention, and the LM head is the tied embedding matrix plus a bias (HuggingFace XLNetLMHeadModel).
+- Segment-level recurrence: `mems` (one (B, M, H) tensor per layer, the content input of that layer in the
+  previous segment) are prepended to the keys/values, seen by every query, and never receive gradient.
+
+Every view of XLNet is one `may_see` rule over (query position, key position) - the query stream's mask:
+a factorization order (training), left to right (exact sentence likelihood), "nobody sees the hidden
+tokens" (pseudo-log-likelihood), HuggingFace's perm_mask (masks.from_perm_mask), or everything (features)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..backbone import fused_linear, guard_empty_rows
+from ..config import ModelConfig
+from ..dropout import Dropout
+from ..heads import LMHead
+from ..masks import (
+    MaskMod,
+    and_masks,
+    bidirectional,
+    diagonal,
+    from_perm_mask,
+    hidden_keys,
+    materialize,
+    or_masks,
+    padding,
+    partial_targets,
+    permutation_query,
+    rank_from_order,
+)
+from ..modeling import IGNORE_INDEX, MaskplayModel
+from ..outputs import ModelOutput
+from ..positions import Frame, relative_frame
+
+
+class WordEmbeddings(nn.Module):
+    """XLNet's input: the token embedding and dropout; positions enter attention, segments too."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.dropout = Dropout(config.hidden_dropout)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, dropout: nn.Module | None = None,
+                positions: Tensor | None = None) -> Tensor:
+        return (dropout or self.dropout)(self.word(input_ids))
+
+
+class TiedHead(LMHead):
+    """logits = h @ E^T + b: HuggingFace XLNet's lm_loss, tied to the token embeddings, no transform."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        nn.Module.__init__(self)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def transform(self, hidden: Tensor) -> Tensor:
+        return hidden
+
+
+class XLNet(MaskplayModel):
+    family = "xlnet"
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        self.query_start = nn.Parameter(torch.empty(1, 1, config.hidden_size).normal_(std=config.initializer_range))
+        self.stream_dropout = Dropout(config.hidden_dropout)  # the query stream's start, positions, the output
+
+    def make_embeddings(self, config: ModelConfig) -> nn.Module:
+        return WordEmbeddings(config)
+
+    def make_head(self, config: ModelConfig) -> nn.Module:
+        return TiedHead(config)
+
+    # ---- the two streams ------------------------------------------------------------------------------
+
+    def streams(self, input_ids: Tensor, attention_mask: Tensor, may_see: MaskMod,
+                query_positions: Tensor | None = None, token_type_ids: Tensor | None = None,
+                mems: list[Tensor] | None = None, need_content: bool = True,
+                output_hidden_states: bool = False, keep_memory: bool = False) -> tuple[Tensor | None, Tensor | None, list[Tensor],
+                                                             tuple[Tensor, ...] | None]:
+        """Both streams through every block. `may_see`: the query stream's structural mask (the content stream's
+        is that or the diagonal; padding keys are hidden from both). `query_positions` (B, T): where the query
+        stream runs (None: no query stream). The memory for the next segment is kept with `keep_memory`, xlnet.mem_len
+        or `mems`. Returns (content output or None when not `need_content`, query
+        output (B, T, H) or None, the new memory (one tensor per layer, detached), hidden states (of the
+        content stream, or of the query stream where the content stream is not needed))."""
+        B, L = input_ids.shape
+        cfg = self.config
+        memory = self._check_mems(mems, B)
+        M = memory[0].shape[1] if memory else 0
+        content_mask = materialize(and_masks(or_masks(may_see, diagonal()), padding(attention_mask)), B, L,
+                                   device=input_ids.device)
+        rows = torch.arange(L, device=input_ids.device).expand(B, L)
+        if query_positions is not None:
+            query_mask = materialize(and_masks(may_see, padding(attention_mask)), B, L, device=input_ids.device)
+            query_mask = query_mask.gather(2, query_positions[:, None, :, None].expand(B, 1, -1, L))
+            mask = torch.cat([content_mask, query_mask], dim=2)
+            rows = torch.cat([rows, query_positions], dim=1)
+        else:
+            mask = content_mask
+        if M:
+            mask = torch.cat([mask.new_ones(B, 1, mask.shape[2], M), mask], dim=3)
+        mask, dead = guard_empty_rows(mask)
+        keys = torch.arange(-M, L, device=input_ids.device)
+        segments = key_segments = None
+        if token_type_ids is not None:
+            segments = token_type_ids.gather(1, rows)
+            key_segments = torch.cat([token_type_ids.new_zeros(B, M), token_type_ids], dim=1)  # memory: segment 0
+        frame = relative_frame(rows, keys, cfg.hidden_size, cfg.xlnet.clamp_len, segments, key_segments,
+                               dropout=self.stream_dropout)
+        x = self.embeddings(input_ids)
+        if query_positions is not None:
+            start = self.query_start.to(x.dtype).expand(B, query_positions.shape[1], -1)
+            x = torch.cat([x, self.stream_dropout(start)], dim=1)
+        states = [x] if output_hidden_states else None
+        new_mems = []
+        layers = self.encoder.layers
+        for index, layer in enumerate(layers):
+            content = x[:, :L]
+            if keep_memory or cfg.xlnet.mem_len or mems is not None:
+                new_mems.append(self._next_memory(memory[index] if memory else None, content))
+            source = torch.cat([memory[index].to(x.dtype), content], dim=1) if memory else content
+            keys_values = fused_linear(source, layer.attn.key, layer.attn.value)
+            if index == len(layers) - 1 and not need_content and query_positions is not None:
+                # the last layer's content rows feed nothing: run its query rows alone
+                x = torch.cat([content, layer(x[:, L:], mask[:, :, L:], dead_rows=_rows(dead, L),
+                                               keys_values=keys_values, frame=_frame_rows(frame, L))], dim=1)
+            else:
+                x = layer(x, mask, dead_rows=dead, keys_values=keys_values, frame=frame)
+            if states is not None:
+                states.append(x)
+        h = x[:, :L] if need_content else None
+        g = x[:, L:] if query_positions is not None else None
+        return h, g, new_mems, tuple(states) if states is not None else None
+
+    def _check_mems(self, mems: list[Tensor] | None, batch: int) -> list[Tensor] | None:
+        if mems is None:
+            return None
+        cfg = self.config
+        if len(mems) != cfg.num_layers:
+            raise ValueError(f"mems must hold one tensor per layer ({cfg.num_layers}), got {len(mems)}")
+        for index, m in enumerate(mems):
+            if m.dim() != 3 or m.shape[0] != batch or m.shape[2] != cfg.hidden_size:
+                raise ValueError(f"mems[{index}] has shape {tuple(m.shape)}; this batch needs ({batch}, memory length, "
+                                 f"{cfg.hidden_size}): memory from a batch of another size cannot be reused")
+        if len({m.shape[1] for m in mems}) != 1:
+            raise ValueError("mems of different lengths in different layers")
+        return [m.detach() for m in mems] if mems[0].shape[1] else None
+
+    def _next_memory(self, previous: Tensor | None, content: Tensor) -> Tensor:
+        """The content input of a layer, appended to its memory and cut to the last mem_len (all when 0)."""
+        both = content if previous is None else torch.cat([previous.to(content.dtype), content], dim=1)
+        keep = self.config.xlnet.mem_len
+        return (both[:, -keep:] if keep else both).detach()
+
+    # ---- the views ------------------------------------------------------------------------------------
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                order: Tensor | None = None, target_positions: Tensor | None = None,
+                token_type_ids: Tensor | None = None, mems: list[Tensor] | None = None,
+                output_hidden_states: bool = False) -> ModelOutput:
+        """With `order` (B, L; each row a permutation of the positions, order[b, t] = the position predicted at
+        step t), the permutation LM: the query stream at `target_positions` (B, T) (default: partial prediction,
+        the last ceil(n/K) real tokens of each order), last_hidden_state (B, T, H) its output, `labels` (B, T)
+        aligned with target_positions (-100 = no loss). Without `order`: the content stream with every token
+        seeing every other, (B, L, H), for features (embed, eval, fine-tuning). ModelOutput.mems: the memory for
+        the next segment (with xlnet.mem_len or `mems`)."""
+        attention_mask = self.check_inputs(input_ids, attention_mask)
+        if order is None:
+            if target_positions is not None or labels is not None:
+                raise ValueError("target_positions and labels need a factorization order (order=...)")
+            h, _, new_mems, states = self.streams(input_ids, attention_mask, bidirectional(), None, token_type_ids,
+                                                  mems, output_hidden_states=output_hidden_states)
+            out = self.output(h, None, states)
+            out.mems = new_mems
+            return out
+        if order.shape != input_ids.shape:
+            raise ValueError(f"order has shape {tuple(order.shape)}, input_ids {tuple(input_ids.shape)}")
+        rank = rank_from_order(order)
+        if target_positions is None:
+            target_positions, valid = partial_targets(rank, attention_mask, self.config.xlnet.partial_prediction)
+            if labels is None:
+                labels = input_ids.gather(1, target_positions).masked_fill(~valid, IGNORE_INDEX)
+        elif labels is not None and labels.shape != target_positions.shape:
+            raise ValueError(f"labels {tuple(labels.shape)} must be aligned with target_positions "
+                             f"{tuple(target_positions.shape)}")
+        _, g, new_mems, states = self.streams(input_ids, attention_mask, permutation_query(rank), target_positions,
+                                              token_type_ids, mems, need_content=False,
+                                              output_hidden_states=output_hidden_states)
+        out = self.output(self.stream_dropout(g), labels, states)
+        out.mems = new_mems
+        return out
+
+    def with_perm_mask(self, input_ids: Tensor, perm_mask: Tensor | None = None,
+                       target_mapping: Tensor | None = None, attention_mask: Tensor | None = None,
+                       token_type_ids: Tensor | None = None, mems: list[Tensor] | None = None
+                       ) -> tuple[Tensor, Tensor | None, list[Tensor]]:
+        """HuggingFace XLNet's interface: perm_mask (B, L, L), 1.0 = may NOT attend (converted here, once, by
+        masks.from_perm_mask); target_mapping (B, T, L) one-hot rows: where the query stream runs. Returns the
+        content stream (B, L, H), the query stream (B, T, H) or None, and the memory. Unlike HuggingFace, a query
+        with nothing to attend to gets a zero attention output."""
+        attention_mask = self.check_inputs(input_ids, attention_mask)
+        B, L = input_ids.shape
+        may = torch.ones(B, L, L, dtype=torch.bool, device=input_ids.device)
+        if perm_mask is not None:
+            if perm_mask.shape != (B, L, L):
+                raise ValueError(f"perm_mask must be {(B, L, L)}, got {tuple(perm_mask.shape)}")
+            may = from_perm_mask(perm_mask)
+        positions = None
+        if target_mapping is not None:
+            if target_mapping.dim() != 3 or target_mapping.shape[0] != B or target_mapping.shape[2] != L:
+                raise ValueError(f"target_mapping must be ({B}, num_predict, {L}), got {tuple(target_mapping.shape)}")
+            if not bool((target_mapping.sum(-1) == 1).all()) or not bool(((target_mapping == 0) |
+                                                                          (target_mapping == 1)).all()):
+                raise ValueError("every row of target_mapping must be one-hot (one position per prediction)")
+            positions = target_mapping.argmax(-1)
+        h, g, new_mems, _ = self.streams(input_ids, attention_mask, may_see_matrix(may), positions, token_type_ids,
+                                         mems, keep_memory=True)
+        return h, g, new_mems
+
+    def training_batch(self, input_ids: Tensor, attention_mask: Tensor,
+                       generator: torch.Generator | None = None) -> dict[str, Tensor]:
+        """A random factorization order per sequence (padding last), its partial-prediction targets and their
+        labels (aligned with target_positions)."""
+        noise = torch.rand(input_ids.shape, generator=generator).to(input_ids.device)
+        order = noise.masked_fill(~attention_mask.bool(), 2.0).argsort(dim=1)
+        positions, valid = partial_targets(order.argsort(dim=1), attention_mask, self.config.xlnet.partial_prediction)
+        labels = input_ids.gather(1, positions).masked_fill(~valid, IGNORE_INDEX)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "order": order,
+                "target_positions": positions, "labels": labels}
+
+    def left_to_right(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                      token_type_ids: Tensor | None = None, mems: list[Tensor] | None = None) -> ModelOutput:
+        """The query stream at every position under the left-to-right order: last_hidden_state[:, i] predicts
+        token i from the tokens before it (and the memory), so the sum of log p over a sentence is its exact
+        log-likelihood, in one pass. ModelOutput.mems carries the memory on to the next segment."""
+        attention_mask = self.check_inputs(input_ids, attention_mask)
+        B, L = input_ids.shape
+        everywhere = torch.arange(L, device=input_ids.device).expand(B, L)
+        _, g, new_mems, _ = self.streams(input_ids, attention_mask, _strictly_before(), everywhere, token_type_ids,
+                                         mems, need_content=False, keep_memory=True)
+        out = self.output(g, None, None)
+        out.mems = new_mems
+        return out
+
+    def from_others(self, input_ids: Tensor, attention_mask: Tensor | None = None, *, positions: Tensor,
+                    ends: Tensor | None = None) -> ModelOutput:
+        """Pseudo-log-likelihood, one query per row: the query stream at positions (B,), with tokens
+        [positions, ends) (default: that one token) hidden from every stream, so row b predicts its token from all
+        the others. One pass per scored token: unlike T-TA, XLNet's content streams read each other, and in
+        layer 2 every other token's content state would already hold the target (docs/SCORING.md)."""
+        attention_mask = self.check_inputs(input_ids, attention_mask)
+        B, L = input_ids.shape
+        ends = positions + 1 if ends is None else ends
+        columns = torch.arange(L, device=input_ids.device)[None]
+        hidden = (columns >= positions[:, None]) & (columns < ends[:, None])
+        _, g, _, _ = self.streams(input_ids, attention_mask, hidden_keys(hidden), positions[:, None],
+                                  need_content=False)
+        return self.output(g, None, None)
+
+
+def may_see_matrix(may: Tensor) -> MaskMod:
+    """A (B, L, L) boolean matrix, True = query i may see key j, as a mask function."""
+    return lambda b, h, q, kv: may[b, q, kv]
+
+
+def _strictly_before() -> MaskMod:
+    """Left to right for the query stream: position i sees the tokens before it, not itself."""
+    return lambda b, h, q, kv: kv < q
+
+
+def _rows(dead: Tensor | None, start: int) -> Tensor | None:
+    return None if dead is None else dead[:, :, start:]
+
+
+def _frame_rows(frame: Frame, start: int) -> Frame:
+    differ = None if frame.segments_differ is None else frame.segments_differ[:, :, start:]
+    return Frame(frame.table, frame.index[:, :, start:], differ)
