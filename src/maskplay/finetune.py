@@ -45,6 +45,7 @@ from .modeling import (
     resolve_model_dir,
     write_model_manifest,
 )
+from .progress import Progress, track
 from .tokenizer import Tokenizer, load_tokenizer
 
 HEAD_CONFIG_NAME = "head_config.json"
@@ -214,6 +215,38 @@ def _read_json(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"{path} is damaged: a JSON object was expected")
     return data
+
+
+def not_a_language_model(directory: str | Path) -> str:
+    """The one-line error for a fine-tuned model directory given where a pretrained (language) model is expected
+    (score, embed, eval, generate, MaskplayModel.from_pretrained, pretrain --init): what it is, what to use."""
+    directory = Path(directory)
+    what = "model"
+    try:
+        head = json.loads((directory / HEAD_CONFIG_NAME).read_text())
+        family = json.loads((directory / CONFIG_NAME).read_text()).get("family", "")
+        labels = head.get("labels") or []
+        kind = (f"classifier ({len(labels)} labels: {', '.join(map(str, labels[:5]))}{', ...' if len(labels) > 5 else ''})"
+                if head.get("objective") == "classify" else "regressor (one score)")
+        what = f"{family} {kind}".strip() + (" of text pairs" if head.get("pair") else "")
+    except (OSError, ValueError, AttributeError, TypeError):  # a damaged file: the generic description will do
+        pass
+    return (f"{directory} is a fine-tuned {what} written by `maskplay finetune`, not a language model: its LM head "
+            "was replaced by the task's head, so it cannot score, embed, generate or start a pretraining; run it "
+            f"with `maskplay predict {directory} --file FILE` (Python: maskplay.finetune.load_finetuned), or give "
+            "the pretrained model it was fine-tuned from")
+
+
+def load_backbone(directory: str | Path) -> tuple[MaskplayModel, Tokenizer]:
+    """The model to fine-tune: a pretrained model directory (or bundled name); or a fine-tuned one, whose encoder
+    is then fine-tuned again on the new task with a new head (its old head is dropped)."""
+    resolved = resolve_model_dir(directory)
+    if (resolved / HEAD_CONFIG_NAME).is_file():
+        model, tokenizer = load_finetuned(resolved)
+        return model.backbone, tokenizer
+    from .score.scorer import load_model_dir
+
+    return load_model_dir(directory)
 
 
 def load_finetuned(directory: str | Path) -> tuple[FineTuned, Tokenizer]:
@@ -433,14 +466,15 @@ def metrics(head: HeadConfig, outputs: np.ndarray, labels: np.ndarray) -> dict[s
 
 
 @torch.inference_mode()
-def predict_rows(model: FineTuned, rows: list[list[int]], batch_size: int = 64) -> np.ndarray:
-    """Logits (N, labels) or scores (N,), float32, in the order of rows (batched by length)."""
+def predict_rows(model: FineTuned, rows: list[list[int]], batch_size: int = 64, progress: bool = False) -> np.ndarray:
+    """Logits (N, labels) or scores (N,), float32, in the order of rows (batched by length); progress: a bar on a
+    terminal, plain periodic lines otherwise (maskplay.progress)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     order = sorted(range(len(rows)), key=lambda k: -len(rows[k]))
     out: list[Tensor | None] = [None] * len(rows)
-    for start in range(0, len(order), batch_size):
+    for start in track(range(0, len(order), batch_size), desc="predict", unit="batch", enabled=progress):
         chunk = order[start:start + batch_size]
         result = model(**make_batch([rows[k] for k in chunk], model.config, model.head_config.pair, device)).float().cpu()
         for k, value in zip(chunk, result, strict=True):
@@ -466,7 +500,7 @@ class FinetuneOptions:
     clip: float = 1.0
     seed: int = 0
     metric: str | None = None  # default: mcc (classify), pearson (regress)
-    progress: bool | None = None  # None: a bar when stderr is a terminal
+    progress: bool = True  # a bar when stderr is a terminal, else a plain line every 30 s (maskplay.progress)
 
 
 @dataclass
@@ -512,12 +546,7 @@ def finetune(backbone: MaskplayModel, tokenizer: Tokenizer, head: HeadConfig, tr
     optimizer = build_optimizer(model, optim)
     generator = torch.Generator().manual_seed(options.seed)
     eval_every = options.eval_every or per_epoch
-    progress = sys.stderr.isatty() if options.progress is None else options.progress
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, desc="finetune", unit="step", leave=False)
+    bar = Progress(total=total, desc="finetune", unit="step", leave=False, enabled=options.progress)
     history: list[dict[str, Any]] = []
     best: dict[str, Any] = {}
     best_state: dict[str, Tensor] | None = None
@@ -540,9 +569,8 @@ def finetune(backbone: MaskplayModel, tokenizer: Tokenizer, head: HeadConfig, tr
             optimizer.step()
             step += 1
             running.append(float(loss.detach()))
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{np.mean(running[-20:]):.4f}")
+            bar.set_postfix(loss=f"{np.mean(running[-20:]):.4f}")
+            bar.update(1)
             out_of_time = options.max_minutes is not None and time.monotonic() - start > options.max_minutes * 60
             if step % eval_every == 0 or step == total or out_of_time:
                 scores = metrics(head, predict_rows(model, dev_rows), dev_labels.numpy())
@@ -558,18 +586,15 @@ def finetune(backbone: MaskplayModel, tokenizer: Tokenizer, head: HeadConfig, tr
                     bad += 1
                 line = (f"step {step}/{total} epoch {record['epoch']:g} train loss {record['train_loss']:.4f} "
                         + " ".join(f"dev {k} {v:.4f}" for k, v in scores.items()) + (" *" if improved else ""))
-                (bar.write if bar is not None else log)(line)
+                (bar.write if bar.mode == "bar" else log)(line)
                 if options.patience is not None and bad >= options.patience:
-                    (bar.write if bar is not None else log)(f"early stopping: no better dev {metric} in {bad} "
-                                                            "evaluations")
+                    (bar.write if bar.mode == "bar" else log)(f"early stopping: no better dev {metric} in {bad} "
+                                                              "evaluations")
                     stop = True
-            elif bar is None and step % 50 == 0:
-                log(f"step {step}/{total} train loss {np.mean(running[-50:]):.4f}")
             if stop or step >= total or out_of_time:
                 stop = stop or out_of_time
                 break
-    if bar is not None:
-        bar.close()
+    bar.close()
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()

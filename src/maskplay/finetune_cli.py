@@ -14,7 +14,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Fine-tune MODEL (tta, bert, electra, unilm, gpt) with a small head on --train, "
                                    "keep the weights of the best --dev evaluation, and save a model directory that "
                                    "`maskplay predict` and maskplay.finetune.FineTuned.from_pretrained load.")
-    p.add_argument("model", help="a model directory (config.json, model.safetensors, tokenizer.json) or bundled name")
+    p.add_argument("model", help="a model directory (config.json, model.safetensors, tokenizer.json) or bundled name; "
+                                 "or a fine-tuned directory, whose encoder is fine-tuned again with a new head")
     p.add_argument("--task", choices=["classify", "regress", "pairs"], required=True,
                    help="classify (cross-entropy), regress (MSE), pairs (two texts as one input; classify or "
                         "regress from the labels: regress if any is not an integer)")
@@ -90,9 +91,8 @@ def run_finetune(args: argparse.Namespace) -> int:
     import torch
 
     from .devices import resolve_device
-    from .finetune import FinetuneOptions, finetune, read_examples
+    from .finetune import FinetuneOptions, finetune, load_backbone, read_examples
     from .modeling import prepare_output_dir, prepare_output_file
-    from .score.scorer import load_model_dir
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -103,7 +103,7 @@ def run_finetune(args: argparse.Namespace) -> int:
     need_pairs = True if args.task == "pairs" else None
     train = read_examples(args.train, **columns, need_pairs=need_pairs)
     dev = read_examples(args.dev, **columns, need_pairs=need_pairs)
-    backbone, tokenizer = load_model_dir(args.model)
+    backbone, tokenizer = load_backbone(args.model)
     head = _head(args, backbone.config.family, train)
     if any(ex.pair is not None for ex in dev) != head.pair:
         raise ValueError(f"--train {'has' if head.pair else 'has no'} text pairs but --dev "
@@ -141,7 +141,8 @@ def run_predict(args: argparse.Namespace) -> int:
     if head.pair and any(ex.pair is None for ex in examples):
         bad = next(ex for ex in examples if ex.pair is None)
         raise ValueError(f"{bad.where}: this model reads text pairs; the row has one text")
-    outputs = predict_rows(model, encode_examples(examples, tokenizer, model.config, head.pair), args.batch_size)
+    outputs = predict_rows(model, encode_examples(examples, tokenizer, model.config, head.pair), args.batch_size,
+                           progress=True)
     rows = []
     for out in outputs:
         if head.objective == "regress":

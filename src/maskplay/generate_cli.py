@@ -142,7 +142,8 @@ def run_generate(args: argparse.Namespace) -> int:
                        strategy=args.strategy, num_beams=args.num_beams, length_penalty=args.length_penalty,
                        early_stopping=args.early_stopping, temperature=args.temperature, top_k=args.top_k,
                        top_p=args.top_p, seed=args.seed, stop_ids=_stop_ids(args.stop, model, tokenizer),
-                       use_cache=args.use_cache, batch_size=args.batch_size, on_token=streamer)
+                       use_cache=args.use_cache, batch_size=args.batch_size, on_token=streamer,
+                       progress=len(prompts) > 1)
     _write(out, prompts, args.format, streamed=stream)
     empty = sum(g.finish_reason == "empty" for g in out)
     notes = [f"{out.truncated} truncated from the left to fit the model"] if out.truncated else []

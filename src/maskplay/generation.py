@@ -32,6 +32,7 @@ from torch import Tensor
 
 from .cache import KVCache
 from .heads import sample_rows
+from .progress import Progress
 
 STRATEGIES = ("greedy", "beam", "sample")
 TokenCallback = Callable[[int, int], None]  # (input index, token id), as each token is chosen
@@ -442,7 +443,7 @@ def generate(model: Any, inputs: str | Sequence[str] | Sequence[Sequence[int]] |
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
              stop_ids: Sequence[int] | None = None, use_cache: bool = True, batch_size: int = 32,
              padding_side: str = "left", output_logits: bool = False,
-             on_token: TokenCallback | None = None) -> GenerationOutput:
+             on_token: TokenCallback | None = None, progress: bool = False) -> GenerationOutput:
     """Generate a continuation of each input (see GenerationConfig for the options).
 
     inputs: texts (with `tokenizer`; framed as the family says, `[SOS] text` by default), lists of token ids,
@@ -452,7 +453,8 @@ def generate(model: Any, inputs: str | Sequence[str] | Sequence[Sequence[int]] |
     An empty text (or an empty id list) gives an empty Generated, finish_reason "empty". Inputs run sorted by
     length, batch_size at a time, padded on `padding_side`. on_token(input index, token id) is called as each
     non-stop token is chosen (greedy and sampling: streaming). seed makes sampling reproducible (a
-    torch.Generator of its own; the global RNG is untouched)."""
+    torch.Generator of its own; the global RNG is untouched). progress: count the inputs done on stderr (a bar on a
+    terminal, plain periodic lines otherwise; maskplay.progress)."""
     require_generative(model)
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, strategy=strategy, num_beams=num_beams,
                            length_penalty=length_penalty, early_stopping=early_stopping, temperature=temperature,
@@ -495,6 +497,7 @@ def generate(model: Any, inputs: str | Sequence[str] | Sequence[Sequence[int]] |
     was_training = getattr(model, "training", False)
     if was_training:
         model.eval()
+    bar = Progress(total=len(order), desc="generate", unit="input", enabled=progress, leave=False)
     try:
         with torch.inference_mode():
             for start in range(0, len(order), batch_size):
@@ -508,7 +511,9 @@ def generate(model: Any, inputs: str | Sequence[str] | Sequence[Sequence[int]] |
                     if tokenizer is not None:
                         g.text = tokenizer.decode(g.token_ids)
                     results[k] = g
+                bar.update(len(batch))
     finally:
+        bar.close()
         if was_training:
             model.train()
     return GenerationOutput([g for g in results if g is not None], truncated)

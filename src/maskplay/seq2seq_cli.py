@@ -82,7 +82,7 @@ def run_eval(args: argparse.Namespace) -> int:
         model = for_precision(model, resolved_precision(model, args.precision, None, "seq2seq eval"))
         predictions = generate_targets(model, tokenizer, [p.source for p in pairs], args.max_source,
                                        strategy=args.strategy, num_beams=args.num_beams,
-                                       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+                                       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, progress=True)
     result = scores(predictions, [p.target for p in pairs])
     seconds = time.monotonic() - start
     print(f"{'model':<34} {'ROUGE-1':>8} {'ROUGE-2':>8} {'ROUGE-L':>8} {'exact %':>8}   ({len(pairs)} pairs, "

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from .data.readers import FORMATS, INVALID_UTF8_POLICIES, ReadStats, iter_paragraphs
+from .progress import track
 from .tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer, train_wordpiece
 
 
@@ -19,6 +20,9 @@ def train_tokenizer(corpus: list[str | Path], vocab_size: int, out_dir: str | Pa
         raise ValueError(f"--limit-lines must be positive, got {limit_lines}")
     stats = ReadStats()
     texts = iter_paragraphs(corpus, fmt=fmt, on_invalid_utf8=on_invalid_utf8, stats=stats, limit=limit_lines)
+    # reading the corpus is most of the time: a bar on a terminal, plain lines otherwise (the trainer's own bars,
+    # show_progress, would draw over it while reading)
+    texts = track(texts, desc="tokenizer: reading", unit="paragraph", enabled=not show_progress)
     tok = train_wordpiece(texts, vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
                           show_progress=show_progress)
     out_dir = Path(out_dir)
@@ -77,7 +81,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="keep at most this many distinct characters (the rest become [UNK])")
     t.add_argument("--format", choices=FORMATS, default="auto")
     t.add_argument("--on-invalid-utf8", choices=INVALID_UTF8_POLICIES, default="error")
-    t.add_argument("--progress", action="store_true", help="show the trainer's progress bars")
+    t.add_argument("--progress", action="store_true",
+                   help="the HuggingFace trainer's own progress bars instead of maskplay's (reading the corpus)")
     t.set_defaults(func=_train)
 
     e = tsub.add_parser("encode", help="print the pieces (and ids) a tokenizer gives a text")

@@ -12,7 +12,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import sys
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..progress import Progress
 from ..tokenizer import Tokenizer, load_tokenizer
 from .dataset import META_NAME, OFFSETS_NAME, TOKENS_NAME
 from .readers import FORMATS, INVALID_UTF8_POLICIES, ReadStats, iter_documents, resolve_corpus
@@ -44,7 +44,7 @@ class PrepareConfig:
     format: str = "auto"  # readers.FORMATS
     overwrite: bool = False  # replace a prepared corpus already in out_dir
     chunk_chars: int = 1 << 20  # characters of text per chunk of work sent to a worker
-    progress: bool = False  # report progress on stderr every few seconds
+    progress: bool = False  # a bar on stderr when it is a terminal, else a plain line every 30 s (maskplay.progress)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -272,20 +272,16 @@ def prepare_corpus(paths: list[str | Path], tokenizer: str | Path, out_dir: str 
                 docs_per_split[split] += 1
                 yield split, doc.paragraphs
 
-    last_report = time.perf_counter()
+    bar = Progress(total=len(files), desc="prepare", unit="file", enabled=config.progress)
 
     def consume(result: dict) -> None:
-        nonlocal last_report
         for name, value in result["counts"].items():
             setattr(summary, name, getattr(summary, name) + value)
         for writer, tokens, lengths in zip(writers, result["tokens"], result["lengths"], strict=True):
             writer.write(tokens, lengths)
-        now = time.perf_counter()
-        if config.progress and now - last_report >= 10:
-            last_report = now
-            print(f"prepare: {stats.files} files, {stats.documents:,} documents, {stats.bytes / 1e6:,.1f} MB read, "
-                  f"{writers[0].num_sequences + writers[1].num_sequences:,} sequences, {now - start:,.0f} s",
-                  file=sys.stderr, flush=True)
+        bar.set_postfix(documents=f"{stats.documents:,}", MB_read=f"{stats.bytes / 1e6:,.1f}",
+                        sequences=f"{writers[0].num_sequences + writers[1].num_sequences:,}")
+        bar.update(stats.files - bar.n)  # the files opened so far
 
     chunks = _chunks(documents(), config.chunk_chars)
     if config.workers == 1:
@@ -294,6 +290,7 @@ def prepare_corpus(paths: list[str | Path], tokenizer: str | Path, out_dir: str 
             consume(encoder(chunk))
     else:
         _run_pool(chunks, str(tokenizer_file), config, dtype, consume)
+    bar.close()
 
     for writer, name in zip(writers, SPLITS, strict=True):
         writer.close({**meta, "split": name})

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..progress import track
 from ..tokenizer import load_tokenizer
 from .dataset import write_split
 from .readers import ReadStats, iter_documents
@@ -60,12 +61,7 @@ def build_titles(corpus: list[str], tokenizer_path: str, out: str | Path, config
     stats = ReadStats()
     counts: Counter[str] = Counter()
     pairs: dict[str, list[dict[str, str]]] = {s: [] for s in SPLITS}
-    documents = iter_documents(corpus, stats=stats)
-    if progress:
-        from tqdm import tqdm
-
-        documents = tqdm(documents, desc="documents", unit="doc")
-    for doc in documents:
+    for doc in track(iter_documents(corpus, stats=stats), desc="titles", unit="document", enabled=progress):
         if not doc.title:
             counts["skipped: no title (not WikiExtractor)"] += 1
         elif not doc.paragraphs:

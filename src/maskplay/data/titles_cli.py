@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from .titles import TitlesConfig, build_titles
 
@@ -29,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     config = TitlesConfig(max_source=args.max_source, max_target=args.max_target,
                           min_source_words=args.min_source_words, dev_percent=args.dev_percent,
                           test_percent=args.test_percent)
-    summary = build_titles(args.corpus, args.tokenizer, args.out, config, progress=sys.stderr.isatty())
+    summary = build_titles(args.corpus, args.tokenizer, args.out, config, progress=True)
     pairs = summary["pairs"]
     print(f"{summary['documents']:,} documents from {summary['files']} files -> pairs: train {pairs['train']:,}, "
           f"dev {pairs['dev']:,}, test {pairs['test']:,}")

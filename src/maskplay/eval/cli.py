@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -100,7 +99,7 @@ def _scorer(args: argparse.Namespace) -> Scorer:
     # Evaluations never fail on one long sentence: it is scored in windows (see docs/SCORING.md).
     return Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=resolve_device(args.device),
                                   method=Method(args.method), overflow=Overflow.WINDOW,
-                                  precision=_precision(args), progress=sys.stderr.isatty())
+                                  precision=_precision(args), progress=True)
 
 
 def _precision(args: argparse.Namespace) -> Precision:
@@ -186,7 +185,7 @@ def run_sts(args: argparse.Namespace) -> int:
     def embed(texts: list[str]):
         return embedder.encode(texts, pooling=Pooling(args.pooling), layer=args.layer,
                                diagonal_mask=args.diagonal_mask, batch_size=args.batch_size,
-                               overflow=Overflow.TRUNCATE, progress=sys.stderr.isatty())
+                               overflow=Overflow.TRUNCATE, progress=True)
 
     done = _timed("sts")
     results = {}

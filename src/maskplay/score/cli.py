@@ -113,6 +113,7 @@ LONG_LINE_WINDOWS = 50  # a line scored in more windows than this is announced o
 
 
 def run_score(args: argparse.Namespace) -> int:
+    from ..progress import Progress
     from .scorer import Scorer
     from .text import is_empty
 
@@ -140,7 +141,7 @@ def run_score(args: argparse.Namespace) -> int:
         out = open(out_path, "a" if done else "w", encoding="utf-8") if out_path is not None else sys.stdout
         try:
             writer = ScoreWriter(out, args.format, header=not done)
-            bar = _progress(len(rows), done)
+            bar = Progress(total=len(rows), initial=done, desc="score", unit="line")
             # Batch by batch, in input order: a long run shows progress and a crash loses at most one batch.
             for start in range(done, len(rows), args.batch_size):
                 chunk = rows[start:start + args.batch_size]
@@ -148,10 +149,8 @@ def run_score(args: argparse.Namespace) -> int:
                 scores = _score_rows(scorer, rows, positions, args)
                 by_position = dict(zip(positions, scores, strict=True))
                 writer.write([(index, text, by_position.get(start + k)) for k, (index, text) in enumerate(chunk)])
-                if bar is not None:
-                    bar.update(len(chunk))
-            if bar is not None:
-                bar.close()
+                bar.update(len(chunk))
+            bar.close()
         finally:
             if out is not sys.stdout:
                 out.close()
@@ -160,14 +159,6 @@ def run_score(args: argparse.Namespace) -> int:
         resumed = f" ({done} were there already)" if done else ""
         print(f"wrote {out_path}: {len(rows)} rows{resumed}", file=sys.stderr)
     return 0
-
-
-def _progress(total: int, done: int) -> Any:
-    if not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=done, unit="line", file=sys.stderr, mininterval=1.0, dynamic_ncols=True)
 
 
 def _score_rows(scorer: Any, rows: list[tuple[int, str]], positions: list[int],
@@ -350,7 +341,7 @@ def run_embed(args: argparse.Namespace) -> int:
             vectors = embedder.encode([rows[k][1] for k in positions], pooling=Pooling(args.pooling), layer=args.layer,
                                       diagonal_mask=args.diagonal_mask, normalize=args.normalize,
                                       batch_size=args.batch_size, overflow=Overflow(args.overflow),
-                                      progress=sys.stderr.isatty())
+                                      progress=True)
         except ValueError as err:
             import re
 

@@ -442,8 +442,7 @@ class Scorer:
 
 
 def _progress(items: list[Any], enabled: bool, desc: str) -> Any:
-    if not enabled:
-        return items
-    from tqdm import tqdm
+    """Batches with a progress bar on a terminal, plain periodic lines otherwise (maskplay.progress)."""
+    from ..progress import track
 
-    return tqdm(items, desc=desc, unit="batch", leave=False)
+    return track(items, desc=desc, unit="batch", enabled=enabled, leave=False)

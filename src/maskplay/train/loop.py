@@ -542,11 +542,10 @@ class Trainer:
         window = {"loss": 0.0, "n": 0.0, "tokens": 0.0, "time": time.monotonic()}
         window_parts: dict[str, float] = {}  # this process's loss parts (ModelOutput.parts) x targets
         bar = None
-        if d.is_main and cfg.run.progress:
-            from tqdm import tqdm
+        if d.is_main and cfg.run.progress:  # a bar on a terminal, plain lines every 30 s otherwise (maskplay.progress)
+            from ..progress import Progress
 
-            bar = tqdm(total=cfg.optim.max_steps, initial=self.step, unit="step", dynamic_ncols=True,
-                       mininterval=1.0, desc=self.model_config.family)
+            bar = Progress(total=cfg.optim.max_steps, initial=self.step, unit="step", desc=self.model_config.family)
         self._t0 = time.monotonic()
         with _Signals() as signals:
             batches = self._steps()
@@ -613,8 +612,7 @@ class Trainer:
                     if bar is not None:
                         extra = {"budget_left": f"{max(0.0, budget - self.elapsed()) / 60:.1f}min"} \
                             if math.isfinite(budget) else {}
-                        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", lr=f"{lr:.2e}", **extra,
-                                        refresh=False)
+                        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", lr=f"{lr:.2e}", **extra)
                     window = {"loss": 0.0, "n": 0.0, "tokens": 0.0, "time": now}
                     window_parts = {}
                 paused = time.monotonic()
