@@ -275,6 +275,45 @@ def test_cli_finetune_then_predict(tok, tmp_path, capsys):
     assert f"{bad}:3: 1 fields" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", [["score", "DIR", "the cat sat"], ["embed", "DIR", "--out", "OUT.npy", "--file", "STS"],
+                                     ["eval", "sts", "DIR", "--file", "STS"], ["generate", "DIR", "the cat"]])
+def test_language_model_commands_on_a_fine_tuned_directory_say_what_it_is(tok, tmp_path, capsys, command):
+    model = FineTuned(backbone("bert", tok), HeadConfig(labels=["bad", "good"], pooling="first", pair=True))
+    model.save_pretrained(tmp_path / "ft", tok)
+    sts = tmp_path / "sts.tsv"
+    sts.write_text("".join(f"main-captions\tMSRvid\t2012test\t{i:04d}\t{i}.0\tthe cat sat\ta dog ran\n"
+                           for i in range(4)))
+    names = {"DIR": str(tmp_path / "ft"), "OUT.npy": str(tmp_path / "out.npy"), "STS": str(sts)}
+    capsys.readouterr()
+    assert main([names.get(c, c) for c in command]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # one line, not the list of missing LM weights
+    assert "missing" not in err and "is a fine-tuned bert classifier (2 labels: bad, good) of text pairs" in err
+    assert f"maskplay predict {tmp_path / 'ft'} --file FILE" in err
+    assert not (tmp_path / "out.npy").exists()
+
+
+def test_python_loaders_refuse_a_fine_tuned_directory_and_finetune_starts_from_its_encoder(tok, tmp_path, capsys):
+    from maskplay import MaskplayModel
+    from maskplay.finetune import load_backbone
+    from maskplay.train.config import ModelSection
+
+    model = FineTuned(backbone("tta", tok), HeadConfig(objective="regress", pooling="mean"))
+    model.save_pretrained(tmp_path / "ft", tok)
+    with pytest.raises(ValueError, match=r"is a fine-tuned tta regressor \(one score\) written by `maskplay finetune`"):
+        MaskplayModel.from_pretrained(tmp_path / "ft")
+    with pytest.raises(ValueError, match="model.init: .* not a language model"):
+        ModelSection(family="tta", init=str(tmp_path / "ft")).build(tok.model_config_ids())
+    # fine-tuning again: the encoder's weights, a new head
+    encoder, _ = load_backbone(tmp_path / "ft")
+    for name, value in model.backbone.state_dict().items():
+        torch.testing.assert_close(encoder.state_dict()[name], value, msg=name)
+    train, dev = write_tsv(tmp_path / "train.tsv", task(16)), write_tsv(tmp_path / "dev.tsv", task(8, seed=1))
+    assert main(["finetune", str(tmp_path / "ft"), "--task", "classify", "--train", str(train), "--dev", str(dev),
+                 "--out", str(tmp_path / "again"), "--epochs", "1", "--batch-size", "8"]) == 0
+    assert FineTuned.from_pretrained(tmp_path / "again").head_config.objective == "classify"
+
+
 # ---- HuggingFace twins -------------------------------------------------------------------------------------------
 
 

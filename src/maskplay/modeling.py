@@ -222,6 +222,10 @@ def read_model_config(directory: str | Path, **overrides: Any) -> ModelConfig:
     """The ModelConfig in a model directory (a bundled name or hub id resolved first); a missing or damaged
     config.json is one error naming it."""
     config_path = resolve_model_dir(directory) / CONFIG_NAME
+    if (config_path.parent / "head_config.json").is_file():  # `maskplay finetune` wrote it: no LM head to load
+        from .finetune import not_a_language_model
+
+        raise ValueError(not_a_language_model(config_path.parent))
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} not found: is {config_path.parent} a directory written by "
                                 "save_pretrained?")
