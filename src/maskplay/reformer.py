@@ -124,12 +124,12 @@ def lsh_attention(qk: Tensor, v: Tensor, n_buckets: int, n_hashes: int = 1, chun
         scores = scores.masked_fill(qp == kp, SELF_SCORE)
     if r > 1:
         # a pair that several rounds hold would count once per round: lower its score by log(count)
-        counts = _round_counts(qp, kp, chunk_of, None if attend_across_buckets else b_pad, n)
+        counts = _round_counts(s_pos, chunk_of, None if attend_across_buckets else b_pad, n, c)
         scores = scores - counts.to(scores.dtype).log()
     scores = scores.masked_fill(~allowed, float("-inf"))
     lse = scores.logsumexp(dim=-1, keepdim=True)  # (B, H, r, n, c, 1); -inf for a row with nothing
-    finite = torch.isfinite(lse)
-    p = torch.where(finite, (scores - torch.where(finite, lse, torch.zeros_like(lse))).exp(), torch.zeros_like(scores))
+    # a row with nothing keeps -inf scores against a 0 offset: exp gives zeros, not NaN
+    p = (scores - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))).exp()
     out = p @ v_w  # (B, H, r, n, c, D)
 
     # back to positions, then the rounds weighted by their share of the total mass
@@ -143,20 +143,26 @@ def lsh_attention(qk: Tensor, v: Tensor, n_buckets: int, n_hashes: int = 1, chun
     return (result, buckets) if return_buckets else result
 
 
-def _round_counts(qp: Tensor, kp: Tensor, chunk_of: Tensor, bucket_of: Tensor | None, n: int) -> Tensor:
-    """For each (query, key) pair of each round's windows (qp: (B, H, r, n, c, 1), kp: (B, H, r, n, 1, W)
-    positions): in how many rounds the key is among the query's candidates, i.e. in the query's chunk or the one
-    before under that round's order (chunk_of: (B, H, r, total)), and in its bucket (bucket_of) unless None."""
-    B, H, r = qp.shape[:3]
-    shape = torch.broadcast_shapes(qp.shape, kp.shape)
-    q_pos = qp.expand(shape).reshape(B, H, 1, -1).expand(B, H, r, -1)  # every pair, looked up under every round
-    k_pos = kp.expand(shape).reshape(B, H, 1, -1).expand(B, H, r, -1)
-    cq, ck = torch.gather(chunk_of, 3, q_pos), torch.gather(chunk_of, 3, k_pos)
-    together = (ck == cq) if n == 1 else (ck == cq) | (ck == (cq - 1) % n)
+def _round_counts(s_pos: Tensor, chunk_of: Tensor, bucket_of: Tensor | None, n: int, c: int) -> Tensor:
+    """For each (query, key) pair of each round's windows, (B, H, r, n, c, W): in how many rounds the key is
+    among the query's candidates, i.e. in the query's chunk or the one before under that round's order, and in
+    its bucket unless bucket_of is None. s_pos (B, H, r, total): the positions in each round's sorted order;
+    chunk_of, bucket_of (B, H, r', total): each position's chunk and bucket in round r'."""
+    B, H = s_pos.shape[:2]
+    bi = torch.arange(B, device=s_pos.device).view(B, 1, 1, 1)
+    hi = torch.arange(H, device=s_pos.device).view(1, H, 1, 1)
+    # per position (not per pair) tables under every round r', then pairs by broadcasting: (..., r') last
+    tables = [chunk_of] if bucket_of is None else [chunk_of, bucket_of]
+    looked_up = [t.transpose(2, 3)[bi, hi, s_pos].to(torch.int32) for t in tables]  # (B, H, r, total, r')
+    q_chunk = looked_up[0].unflatten(3, (n, c)).unsqueeze(-2)  # (B, H, r, n, c, 1, r')
+    k_chunk = _chunk_windows(looked_up[0], n).unsqueeze(-3)  # (B, H, r, n, 1, W, r')
+    together = k_chunk == q_chunk
+    if n > 1:
+        together |= k_chunk == (q_chunk - 1) % n
     if bucket_of is not None:
-        together = together & (torch.gather(bucket_of, 3, q_pos) == torch.gather(bucket_of, 3, k_pos))
+        together &= _chunk_windows(looked_up[1], n).unsqueeze(-3) == looked_up[1].unflatten(3, (n, c)).unsqueeze(-2)
     # fillers past the length may count 0: they are masked anyway, and log(0) must not reach the scores
-    return together.sum(dim=2).clamp_min(1).view(shape)
+    return together.sum(dim=-1).clamp_min(1)
 
 
 def lsh_union_mask(buckets: Tensor, chunk: int, attend_across_buckets: bool = False) -> Tensor:

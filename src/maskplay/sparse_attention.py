@@ -99,7 +99,9 @@ def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int, mask_
               + torch.arange(band, device=device).view(1, band)).view(1, n, 1, 1, band)
     bi = torch.arange(B, device=device).view(B, 1, 1, 1, 1)
     hi = torch.arange(H, device=device).view(1, 1, H, 1, 1)
-    allowed = (kv_idx >= 0) & (kv_idx < L) & ((q_idx - kv_idx).abs() <= window)
+    # |q - kv| <= window depends only on the offsets inside a chunk, (c, band): one small pattern for all chunks
+    offset = torch.arange(c, device=device).view(c, 1) + window - torch.arange(band, device=device).view(1, band)
+    allowed = (offset.abs() <= window).view(1, 1, 1, c, band) & ((kv_idx >= 0) & (kv_idx < L))
     if mask_mod is not None:
         # indices outside [0, L) are clamped only so that a mask_mod's lookups stay in range; `allowed` hides them
         allowed = allowed & mask_mod(bi, hi, q_idx.clamp(max=L - 1), kv_idx.clamp(0, L - 1))
