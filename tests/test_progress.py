@@ -153,6 +153,16 @@ def test_score_command_draws_a_bar_on_a_terminal(model_dir, tmp_path, capsys, mo
     assert "\r" in err and "6/6" in err and "line/s" in err and "elapsed," not in err
 
 
+def test_units_in_the_plural(clock):
+    out = io.StringIO()
+    for unit in ("batch", "step", "lines", "box"):
+        bar = Progress(total=2, unit=unit, stream=out, interval=0)
+        clock.now += 1.0
+        bar.update(1)
+    assert [line.split(" (")[0] for line in out.getvalue().splitlines()] == ["1/2 batches", "1/2 steps", "1/2 lines",
+                                                                             "1/2 boxes"]
+
+
 def test_finetune_lines_when_not_a_terminal(model_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("MASKPLAY_PROGRESS_SECONDS", "0")
     rows = "".join(f"{'good' if k % 2 else 'bad'} cat {k}\t{k % 2}\n" for k in range(8))

@@ -127,7 +127,7 @@ class Progress:
     def _line(self, now: float, done: bool = False) -> None:
         elapsed = now - self._start
         rate = (self.n - self._initial) / elapsed if elapsed > 0 else 0.0
-        unit = self.unit if self.unit.endswith("s") else f"{self.unit}s"
+        unit = self.unit if self.unit.endswith("s") else self.unit + ("es" if self.unit.endswith(("ch", "sh", "x")) else "s")
         count = f"{self.n:,}/{self.total:,} {unit}" if self.total else f"{self.n:,} {unit}"
         if self.total:
             count += f" ({100 * self.n / self.total:.0f}%)"
