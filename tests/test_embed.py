@@ -21,7 +21,7 @@ def naive(model, tok, sentence: str, layer: int, **kwargs) -> torch.Tensor:
         return model(ids, output_hidden_states=True, **kwargs).hidden_states[layer][0]
 
 
-@pytest.mark.parametrize("family", ["tta", "bert", "gpt", "electra"])
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt", "electra", "xlnet"])
 @pytest.mark.parametrize("layer", [-1, 1])
 def test_mean_pooling_excludes_sos_and_eos(tok, family, layer):
     model = tiny(family, tok)

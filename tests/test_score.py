@@ -156,7 +156,7 @@ def test_batch_size_does_not_change_scores(tok):
     assert [s.log_prob for s in one] == pytest.approx([s.log_prob for s in many], abs=1e-4)
 
 
-@pytest.mark.parametrize("family", ["tta", "bert", "gpt", "electra"])
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt", "electra", "xlnet"])
 def test_bf16_is_close_to_fp32(tok, family):
     model = tiny(family, tok)
     a = Scorer(model, tok).score(SENTENCES[:3])

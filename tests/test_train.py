@@ -243,7 +243,7 @@ def test_loss_is_normalised_by_the_global_target_count(data):
     assert not torch.allclose(naive, oracle, rtol=1e-3, atol=1e-6)
 
 
-@pytest.mark.parametrize("family", ["tta", "bert", "gpt"])
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt", "xlnet"])
 def test_target_count_is_the_number_of_scored_positions(tiny_model, family):
     from tests.conftest import padded_batch
 
@@ -428,3 +428,21 @@ def test_held_out_loss_falls_on_real_text(tmp_path):
     start, end = (r["eval_loss"] for r in records if "eval_loss" in r)
     assert start == pytest.approx(np.log(2000), abs=0.1)
     assert end < unigram_loss(data) - 0.5, (start, end, unigram_loss(data))
+
+
+def test_xlnet_pretrains_resumes_and_scores(data, tmp_path):
+    """XLNet through the same loop: a budget-stopped run resumed ends where one run ends, and its export scores."""
+    from maskplay.cli import main
+
+    whole = train(small_config(data, tmp_path / "whole", family="xlnet"))
+    part = train(small_config(data, tmp_path / "part", "run.max_minutes=1e-9", family="xlnet"))
+    rest = train(small_config(data, tmp_path / "part", family="xlnet"), resume=True)
+    assert part.step == 1 and rest.step == whole.step == 8
+    assert_same_weights(weights(whole.run_dir), weights(rest.run_dir))
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("the cat sat on the mat .\nthe mat sat .\n")
+    for method in ("causal", "pll"):
+        out = tmp_path / f"{method}.jsonl"
+        assert main(["score", str(rest.final_dir), "--file", str(sentences), "--format", "jsonl", "--out", str(out),
+                     "--method", method]) == 0
+        assert len(out.read_text().splitlines()) == 2

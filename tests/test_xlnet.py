@@ -138,8 +138,8 @@ def test_one_pass_pll_would_leak_from_layer_two():
         ids, attn = padded_batch([6])
         everywhere = torch.arange(6)[None]
         not_self = lambda b, h, q, kv: q != kv  # noqa: E731
-        grad = _gradient_from_each_token(model, lambda m=model: probe(m.streams(
-            ids, attn, not_self, everywhere, need_content=False)[1][0, 2]))
+        grad = _gradient_from_each_token(model, lambda m=model, i=ids, a=attn, s=not_self, e=everywhere: probe(
+            m.streams(i, a, s, e, need_content=False)[1][0, 2]))
         assert bool(grad[0, 2] > 0) is leaks
 
 

@@ -35,8 +35,9 @@ def electra_training_flops_per_token(config: ModelConfig, seq_len: int) -> float
 
 def predicted_fraction(family: str) -> float:
     """Share of tokens at which each family applies its LM head during training."""
-    # ELECTRA: its generator's head; UniLM: its mixed objective's masked tokens (seq2seq: the target share)
-    return {"bert": 0.15, "gpt": 1.0, "tta": 1.0, "electra": 0.15, "unilm": 0.15}[family]
+    # ELECTRA: its generator's head; UniLM: its mixed objective's masked tokens (seq2seq: the target share);
+    # XLNet: partial prediction at the default K = 6 (its query stream's rows are not counted here)
+    return {"bert": 0.15, "gpt": 1.0, "tta": 1.0, "electra": 0.15, "unilm": 0.15, "xlnet": 1 / 6}[family]
 
 
 def _layer_flops(config: ModelConfig, seq_len: int) -> float:

@@ -45,6 +45,9 @@ from ..modeling import IGNORE_INDEX, MaskplayModel
 from ..outputs import ModelOutput
 from ..positions import Frame, relative_frame
 
+# (content stream, query stream, memory for the next segment, hidden states)
+Streams = tuple[Tensor | None, Tensor | None, list[Tensor], tuple[Tensor, ...] | None]
+
 
 class WordEmbeddings(nn.Module):
     """XLNet's input: the token embedding and dropout; positions enter attention, segments too."""
@@ -72,6 +75,8 @@ class TiedHead(LMHead):
 
 class XLNet(MaskplayModel):
     family = "xlnet"
+    # pretraining batches carry no segment ids, so the relative segment terms get no gradient (DDP must know)
+    unused_in_training = True
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -89,8 +94,7 @@ class XLNet(MaskplayModel):
     def streams(self, input_ids: Tensor, attention_mask: Tensor, may_see: MaskMod,
                 query_positions: Tensor | None = None, token_type_ids: Tensor | None = None,
                 mems: list[Tensor] | None = None, need_content: bool = True,
-                output_hidden_states: bool = False, keep_memory: bool = False) -> tuple[Tensor | None, Tensor | None, list[Tensor],
-                                                             tuple[Tensor, ...] | None]:
+                output_hidden_states: bool = False, keep_memory: bool = False) -> Streams:
         """Both streams through every block. `may_see`: the query stream's structural mask (the content stream's
         is that or the diagonal; padding keys are hidden from both). `query_positions` (B, T): where the query
         stream runs (None: no query stream). The memory for the next segment is kept with `keep_memory`, xlnet.mem_len
@@ -171,22 +175,47 @@ class XLNet(MaskplayModel):
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 order: Tensor | None = None, target_positions: Tensor | None = None,
                 token_type_ids: Tensor | None = None, mems: list[Tensor] | None = None,
-                output_hidden_states: bool = False) -> ModelOutput:
-        """With `order` (B, L; each row a permutation of the positions, order[b, t] = the position predicted at
-        step t), the permutation LM: the query stream at `target_positions` (B, T) (default: partial prediction,
-        the last ceil(n/K) real tokens of each order), last_hidden_state (B, T, H) its output, `labels` (B, T)
-        aligned with target_positions (-100 = no loss). Without `order`: the content stream with every token
-        seeing every other, (B, L, H), for features (embed, eval, fine-tuning). ModelOutput.mems: the memory for
-        the next segment (with xlnet.mem_len or `mems`)."""
+                output_hidden_states: bool = False, left_to_right: bool = False,
+                hide_positions: Tensor | None = None, hide_ends: Tensor | None = None) -> ModelOutput:
+        """One entry point for every view (so that bf16 scoring can run any of them through functional_call):
+
+        - `order` (B, L; each row a permutation of the positions, order[b, t] = the position predicted at step t):
+          the permutation LM. The query stream runs at `target_positions` (B, T) (default: partial prediction,
+          the last ceil(n/K) real tokens of each order); last_hidden_state (B, T, H) is its output and `labels`
+          (B, T) are aligned with target_positions (-100 = no loss).
+        - `left_to_right`: the query stream at every position under the left-to-right order (see left_to_right).
+        - `hide_positions` (B,): the query stream at that one position per row, tokens [hide_positions,
+          hide_ends) hidden from every stream (see from_others).
+        - none of these: the content stream with every token seeing every other, (B, L, H), for features (embed,
+          eval, fine-tuning).
+        ModelOutput.mems: the memory for the next segment (left_to_right always; otherwise with xlnet.mem_len or
+        `mems`)."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
+        if sum([order is not None, left_to_right, hide_positions is not None]) > 1:
+            raise ValueError("choose one view: order=..., left_to_right=True or hide_positions=...")
+        if (target_positions is not None or labels is not None) and order is None:
+            raise ValueError("target_positions and labels need a factorization order (order=...)")
+        B, L = input_ids.shape
+        if left_to_right:
+            everywhere = torch.arange(L, device=input_ids.device).expand(B, L)
+            _, g, new_mems, states = self.streams(input_ids, attention_mask, _strictly_before(), everywhere,
+                                                  token_type_ids, mems, need_content=False, keep_memory=True,
+                                                  output_hidden_states=output_hidden_states)
+            return _with_mems(self.output(g, None, states), new_mems)
+        if hide_positions is not None:
+            if hide_positions.shape != (B,):
+                raise ValueError(f"hide_positions must be ({B},), one position per row, got {tuple(hide_positions.shape)}")
+            ends = hide_positions + 1 if hide_ends is None else hide_ends
+            columns = torch.arange(L, device=input_ids.device)[None]
+            hidden = (columns >= hide_positions[:, None]) & (columns < ends[:, None])
+            _, g, new_mems, states = self.streams(input_ids, attention_mask, hidden_keys(hidden),
+                                                  hide_positions[:, None], token_type_ids, mems, need_content=False,
+                                                  output_hidden_states=output_hidden_states)
+            return _with_mems(self.output(g, None, states), new_mems)
         if order is None:
-            if target_positions is not None or labels is not None:
-                raise ValueError("target_positions and labels need a factorization order (order=...)")
             h, _, new_mems, states = self.streams(input_ids, attention_mask, bidirectional(), None, token_type_ids,
                                                   mems, output_hidden_states=output_hidden_states)
-            out = self.output(h, None, states)
-            out.mems = new_mems
-            return out
+            return _with_mems(self.output(h, None, states), new_mems)
         if order.shape != input_ids.shape:
             raise ValueError(f"order has shape {tuple(order.shape)}, input_ids {tuple(input_ids.shape)}")
         rank = rank_from_order(order)
@@ -200,9 +229,22 @@ class XLNet(MaskplayModel):
         _, g, new_mems, states = self.streams(input_ids, attention_mask, permutation_query(rank), target_positions,
                                               token_type_ids, mems, need_content=False,
                                               output_hidden_states=output_hidden_states)
-        out = self.output(self.stream_dropout(g), labels, states)
-        out.mems = new_mems
-        return out
+        return _with_mems(self.output(self.stream_dropout(g), labels, states), new_mems)
+
+    def left_to_right(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                      token_type_ids: Tensor | None = None, mems: list[Tensor] | None = None) -> ModelOutput:
+        """The query stream at every position under the left-to-right order: last_hidden_state[:, i] predicts
+        token i from the tokens before it (and the memory), so the sum of log p over a sentence is its exact
+        log-likelihood, in one pass. ModelOutput.mems carries the memory on to the next segment."""
+        return self(input_ids, attention_mask, token_type_ids=token_type_ids, mems=mems, left_to_right=True)
+
+    def from_others(self, input_ids: Tensor, attention_mask: Tensor | None = None, *, positions: Tensor,
+                    ends: Tensor | None = None) -> ModelOutput:
+        """Pseudo-log-likelihood, one query per row: the query stream at positions (B,), with tokens
+        [positions, ends) (default: that one token) hidden from every stream, so row b predicts its token from all
+        the others. One pass per scored token: unlike T-TA, XLNet's content streams read each other, and in
+        layer 2 every other token's content state would already hold the target (docs/SCORING.md)."""
+        return self(input_ids, attention_mask, hide_positions=positions, hide_ends=ends)
 
     def with_perm_mask(self, input_ids: Tensor, perm_mask: Tensor | None = None,
                        target_mapping: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -242,34 +284,10 @@ class XLNet(MaskplayModel):
         return {"input_ids": input_ids, "attention_mask": attention_mask, "order": order,
                 "target_positions": positions, "labels": labels}
 
-    def left_to_right(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                      token_type_ids: Tensor | None = None, mems: list[Tensor] | None = None) -> ModelOutput:
-        """The query stream at every position under the left-to-right order: last_hidden_state[:, i] predicts
-        token i from the tokens before it (and the memory), so the sum of log p over a sentence is its exact
-        log-likelihood, in one pass. ModelOutput.mems carries the memory on to the next segment."""
-        attention_mask = self.check_inputs(input_ids, attention_mask)
-        B, L = input_ids.shape
-        everywhere = torch.arange(L, device=input_ids.device).expand(B, L)
-        _, g, new_mems, _ = self.streams(input_ids, attention_mask, _strictly_before(), everywhere, token_type_ids,
-                                         mems, need_content=False, keep_memory=True)
-        out = self.output(g, None, None)
-        out.mems = new_mems
-        return out
 
-    def from_others(self, input_ids: Tensor, attention_mask: Tensor | None = None, *, positions: Tensor,
-                    ends: Tensor | None = None) -> ModelOutput:
-        """Pseudo-log-likelihood, one query per row: the query stream at positions (B,), with tokens
-        [positions, ends) (default: that one token) hidden from every stream, so row b predicts its token from all
-        the others. One pass per scored token: unlike T-TA, XLNet's content streams read each other, and in
-        layer 2 every other token's content state would already hold the target (docs/SCORING.md)."""
-        attention_mask = self.check_inputs(input_ids, attention_mask)
-        B, L = input_ids.shape
-        ends = positions + 1 if ends is None else ends
-        columns = torch.arange(L, device=input_ids.device)[None]
-        hidden = (columns >= positions[:, None]) & (columns < ends[:, None])
-        _, g, _, _ = self.streams(input_ids, attention_mask, hidden_keys(hidden), positions[:, None],
-                                  need_content=False)
-        return self.output(g, None, None)
+def _with_mems(out: ModelOutput, mems: list[Tensor]) -> ModelOutput:
+    out.mems = mems
+    return out
 
 
 def may_see_matrix(may: Tensor) -> MaskMod:

@@ -37,7 +37,7 @@ class LMScorer:
     every call for a model scored by PLL; a call's own PLL_metric overrides it. Other keyword arguments go to
     `Scorer` (batch_size, precision, overflow, progress)."""
 
-    families: tuple[str, ...] = ("tta", "bert", "gpt", "electra")
+    families: tuple[str, ...] = ("tta", "bert", "gpt", "electra", "unilm", "xlnet")
 
     def __init__(self, model: str | Path | MaskplayModel, device: str | torch.device | None = "cpu",
                  tokenizer: Tokenizer | None = None, PLL_metric: str | None = None,  # noqa: N803 (minicons' name)
@@ -121,18 +121,20 @@ class MaskedLMScorer(LMScorer):
     """minicons' MaskedLMScorer: PLL for BERT ("original", or PLL_metric="within_word_l2r"), T-TA's one pass
     (which equals its PLL), an ELECTRA model's generator PLL."""
 
-    families = ("tta", "bert", "electra")
+    families = ("tta", "bert", "electra", "unilm", "xlnet")
 
     def _default_method(self, family: str, method: Method, pll_metric: str | None) -> Method:
-        if family == "electra" and method is Method.AUTO:  # a masked LM: the generator, not the discriminator
+        # ELECTRA: a masked LM means the generator, not the discriminator; XLNet: its PLL, not its causal score
+        if family in ("electra", "xlnet") and method is Method.AUTO:  # a masked LM: the generator, not the discriminator
             return _pll_method(pll_metric) if pll_metric is not None else Method.PLL
         return super()._default_method(family, method, pll_metric)
 
 
 class IncrementalLMScorer(LMScorer):
-    """minicons' IncrementalLMScorer: GPT, log p(piece | [SOS] and the pieces before it), every piece scored."""
+    """minicons' IncrementalLMScorer: GPT, log p(piece | [SOS] and the pieces before it), every piece scored; XLNet
+    the same from its query stream under the left-to-right order."""
 
-    families = ("gpt",)
+    families = ("gpt", "xlnet")
 
 
 def _pll_method(name: str) -> Method:

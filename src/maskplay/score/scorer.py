@@ -11,7 +11,11 @@ Log-probabilities are natural logs (nats).
   together, and the LM head runs only at each copy's masked position.
 - pll-word (Kauf & Ivanova 2023, "PLL-word-l2r"): as pll, but scoring a piece of a multi-piece word also masks
   the pieces of the same word to its right, so a word's later pieces cannot give its earlier ones away.
-- GPT (method causal): log p(token i | the tokens before it), [SOS] first.
+- GPT (method causal): log p(token i | the tokens before it), [SOS] first. XLNet's causal is the same quantity
+  from its query stream under the left-to-right factorization order: the exact sentence log-likelihood, one pass.
+- XLNet (method pll): one pass per scored piece, that piece hidden from every stream by the mask (not replaced by
+  [MASK]) and read by the query stream at its position; one pass per piece because XLNet's content streams read
+  each other (docs/SCORING.md).
 - ELECTRA (method discriminator): log P(original) of every piece from the discriminator, in one pass per batch
   of sentences: the probability that the token was not replaced, so the sentence score is the sum of
   log P(original). pll and pll-word on an ELECTRA model run on its generator (the generator's PLL).
@@ -60,12 +64,12 @@ class Overflow(str, Enum):
 
 # UniLM is a BERT under a mask: a sentence has no separator, so its mask is bidirectional and its PLL is BERT's
 _AUTO = {"tta": Method.ONE_PASS, "bert": Method.PLL, "gpt": Method.CAUSAL, "electra": Method.DISCRIMINATOR,
-         "unilm": Method.PLL}
+         "unilm": Method.PLL, "xlnet": Method.CAUSAL}
 _ALLOWED = {
     Method.ONE_PASS: ("tta",),
-    Method.PLL: ("tta", "bert", "electra", "unilm"),
-    Method.PLL_WORD: ("tta", "bert", "electra", "unilm"),
-    Method.CAUSAL: ("gpt",),
+    Method.PLL: ("tta", "bert", "electra", "unilm", "xlnet"),
+    Method.PLL_WORD: ("tta", "bert", "electra", "unilm", "xlnet"),
+    Method.CAUSAL: ("gpt", "xlnet"),
     Method.DISCRIMINATOR: ("electra",),
 }
 
@@ -315,6 +319,9 @@ def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows
     The forward pass computes no logits of its own (they are lazy). Log-softmax always runs in fp32."""
     if rows.numel() == 0:
         return torch.zeros(0, device=ids.device)
+    if runner.model.config.family == "xlnet":  # its query stream, left to right: position i predicts token i
+        hidden = runner.forward(ids, attention_mask=attention_mask, left_to_right=True).last_hidden_state
+        return runner.log_probs(hidden[rows, cols], ids[rows, cols] if targets is None else targets)
     hidden = runner.forward(ids, attention_mask=attention_mask).last_hidden_state
     if runner.model.config.family == "electra":  # the discriminator: how likely each token is the original
         return runner.original_log_probs(hidden[rows, cols])

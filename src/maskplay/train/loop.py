@@ -221,8 +221,11 @@ class Trainer:
         if d.enabled:
             from torch.nn.parallel import DistributedDataParallel
 
+            # a family whose parameters some batches leave unused (XLNet's relative segment terms without segment
+            # ids) says so: DDP must then look for them after each backward
             self.ddp = DistributedDataParallel(self.model, device_ids=[self.device] if self.device.type == "cuda"
-                                               else None)
+                                               else None,
+                                               find_unused_parameters=getattr(self.model, "unused_in_training", False))
         self.eval_set = self._eval_set()
 
     # ---- setup ----------------------------------------------------------------------------------------------
