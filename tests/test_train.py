@@ -446,3 +446,15 @@ def test_xlnet_pretrains_resumes_and_scores(data, tmp_path):
         assert main(["score", str(rest.final_dir), "--file", str(sentences), "--format", "jsonl", "--out", str(out),
                      "--method", method]) == 0
         assert len(out.read_text().splitlines()) == 2
+
+
+def test_stop_at_step_ends_the_run_without_changing_the_schedule(data, tmp_path):
+    """Stopped at step 3 of an 8-step schedule, then resumed without the stop: the weights of one whole run."""
+    whole = train(small_config(data, tmp_path / "whole", family="bert"))
+    part = train(small_config(data, tmp_path / "part", "run.stop_at_step=3", family="bert"))
+    assert part.status == "budget" and part.step == 3 and part.final_dir is not None
+    rest = train(small_config(data, tmp_path / "part", family="bert"), resume=True)
+    assert rest.step == 8
+    assert_same_weights(weights(whole.run_dir), weights(rest.run_dir))
+    with pytest.raises(ValueError, match="stop_at_step"):
+        small_config(data, tmp_path / "bad", "run.stop_at_step=0")

@@ -204,3 +204,19 @@ def test_save_and_load_round_trip(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(loaded.left_to_right(ids, attn).last_hidden_state,
                                    model.left_to_right(ids, attn).last_hidden_state)
+
+
+def test_training_adds_a_segment_term_that_changes_nothing_but_reaches_every_parameter():
+    """Without segment ids, training runs the one-segment term (DistributedDataParallel needs every parameter in
+    the graph): the loss equals the one computed without it, and the segment weights get a (zero) gradient."""
+    model = make()
+    ids, attn = padded_batch([9, 6])
+    batch = model.training_batch(ids, attn, torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        without = model(**batch).loss
+    model.train()
+    with_term = model(**batch).loss
+    torch.testing.assert_close(with_term, without, atol=1e-6, rtol=1e-6)
+    with_term.backward()
+    assert all(p.grad is not None for p in model.parameters())
+    assert model.encoder.layers[0].attn.relative.segment_embed.grad.abs().max() < 1e-5

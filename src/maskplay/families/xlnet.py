@@ -75,8 +75,6 @@ class TiedHead(LMHead):
 
 class XLNet(MaskplayModel):
     family = "xlnet"
-    # pretraining batches carry no segment ids, so the relative segment terms get no gradient (DDP must know)
-    unused_in_training = True
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -120,6 +118,10 @@ class XLNet(MaskplayModel):
         mask, dead = guard_empty_rows(mask)
         keys = torch.arange(-M, L, device=input_ids.device)
         segments = key_segments = None
+        if token_type_ids is None and self.training and torch.is_grad_enabled():
+            # one segment: its term adds the same number to all of a query's scores, which softmax ignores (the
+            # outputs are those without it), but every parameter then takes part, as DistributedDataParallel needs
+            token_type_ids = torch.zeros_like(input_ids)
         if token_type_ids is not None:
             segments = token_type_ids.gather(1, rows)
             key_segments = torch.cat([token_type_ids.new_zeros(B, M), token_type_ids], dim=1)  # memory: segment 0

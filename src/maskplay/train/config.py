@@ -153,6 +153,9 @@ class RunSection:
     keep_last: int = 3  # checkpoints kept; older ones are deleted
     log_every: int = 10  # steps between metrics.jsonl records
     max_minutes: float | None = None  # wall-clock budget for the training loop, resumes included
+    # end the run at this step (checkpoint, export) as a spent budget does, while the learning-rate schedule still
+    # runs to optim.max_steps: equal token budgets for families whose speeds differ, or on a busy machine
+    stop_at_step: int | None = None
     # auto (bf16 where this machine runs it faster, else fp32; resolved at run start, see precision_probe) | fp32 |
     # bf16 (weights cast to bf16 at each forward, activations bf16 end to end) | bf16-autocast (torch.autocast);
     # in every case parameters, gradients, AdamW state and checkpoints stay fp32
@@ -171,6 +174,9 @@ class RunSection:
             raise ValueError(f"run.keep_last must be at least 1, got {self.keep_last}")
         if self.log_every < 1:
             raise ValueError(f"run.log_every must be at least 1, got {self.log_every}")
+        if self.stop_at_step is not None and self.stop_at_step < 1:
+            raise ValueError(f"run.stop_at_step must be at least 1 (leave it out to run to optim.max_steps), "
+                             f"got {self.stop_at_step}")
         if self.max_minutes is not None and not self.max_minutes > 0:
             raise ValueError(f"run.max_minutes must be positive (leave it out for no budget), got {self.max_minutes}")
         if self.precision not in PRECISIONS:
@@ -253,7 +259,7 @@ def load_train_config(path: str | Path) -> TrainConfig:
 RESUMABLE_CHANGES = frozenset({
     "optim.max_steps", "optim.grad_accum", "data.num_workers", "data.path", "data.corpus", "data.tokenizer",
     "run.out_dir", "run.eval_every", "run.eval_batches", "run.save_every", "run.keep_last", "run.log_every",
-    "run.max_minutes", "run.device", "run.threads", "run.progress", "run.tensorboard", "run.deterministic",
+    "run.max_minutes", "run.stop_at_step", "run.device", "run.threads", "run.progress", "run.tensorboard", "run.deterministic",
 })
 
 

@@ -221,11 +221,8 @@ class Trainer:
         if d.enabled:
             from torch.nn.parallel import DistributedDataParallel
 
-            # a family whose parameters some batches leave unused (XLNet's relative segment terms without segment
-            # ids) says so: DDP must then look for them after each backward
             self.ddp = DistributedDataParallel(self.model, device_ids=[self.device] if self.device.type == "cuda"
-                                               else None,
-                                               find_unused_parameters=getattr(self.model, "unused_in_training", False))
+                                               else None)
         self.eval_set = self._eval_set()
 
     # ---- setup ----------------------------------------------------------------------------------------------
@@ -539,6 +536,8 @@ class Trainer:
                 self.log(f"step 0: held-out loss {self.last_eval:.4f}")
         budget = cfg.run.max_minutes * 60 if cfg.run.max_minutes is not None else math.inf
         status = "finished" if self.step >= cfg.optim.max_steps else ""
+        if not status and cfg.run.stop_at_step is not None and self.step >= cfg.run.stop_at_step:
+            status = "budget"  # a resumed run already at its stop: export only
         saved_at = self.step if self.checkpoint_path is not None else -1
         evaluated_at = self.step
         last_path = self.checkpoint_path
@@ -599,7 +598,7 @@ class Trainer:
                     status = "finished"
                 elif g_signal:
                     status = "interrupted"
-                elif g_budget:
+                elif g_budget or (cfg.run.stop_at_step is not None and self.step >= cfg.run.stop_at_step):
                     status = "budget"
 
                 if self.step % cfg.run.log_every == 0 or status:
@@ -641,6 +640,7 @@ class Trainer:
         else:
             final = self.export_final()
             why = ("reached optim.max_steps" if status == "finished"
+                   else f"reached run.stop_at_step={cfg.run.stop_at_step}" if self.step == cfg.run.stop_at_step
                    else f"used the run.max_minutes={cfg.run.max_minutes} budget")
             self.log(f"{why} at step {self.step}; held-out loss {self.last_eval}; final model: {final} "
                      "(MaskplayModel.from_pretrained)")
