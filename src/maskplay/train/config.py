@@ -259,7 +259,8 @@ def load_train_config(path: str | Path) -> TrainConfig:
 RESUMABLE_CHANGES = frozenset({
     "optim.max_steps", "optim.grad_accum", "data.num_workers", "data.path", "data.corpus", "data.tokenizer",
     "run.out_dir", "run.eval_every", "run.eval_batches", "run.save_every", "run.keep_last", "run.log_every",
-    "run.max_minutes", "run.stop_at_step", "run.device", "run.threads", "run.progress", "run.tensorboard", "run.deterministic",
+    "run.max_minutes", "run.stop_at_step", "run.device", "run.threads", "run.progress", "run.tensorboard",
+    "run.deterministic",
 })
 
 
