@@ -7,6 +7,9 @@
 - BERT PLL the naive way with HuggingFace BertForMaskedLM (one masked copy per token, all copies of one
   sentence in one batch, the head over the whole sequence), at --dtype and with torch.ao dynamic int8
   quantisation (its vocabulary projection is an nn.Linear, so it is quantised too),
+- XLNet's exact sentence log-likelihood in one pass: maskplay Scorer (method causal: the query stream under the
+  left-to-right order, the head at the scored pieces) vs HuggingFace XLNetLMHeadModel given the same weights, a
+  left-to-right perm_mask and a target_mapping over every position (one pass per batch, as its users score);
 - embeddings: maskplay encode (T-TA and BERT, mean pooling) at --dtype and at int8 vs HuggingFace BertModel
   mean pooling at --dtype and with torch.ao dynamic int8 quantisation (the int8 route HuggingFace documents);
   the int8 rows' cosine similarity to the fp32 embeddings of the same model is reported.
@@ -89,6 +92,26 @@ def hf_naive_pll(hf, tok, sentences: list[str], context) -> list[float]:
     return totals
 
 
+def hf_xlnet_causal(hf_xlnet, tok, sentences: list[str], batch_size: int, context) -> list[float]:
+    """Sentence log p with HuggingFace XLNet in one pass per batch: perm_mask left to right (i sees j < i),
+    target_mapping = every position; the pieces between [SOS] and [EOS] summed."""
+    out = []
+    with torch.inference_mode(), context():
+        for start in range(0, len(sentences), batch_size):
+            rows = [tok.encode(s) for s in sentences[start:start + batch_size]]
+            width = max(len(r) for r in rows)
+            ids = torch.full((len(rows), width), tok.special.pad, dtype=torch.long)
+            for k, r in enumerate(rows):
+                ids[k, :len(r)] = torch.tensor(r)
+            attention = (ids != tok.special.pad).float()
+            perm = torch.triu(torch.ones(width, width), diagonal=0).expand(len(rows), -1, -1)
+            mapping = torch.eye(width).expand(len(rows), -1, -1)
+            logp = hf_xlnet(ids, attention_mask=attention, perm_mask=perm, target_mapping=mapping).logits.float()
+            picked = logp.log_softmax(-1).gather(-1, ids[..., None])[..., 0]
+            out.extend(float(picked[k, 1:len(r) - 1].sum()) for k, r in enumerate(rows))
+    return out
+
+
 def hf_mean_pool(hf_bert, tok, sentences: list[str], batch_size: int, context) -> torch.Tensor:
     """sentence-transformers style: batches sorted by length, attention-masked mean over all tokens
     ([CLS]/[SEP] included, as sentence-transformers does)."""
@@ -152,6 +175,12 @@ def main() -> None:
         max_position_embeddings=cfg.max_position, type_vocab_size=1, layer_norm_eps=cfg.layer_norm_eps,
         pad_token_id=cfg.pad_token_id, attn_implementation="sdpa")
     hf = transformers.BertForMaskedLM(hf_config).eval()
+    from maskplay.convert import to_hf
+
+    xlnet = build_model(preset("tta-paper", family="xlnet", **ids)).eval()
+    (xl_config, xl_state), = to_hf(xlnet)
+    hf_xlnet = transformers.XLNetLMHeadModel(transformers.XLNetConfig(**xl_config)).eval()
+    hf_xlnet.load_state_dict(xl_state, strict=True)
     loaded = hf.load_state_dict(maskplay_to_hf_bert(bert.state_dict()), strict=False)
     assert not loaded.unexpected_keys and all(k.endswith("_ids") for k in loaded.missing_keys), loaded
 
@@ -167,10 +196,12 @@ def main() -> None:
         context = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
     elif precision is Precision.bf16:
         hf = hf.to(torch.bfloat16)  # after the weights were copied from the maskplay model (which stays fp32)
+        hf_xlnet = hf_xlnet.to(torch.bfloat16)
     hf_bert = hf.bert
     tta_scorer = Scorer(tta, tok, batch_size=args.batch_size, precision=precision)
     tta_scorer8 = Scorer(tta, tok, batch_size=args.batch_size, precision=Precision.int8)
     pll_scorer = Scorer(bert, tok, batch_size=args.batch_size, method="pll", precision=precision)
+    xlnet_scorer = Scorer(xlnet, tok, batch_size=args.batch_size, method="causal", precision=precision)
     tta_embed = Embedder(tta, tok, precision=precision)
     bert_embed = Embedder(bert, tok, precision=precision)
     tta_embed8 = Embedder(tta, tok, precision=Precision.int8)
@@ -180,6 +211,9 @@ def main() -> None:
     ours = pll_scorer.score(sentences)
     theirs = hf_naive_pll(hf, tok, sentences, context)
     diff = max(abs(a.log_prob - b) for a, b in zip(ours, theirs, strict=True))
+    xl_diff = max(abs(a.log_prob - b) for a, b in zip(xlnet_scorer.score(sentences),
+                                                       hf_xlnet_causal(hf_xlnet, tok, sentences, args.batch_size,
+                                                                       context), strict=True))
 
     cases = {  # (task, name, call, FLOPs per call, baseline row of the task)
         "tta": ("score", "T-TA one pass (maskplay)", lambda: tta_scorer.score(sentences), "one-pass", tta.config),
@@ -190,6 +224,11 @@ def main() -> None:
                    lambda: hf_naive_pll(hf, tok, sentences, context), "pll-naive", cfg),
         "hf_pll8": ("score", "BERT PLL naive, HF, torch.ao int8",
                     lambda: hf_naive_pll(hf_int8, tok, sentences, nullcontext), "pll-naive", cfg),
+        "xlnet": ("xlnet", "XLNet causal, one pass (maskplay)", lambda: xlnet_scorer.score(sentences),
+                  "two-stream", xlnet.config),
+        "hf_xlnet": ("xlnet", "XLNet causal, one pass (HF XLNetLMHead)",
+                     lambda: hf_xlnet_causal(hf_xlnet, tok, sentences, args.batch_size, context), "two-stream-full",
+                     xlnet.config),
         "e_tta": ("embed", "T-TA encode, mean (maskplay)",
                   lambda: tta_embed.encode(sentences, batch_size=args.batch_size), "encode", tta.config),
         "e_bert": ("embed", "BERT encode, mean (maskplay)",
@@ -204,9 +243,9 @@ def main() -> None:
                   lambda: hf_mean_pool(hf_bert_int8, tok, sentences, args.batch_size, nullcontext), "encode", cfg),
     }
     seconds = interleaved({k: c[2] for k, c in cases.items()}, args.rounds)
-    base = {"score": seconds["hf_pll"], "embed": seconds["e_hf"]}
+    base = {"score": seconds["hf_pll"], "embed": seconds["e_hf"], "xlnet": seconds["hf_xlnet"]}
     fastest_hf = {"score": min(("hf_pll", "hf_pll8"), key=seconds.__getitem__),
-                  "embed": min(("e_hf", "e_hf8"), key=seconds.__getitem__)}
+                  "embed": min(("e_hf", "e_hf8"), key=seconds.__getitem__), "xlnet": "hf_xlnet"}
     best = {task: seconds[key] for task, key in fastest_hf.items()}
 
     def min_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -240,6 +279,7 @@ def main() -> None:
     print(f"vs HF = vs the HF row of the task at {args.dtype}; vs best = vs the fastest HF row of the task (score: "
           f"{cases[fastest_hf['score']][1]}; embed: {cases[fastest_hf['embed']][1]}). "
           f"T-TA one pass vs bucketed PLL: {seconds['pll'] / seconds['tta']:.1f}x")
+    print(f"check: max |sentence log p (maskplay XLNet causal) - (HF XLNet)| = {xl_diff:.2e} nats")
     print(f"check: max |sentence log p (maskplay PLL) - (HF naive PLL)| = {diff:.2e} nats; "
           "maskplay BERT encode excludes [SOS]/[EOS] from the mean, HF includes them")
     print("int8 embeddings vs fp32 of the same model, lowest cosine similarity over the sentences: "
@@ -248,7 +288,8 @@ def main() -> None:
         Path(args.out).write_text(json.dumps({"machine": machine(), "peak_bf16": peak_bf16, "peak_fp32": peak_fp32,
                                               "args": {k: os.path.relpath(v) if isinstance(v, Path) else str(v)
                                                        for k, v in vars(args).items()},  # no machine paths
-                                              "malloc": malloc, "pll_max_diff": diff, "int8_min_cosine": cosines,
+                                              "malloc": malloc, "pll_max_diff": diff, "xlnet_max_diff": xl_diff,
+                                              "int8_min_cosine": cosines,
                                               "rows": rows},
                                              indent=2) + "\n")
 

@@ -10,6 +10,12 @@ With --hf-electra the baseline is HuggingFace ELECTRA instead: ElectraForMaskedL
 ElectraForPreTraining sharing their embeddings, driven by a plain loop (mask 15 %, sample the generator's
 softmax at the masked positions, loss = MLM + 50 x BCE), the way its users pretrain it.
 
+With --hf-xlnet the baseline is HuggingFace XLNetLMHeadModel of the same size, given what XLNet pretraining gives it:
+a random factorization order per sequence as perm_mask, the last sixth of each order (partial prediction, K = 6)
+as target_mapping and labels, loss from the model.
+
+    python benchmarks/train_speed.py --preset mini --families xlnet --precisions fp32 bf16 --hf-xlnet
+
 Every case does full optimizer steps (forward, backward, clipping, AdamW) on batch x seq_len real tokens.
 Cases are interleaved round by round, so load from other processes hits them alike; the median is reported.
 """
@@ -30,7 +36,13 @@ from common import PeakRSS, interleaved, machine, matmul_peak  # noqa: E402
 
 from maskplay import preset  # noqa: E402
 from maskplay.families.bert import mask_tokens  # noqa: E402
-from maskplay.flops import electra_training_flops_per_token, predicted_fraction, training_flops_per_token  # noqa: E402
+from maskplay.flops import (  # noqa: E402
+    electra_training_flops_per_token,
+    predicted_fraction,
+    training_flops_per_token,
+    xlnet_training_flops_per_token,
+)
+from maskplay.masks import partial_targets, to_perm_mask  # noqa: E402
 from maskplay.modeling import build_model  # noqa: E402
 from maskplay.precision import forward_in  # noqa: E402
 
@@ -79,6 +91,8 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
             model, lambda ids: forward_in(model, precision, **model.training_batch(ids, mask, generator=gen)).loss)
         if family == "electra":
             flops[f"{family} {precision}"] = tokens * electra_training_flops_per_token(model.config, args.seq_len)
+        elif family == "xlnet":
+            flops[f"{family} {precision}"] = tokens * xlnet_training_flops_per_token(model.config, args.seq_len)
         else:
             flops[f"{family} {precision}"] = tokens * training_flops_per_token(
                 model.config, args.seq_len, predicted_fraction(family))
@@ -148,8 +162,34 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
                                                      training_flops_per_token(cfg, args.seq_len, 0.0))
         return step
 
+    def hf_xlnet_case(precision: str) -> Callable[[], object]:
+        import transformers
+
+        from maskplay.convert_xlnet import hf_xlnet_config_dict
+
+        cfg = preset(args.preset, family="xlnet", vocab_size=vocab)
+        torch.manual_seed(0)
+        model = transformers.XLNetLMHeadModel(transformers.XLNetConfig(**hf_xlnet_config_dict(cfg))).train()
+        gen = torch.Generator().manual_seed(0)
+
+        def loss_of(ids: torch.Tensor) -> torch.Tensor:
+            rank = torch.rand(ids.shape, generator=gen).argsort(dim=1).argsort(dim=1)
+            positions, _ = partial_targets(rank, mask, cfg.xlnet.partial_prediction)
+            may = rank[:, None, :] < rank[:, :, None]  # i sees j when j comes earlier in the order
+            mapping = torch.nn.functional.one_hot(positions, ids.shape[1]).float()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-autocast"):
+                return model(input_ids=ids, perm_mask=to_perm_mask(may), target_mapping=mapping,
+                             labels=ids.gather(1, positions)).loss
+
+        step = optimizer_step(model, loss_of)
+        # as computed: both streams over every position in every layer, the head at the targets
+        flops[f"HF xlnet {precision}"] = tokens * xlnet_training_flops_per_token(cfg, args.seq_len, full=True)
+        return step
+
     for precision in args.hf_precisions:
-        if args.hf_electra:
+        if args.hf_xlnet:
+            cases[f"HF xlnet {precision}"] = hf_xlnet_case(precision)
+        elif args.hf_electra:
             cases[f"HF electra {precision}"] = hf_electra_case(precision)
         else:
             cases[f"HF {precision}"] = hf_case(precision)
@@ -180,6 +220,8 @@ def main() -> None:
     p.add_argument("--hf-precisions", nargs="+", default=["fp32", "bf16-autocast"], choices=["fp32", "bf16-autocast"])
     p.add_argument("--hf-electra", action="store_true",
                    help="baseline: HuggingFace ELECTRA (generator + discriminator) instead of BertForMaskedLM")
+    p.add_argument("--hf-xlnet", action="store_true",
+                   help="baseline: HuggingFace XLNetLMHeadModel (perm_mask + target_mapping) instead of BertForMaskedLM")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--memory", action="store_true", help="also measure each case's peak memory (subprocesses)")

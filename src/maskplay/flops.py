@@ -17,6 +17,17 @@ def training_flops_per_token(config: ModelConfig, seq_len: int, predicted_fracti
     return 3 * forward_flops_per_token(config, seq_len, predicted_fraction)
 
 
+def xlnet_training_flops_per_token(config: ModelConfig, seq_len: int, full: bool = False) -> float:
+    """XLNet's training step per input token (forward + backward): the content stream in every layer but the
+    last, the query stream (1/K of the rows, each reading every key) in every layer, the tied head (no transform)
+    at the targets. full=True: what HuggingFace computes (both streams over every position in every layer)."""
+    share = 1.0 / config.xlnet.partial_prediction
+    layer = _layer_flops(config, seq_len)
+    content = config.num_layers * layer if full else (config.num_layers - 1) * layer
+    query = config.num_layers * (1.0 if full else share) * layer
+    return 3 * (content + query + share * 2 * config.hidden_size * config.vocab_size)
+
+
 def electra_training_flops_per_token(config: ModelConfig, seq_len: int) -> float:
     """ELECTRA's training step per input token: the discriminator's blocks and its replaced-token head at every
     token, the generator's blocks at every token and its vocabulary head at mask_prob of them (forward +
@@ -55,7 +66,11 @@ def scoring_flops(config: ModelConfig, lengths: list[int], method: str) -> float
     - "one-pass": one pass per sentence, the head at every piece (T-TA);
     - "pll": one copy per piece, the last block and the head at the masked position only (maskplay's PLL);
     - "pll-naive": one copy per piece, every block and the head everywhere (HuggingFace BertForMaskedLM);
-    - "encode": one pass, no head (embeddings)."""
+    - "encode": one pass, no head (embeddings);
+    - "two-stream": XLNet's causal score, both streams over every position, the last layer's content rows
+      skipped, the head at every piece (maskplay);
+    - "two-stream-full": the same with every layer's content rows and the head at every position (HuggingFace
+      XLNetLMHeadModel with a full target_mapping)."""
     total = 0.0
     h, f, n_layers = config.hidden_size, config.intermediate_size, config.num_layers
     for n in lengths:
@@ -65,6 +80,10 @@ def scoring_flops(config: ModelConfig, lengths: list[int], method: str) -> float
             total += body + n * _head_flops(config)
         elif method == "encode":
             total += body
+        elif method == "two-stream":
+            total += (2 * n_layers - 1) * L * _layer_flops(config, L) + n * _head_flops(config)
+        elif method == "two-stream-full":
+            total += 2 * body + L * _head_flops(config)
         elif method == "pll-naive":
             total += n * (body + L * _head_flops(config))
         elif method == "pll":
