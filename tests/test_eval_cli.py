@@ -87,3 +87,26 @@ def test_eval_errors(model_dir, tmp_path, capsys):
     assert main(["eval", "spelling", model_dir, "--method", "pll-word", "--limit", "1"]) == 0  # T-TA through copies
     assert main(["eval", "spelling", model_dir, "--method", "causal", "--limit", "1"]) == 2
     assert "'causal' does not apply to a 'tta' model" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def xlnet_dir(tmp_path_factory):
+    tok = load_tokenizer(shared_path("tta-vocab"))
+    return str(save_model_dir(tmp_path_factory.mktemp("m") / "xlnet", tiny("xlnet", tok), tok))
+
+
+def test_every_eval_accepts_an_xlnet_model(xlnet_dir, tmp_path, capsys):
+    sts, _ = run(["eval", "sts", xlnet_dir, "--limit", "6"], tmp_path, capsys)
+    assert sts["results"]["stsb"]["pairs"] == 6
+    nbest, _ = run(["eval", "nbest", xlnet_dir, "--limit", "1"], tmp_path, capsys)
+    assert nbest["results"]["dev_clean"]["utterances"] == 1
+    spelling, _ = run(["eval", "spelling", xlnet_dir, "--limit", "2"], tmp_path, capsys)
+    assert all(f["items"] == 2 for f in spelling["results"]["files"].values())
+    cola, _ = run(["eval", "cola", xlnet_dir, "--limit", "4", "--train-limit", "8"], tmp_path, capsys)
+    assert cola["results"]["in_domain_dev"]["sentences"] == 4
+    data = tmp_path / "blimp"
+    data.mkdir()
+    (data / "a.jsonl").write_text(json.dumps({"sentence_good": "a dog runs .", "sentence_bad": "a dog run ."}) + "\n")
+    for method in ("causal", "pll"):
+        pairs, _ = run(["eval", "pairs", xlnet_dir, "--data", str(data), "--method", method], tmp_path, capsys)
+        assert pairs["results"]["files"]["a"]["pairs"] == 1 and pairs["method"] == method
