@@ -149,6 +149,7 @@ def test_flex_refuses_a_training_call_on_cpu_with_the_reason():
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # torch.compile's own
 def test_flex_forward_equals_dense():
     """Compiles FlexAttention (tens of seconds on CPU)."""
     with torch.no_grad():
