@@ -13,12 +13,13 @@ from torch import Tensor, nn
 from .cache import KVCache, LayerCache
 from .config import ModelConfig
 from .dropout import Dropout, dropout
-from .positions import Frame, RelativePositions, attend_with_term
+from .positions import IN_ATTENTION, Frame, PositionScheme, RelativePositions, Rotary, attend_with_term, sinusoidal_embedding
 from .quant import Int8Linear, concatenated_int8
 
 
 class Embeddings(nn.Module):
-    """LayerNorm(token + learned position [+ segment]) then dropout, as BERT and T-TA have it."""
+    """LayerNorm(token + learned position [+ segment]) then dropout, as BERT and T-TA have it; the position is
+    a fixed sinusoid table with positions = "sinusoidal", and absent where positions act inside attention."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -26,6 +27,10 @@ class Embeddings(nn.Module):
         self.word = nn.Embedding(config.vocab_size, width)
         # absolute positions only where the config's scheme has them (positions.py)
         self.position = nn.Embedding(config.max_position, width) if config.positions == "learned" else None
+        # a buffer, not a parameter: fixed, and not saved (it is rebuilt from the config)
+        self.fixed_position: Tensor | None
+        self.register_buffer("fixed_position", sinusoidal_embedding(config) if config.positions == "sinusoidal"
+                             else None, persistent=False)
         self.segment = nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size else None
         self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout)
@@ -37,6 +42,9 @@ class Embeddings(nn.Module):
         cache sit after the cached ones, and a left-padded row counts from its first real token."""
         if self.position is None:
             x = self.word(input_ids)
+            if self.fixed_position is not None:  # in the activations' dtype: bf16 runs cast parameters, not buffers
+                table = self.fixed_position[:input_ids.shape[1]] if positions is None else self.fixed_position[positions]
+                x = x + table.to(x.dtype)
         elif positions is None:
             x = self.word(input_ids) + self.position.weight[:input_ids.shape[1]]
         else:
@@ -65,13 +73,15 @@ class Attention(nn.Module):
 
     def forward(self, h: Tensor, mask: Tensor, dead_rows: Tensor | None, kv: Tensor | None = None,
                 keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None,
-                cache: LayerCache | None = None, frame: Frame | None = None) -> Tensor:
+                cache: LayerCache | None = None, frame: Frame | None = None, rotary: Rotary | None = None) -> Tensor:
         """Self-attention by default; queries from `h` against keys/values projected from `kv`, or against
         `keys_values` already projected (T-TA projects every layer's from the embedding output in one matmul).
         With `packing`, h, kv and keys_values hold the real tokens only, (N, C). With `cache` (self-attention
         only), the new tokens' keys/values are appended to this layer's cache and the queries attend to all of
         its keys: `mask` is then (B, 1, Lnew, Lcached + Lnew). `frame`: the relative positions of this pass (needed
-        exactly when the layer has relative-position weights; not with packing or a cache)."""
+        exactly when the layer has relative-position weights; not with packing or a cache). `rotary`: the pass's
+        rotary tables (positions = "rotary"), applied to q and k before the keys enter a cache. `mask` may be a
+        float mask (a position bias with -inf where attention is forbidden, positions.PositionScheme.prepare)."""
         if (frame is None) != (self.relative is None):
             raise ValueError("relative-position attention needs a positions.Frame, and only it takes one")
         # one wide matmul instead of three narrow ones: narrow matmuls waste most of a CPU's bf16 throughput
@@ -84,13 +94,15 @@ class Attention(nn.Module):
         if packing is not None:
             if frame is not None:
                 raise ValueError("relative-position attention runs on the padded layout, not packed")
-            return self.out(packing.attend(q, k, v, mask, dead_rows, self.num_heads))
-        B, Lq, H = q.shape
+            return self.out(packing.attend(q, k, v, mask, dead_rows, self.num_heads, rotary))
+        B, Lq, _ = q.shape
         nh = self.num_heads
         Lk = k.shape[1]
         q = q.view(B, Lq, nh, -1).transpose(1, 2)
         k = k.view(B, Lk, nh, -1).transpose(1, 2)
         v = v.view(B, Lk, nh, -1).transpose(1, 2)
+        if rotary is not None:
+            q, k = rotary.apply(q, k)
         if cache is not None:
             k, v = cache.append(k, v)
         if self.relative is not None:
@@ -98,13 +110,14 @@ class Attention(nn.Module):
             a = attend_with_term(q, k, v, mask, term, self.dropout_p, self.training)
         elif self.training and self.dropout_p > 0:
             # what SDPA does with dropout on CPU (its math path), with the cheaper dropout
-            scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5).masked_fill_(~mask, float("-inf"))
+            scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5)
+            scores = scores.masked_fill_(~mask, float("-inf")) if mask.dtype == torch.bool else scores.add_(mask)
             a = dropout(scores.softmax(dim=-1), self.dropout_p, True) @ v
         else:
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         if dead_rows is not None:
             a = a.masked_fill(dead_rows, 0.0)
-        return self.out(a.transpose(1, 2).reshape(B, Lq, H))
+        return self.out(a.transpose(1, 2).reshape(B, Lq, -1))
 
 
 class FeedForward(nn.Module):
@@ -131,9 +144,9 @@ class Block(nn.Module):
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, dead_rows: Tensor | None = None,
                 keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None,
-                cache: LayerCache | None = None, frame: Frame | None = None) -> Tensor:
+                cache: LayerCache | None = None, frame: Frame | None = None, rotary: Rotary | None = None) -> Tensor:
         h = self.attn_norm(h + self.dropout(self.attn(h, mask, dead_rows, kv=kv, keys_values=keys_values,
-                                                      packing=packing, cache=cache, frame=frame)))
+                                                      packing=packing, cache=cache, frame=frame, rotary=rotary)))
         return self.ffn_norm(h + self.dropout(self.ffn(h)))
 
 
@@ -176,11 +189,16 @@ class Packing:
         out = x.new_zeros(self.batch * self.length, x.shape[-1])
         return out.index_copy_(0, self.index, x).view(self.batch, self.length, -1)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dead_rows: Tensor | None, heads: int) -> Tensor:
-        """SDPA group by group, q, k and v packed (N, C); the real tokens' outputs, (N, H)."""
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dead_rows: Tensor | None, heads: int,
+               rotary: Rotary | None = None) -> Tensor:
+        """SDPA group by group, q, k and v packed (N, C); the real tokens' outputs, (N, H). A float mask (a
+        position bias) is cut like a boolean one; rotary tables by column, a group's columns being positions
+        0..end-1 as in the padded layout."""
         out = []
         for group, (a, b, end) in enumerate(self.groups):
             q_, k_, v_ = (self._cut(x, group, heads) for x in (q, k, v))
+            if rotary is not None:
+                q_, k_ = rotary.cut(end).apply(q_, k_)
             o = F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask[a:b, :, :end, :end])
             if dead_rows is not None:
                 o = o.masked_fill(dead_rows[a:b, :, :end], 0.0)
@@ -227,6 +245,9 @@ class Encoder(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        # rotary, t5 and alibi: position terms built once per pass for every layer (T5's bucket table lives here,
+        # shared by the layers as in T5)
+        self.positions = PositionScheme(config) if config.positions in IN_ATTENTION else None
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
                 query_positions: Tensor | None = None, tokens: Tensor | None = None,
@@ -245,16 +266,25 @@ class Encoder(nn.Module):
 
         `cache` (inference, self-attention): `h` holds the new tokens only, (B, Lnew, H); each layer appends
         their keys/values to the cache (whose cache.extend reserved their slots and made `mask`, (B, 1, Lnew,
-        Lcached + Lnew)) and attends to everything cached. Not with kv, query_positions or tokens."""
+        Lcached + Lnew)) and attends to everything cached. Not with kv, query_positions or tokens.
+
+        Positions acting inside attention (rotary, t5, alibi; self.positions) are those of the columns, 0..L-1,
+        as the embeddings' absolute positions are; with a cache, each token's absolute position as the cache
+        records it (cached keys included)."""
         mask, dead = guard_empty_rows(mask)
         B = h.shape[0]
+        rotary = None
         if cache is not None:
             if kv is not None or query_positions is not None or tokens is not None:
                 raise ValueError("a key/value cache runs self-attention over every new token: not with kv, "
                                  "query_positions or tokens")
+            if self.positions is not None:
+                keys = cache.key_positions[:, :cache.length]
+                new = keys[:, cache.start:]
+                mask, rotary = self.positions.prepare(mask, new, keys, h.dtype, new_key_positions=new)
             states = [h] if output_hidden_states else None
             for index, layer in enumerate(self.layers):
-                h = layer(h, mask, dead_rows=dead, cache=cache.layer(index))
+                h = layer(h, mask, dead_rows=dead, cache=cache.layer(index), rotary=rotary)
                 if states is not None:
                     states.append(h)
             return h, tuple(states) if states is not None else None
@@ -266,7 +296,11 @@ class Encoder(nn.Module):
         if tokens is not None:
             if query_positions is not None:
                 raise ValueError("tokens (packing) and query_positions cannot be combined")
-            return self._packed(h, mask, dead, kv, output_hidden_states, Packing(tokens))
+        if self.positions is not None:
+            columns = torch.arange(mask.shape[-1], device=h.device)[None]
+            mask, rotary = self.positions.prepare(mask, columns, columns, h.dtype)
+        if tokens is not None:
+            return self._packed(h, mask, dead, kv, output_hidden_states, Packing(tokens), rotary)
         states = [h] if output_hidden_states else None
         projected = self._project_keys_values(kv)
         for index, layer in enumerate(self.layers):
@@ -276,21 +310,22 @@ class Encoder(nn.Module):
                 at = (rows, slice(None), query_positions)  # -> (B, 1, Lk): that query's row of the mask
                 h = layer(h[rows, query_positions][:, None], mask.expand(B, -1, -1, -1)[at][:, :, None],
                           kv=h if keys_values is None else None, keys_values=keys_values,
-                          dead_rows=None if dead is None else dead.expand(B, -1, -1, -1)[at][:, :, None])
+                          dead_rows=None if dead is None else dead.expand(B, -1, -1, -1)[at][:, :, None],
+                          rotary=None if rotary is None else rotary.rows(query_positions))
             else:
-                h = layer(h, mask, dead_rows=dead, keys_values=keys_values)
+                h = layer(h, mask, dead_rows=dead, keys_values=keys_values, rotary=rotary)
             if states is not None:
                 states.append(h)
         return h, tuple(states) if states is not None else None
 
     def _packed(self, h: Tensor, mask: Tensor, dead: Tensor | None, kv: Tensor | None, output_hidden_states: bool,
-                packing: Packing) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+                packing: Packing, rotary: Rotary | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         h = packing.pack(h)
         states = [packing.pad(h)] if output_hidden_states else None
         projected = self._project_keys_values(None if kv is None else packing.pack(kv))  # the real tokens only
         for index, layer in enumerate(self.layers):
             keys_values = (projected[2 * index], projected[2 * index + 1]) if projected else None
-            h = layer(h, mask, dead_rows=dead, keys_values=keys_values, packing=packing)
+            h = layer(h, mask, dead_rows=dead, keys_values=keys_values, packing=packing, rotary=rotary)
             if states is not None:
                 states.append(packing.pad(h))
         return packing.pad(h), tuple(states) if states is not None else None

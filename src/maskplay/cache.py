@@ -30,6 +30,9 @@ class KVCache:
         self.values: list[Tensor | None] = [None] * num_layers
         self.key_mask: Tensor | None = None  # (B, capacity) bool: True where a cached column is a real token
         self.next_position: Tensor | None = None  # (B,) long: the absolute position of each row's next token
+        # (B, capacity) long: each cached column's absolute position (0 at the holes), for the position terms of
+        # rotary, t5 and alibi (positions.PositionScheme), which relate a new query to every cached key
+        self.key_positions: Tensor | None = None
         self.extras: dict[str, Tensor] = {}
         self.capacity = capacity
         self.start = 0  # first column of the tokens being added (set by extend)
@@ -49,6 +52,7 @@ class KVCache:
         if self.key_mask is None:
             self.key_mask = torch.zeros(B, max(self.capacity, T), dtype=torch.bool, device=new_mask.device)
             self.next_position = torch.zeros(B, dtype=torch.long, device=new_mask.device)
+            self.key_positions = torch.zeros(B, self.key_mask.shape[1], dtype=torch.long, device=new_mask.device)
             self.capacity = self.key_mask.shape[1]
         elif B != self.batch_size:
             raise ValueError(f"the cache holds {self.batch_size} rows, got new tokens for {B}")
@@ -57,6 +61,7 @@ class KVCache:
         self.key_mask[:, self.start:self.length] = new_mask
         positions = (self.next_position[:, None] + new_mask.long().cumsum(1) - 1).masked_fill(~new_mask, 0)
         self.next_position = self.next_position + new_mask.long().sum(1)
+        self.key_positions[:, self.start:self.length] = positions
         if within is None:
             within = torch.ones(T, T, dtype=torch.bool, device=new_mask.device).tril()
         new_keys = within & new_mask[:, None, None, :]
@@ -93,6 +98,7 @@ class KVCache:
         self.values = [None if v is None else pick(v) for v in self.values]
         if self.key_mask is not None:
             self.key_mask, self.next_position = pick(self.key_mask), pick(self.next_position)
+            self.key_positions = pick(self.key_positions)
         self.extras = {name: pick(x) for name, x in self.extras.items()}
 
     def _grow(self, needed: int) -> None:
@@ -108,6 +114,7 @@ class KVCache:
             return torch.cat([x, x.new_zeros(shape)], dim=dim)
 
         self.key_mask = grown(self.key_mask, 1)
+        self.key_positions = grown(self.key_positions, 1)
         self.keys = [grown(k, 2) for k in self.keys]
         self.values = [grown(v, 2) for v in self.values]
         self.capacity = capacity

@@ -14,7 +14,9 @@ import tomllib
 
 FAMILIES = ("tta", "bert", "gpt", "electra", "unilm", "xlnet")
 UNILM_OBJECTIVES = ("seq2seq", "mixed")
-POSITION_SCHEMES = ("learned", "transformer-xl")  # see positions.py
+POSITION_SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "transformer-xl")  # positions.py
+# ModelConfig fields that change the block's architecture away from BERT's (docs/ARCHITECTURE.md)
+ARCHITECTURE_SWITCHES = ("positions",)
 
 
 @dataclass
@@ -84,7 +86,8 @@ class ModelConfig:
     # width of the embedding tables; None = hidden_size. When it differs, a linear projection maps the embeddings
     # to the hidden size and the LM head maps back (HuggingFace ELECTRA's embedding_size, ALBERT's factorisation)
     embedding_size: int | None = None
-    # where positions come from (positions.py); None = the family's own: "transformer-xl" for xlnet, else "learned"
+    # where positions come from (positions.py, docs/ARCHITECTURE.md): learned | sinusoidal | rotary | t5 | alibi |
+    # none | transformer-xl; None = the family's own: "transformer-xl" for xlnet, else "learned"
     positions: str | None = None
     # biases on the attention's query/key/value/output projections; None = the family's own (XLNet has none)
     attention_bias: bool | None = None
@@ -130,6 +133,9 @@ class ModelConfig:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})"
             )
+        if self.positions == "rotary" and self.key_width % 2:
+            raise ValueError(f"positions = 'rotary' rotates pairs of dimensions: the query/key width per head must "
+                             f"be even, got {self.key_width}")
         if self.embedding_size is not None and self.embedding_size <= 0:
             raise ValueError(f"embedding_size must be positive (or left out: the hidden size), got {self.embedding_size}")
         if self.family == "electra":
@@ -139,9 +145,21 @@ class ModelConfig:
             if not 0 <= value < self.vocab_size:
                 raise ValueError(f"{name}={value} is outside the vocabulary of size {self.vocab_size}")
 
+    def architecture_changes(self) -> list[str]:
+        """The architecture switches (docs/ARCHITECTURE.md) set away from the family's own, as "name = value":
+        what a converter to another library's architecture must refuse."""
+        own = ModelConfig(family=self.family)
+        return [f"{name} = {getattr(self, name)!r}" for name in ARCHITECTURE_SWITCHES
+                if getattr(self, name) != getattr(own, name)]
+
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def key_width(self) -> int:
+        """The query/key width per head."""
+        return self.head_dim
 
     @property
     def separator_id(self) -> int:

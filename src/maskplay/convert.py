@@ -430,6 +430,10 @@ def to_hf(model: MaskplayModel) -> list[tuple[dict[str, Any], dict[str, Tensor]]
     """(config.json dict, state dict) for each HuggingFace model `model` becomes: one, or for an Electra with a
     generator two (the discriminator, then the generator). A GPT becomes a BertLMHeadModel."""
     config, state = model.config, model.state_dict()
+    changes = config.architecture_changes()
+    if changes:  # the HuggingFace classes are the families' default architectures only
+        raise ValueError(f"{', '.join(changes)}: this architecture switch has no HuggingFace {config.family} "
+                         "counterpart (only the family's default architecture converts)")
     if config.family == "gpt":
         return [gpt_to_hf_bert_lm_head(model)]
     if config.family == "xlnet":

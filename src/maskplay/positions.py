@@ -9,10 +9,37 @@
 A scheme that acts inside attention gets, besides q and k, a `Frame`: everything about positions that is the
 same in every layer of one forward pass (the sinusoid table, which row of it each query/key pair reads,
 which pairs are in different segments), built once per batch like the mask. Attention then runs as SDPA with
-the position term as an additive float mask (scaled like the scores), so it keeps SDPA's fused kernel."""
+the position term as an additive float mask (scaled like the scores), so it keeps SDPA's fused kernel.
+
+The other schemes (docs/ARCHITECTURE.md), for every single-stream family (BERT, GPT, UniLM, ELECTRA, T-TA):
+
+- "sinusoidal": Vaswani et al.'s fixed table added to the token embeddings where the learned one would be,
+  PE(p, 2k) = sin(p / 10000^(2k/d)), PE(p, 2k+1) = cos(p / 10000^(2k/d)), scaled to the RMS a learned table has
+  at initialisation (std = initializer_range): the paper instead scales the token embeddings up by sqrt(d).
+- "rotary": RoPE (Su et al. 2021): each head's queries and keys rotated by their absolute positions, so that
+  q_m . k_n depends on m - n only; dimension k pairs with k + d/2 (GPT-NeoX / LLaMA layout), base 10000.
+- "t5": T5's learned scalar bias per head and relative-distance bucket (Raffel et al. 2020), one table shared by
+  every layer as T5 shares it (32 buckets, max distance 128; bidirectional buckets except for GPT, whose
+  buckets are T5 decoder's, all for the past).
+- "alibi": Press et al.'s fixed bias -m_h |i - j| with the paper's head slopes (the geometric sequence
+  2^(-8/n), 2^(-16/n), ... for n = 2^k heads, interleaved from the next power of two otherwise); symmetric in
+  i - j, so the family's mask decides which side a query sees.
+- "none": no positions at all (a causal mask still orders GPT's tokens; BERT becomes a bag of words).
+
+A bias scheme (t5, alibi) is folded into the attention mask once per pass: Encoder.forward turns the boolean
+mask into `bias.masked_fill(~mask, -inf)` (a float mask SDPA adds to the scaled scores), so every path that
+reads the mask (packing's groups, the last-layer query rows of PLL, the key/value cache) cuts the bias with it.
+Rotary hands each layer a `Rotary` (cos and sin of the query and key positions) that attention applies to q
+and k, before keys enter a key/value cache: cached keys keep the rotation of their own absolute positions.
+
+T-TA under these schemes: learned and sinusoidal positions enter both streams through the embeddings (the
+query stream is [MASK] + position, the keys/values token + position); under rotary, t5, alibi and none the
+embeddings of both streams carry no position at all, and positions enter attention only, as the relation
+between a query's position and a key's (rotation of q and k, or a bias on their score)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -116,3 +143,150 @@ def attend_with_term(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, term: Tensor
         scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5).add_(bias)
         return dropout(scores.softmax(dim=-1), dropout_p, True) @ v
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+
+# ---- absolute, inside attention, or none: the other schemes ---------------------------------------------------
+
+ABSOLUTE = ("learned", "sinusoidal")  # added to the embeddings (backbone.Embeddings)
+IN_ATTENTION = ("rotary", "t5", "alibi")  # acting inside attention, built once per pass (PositionScheme)
+T5_BUCKETS, T5_MAX_DISTANCE = 32, 128  # T5's defaults (relative_attention_num_buckets, ..._max_distance)
+ROTARY_BASE = 10000.0
+
+
+def sinusoid_table(length: int, width: int) -> Tensor:
+    """Vaswani et al.'s table, (length, width): column 2k holds sin(p w_k), column 2k + 1 cos(p w_k), with
+    w_k = 1 / 10000^(2k / width) (interleaved, unlike Transformer-XL's sinusoid above)."""
+    positions = torch.arange(length, dtype=torch.float64)[:, None]
+    inv_freq = 1.0 / torch.pow(10000.0, torch.arange(0, width, 2, dtype=torch.float64) / width)
+    angles = positions * inv_freq
+    table = torch.zeros(length, width, dtype=torch.float64)
+    table[:, 0::2] = angles.sin()
+    table[:, 1::2] = angles.cos()[:, :width // 2]
+    return table.float()
+
+
+def sinusoidal_embedding(config: ModelConfig) -> Tensor:
+    """The fixed table backbone.Embeddings adds: sinusoid_table scaled so that its entries have the RMS of a learned
+    table at initialisation (initializer_range): a sin/cos pair has mean square 1/2."""
+    return sinusoid_table(config.max_position, config.embedding_width) * (config.initializer_range * math.sqrt(2))
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """[x1, x2] -> [-x2, x1] over the last dimension's halves."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def rotary_angles(positions: Tensor, width: int, base: float = ROTARY_BASE) -> tuple[Tensor, Tensor]:
+    """cos and sin of RoPE's angles for integer positions (..., L): (..., L, width), angle p theta_k in columns k and
+    k + width/2, theta_k = base^(-2k / width). Computed in fp32 whatever the model's dtype."""
+    inv_freq = 1.0 / torch.pow(base, torch.arange(0, width, 2, device=positions.device, dtype=torch.float32) / width)
+    angles = positions.float()[..., None] * inv_freq
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x (B, heads, L, width) rotated: each pair (x_k, x_{k + width/2}) by its position's angle theta_k p."""
+    return x * cos + rotate_half(x) * sin
+
+
+@dataclass
+class Rotary:
+    """One pass's rotary tables: cos/sin of each query's position (1 or B, 1, Lq, width) and each key's (1 or B,
+    1, Lk, width), in the dtype of the model's activations."""
+
+    q_cos: Tensor
+    q_sin: Tensor
+    k_cos: Tensor
+    k_sin: Tensor
+
+    def apply(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        return apply_rotary(q, self.q_cos, self.q_sin), apply_rotary(k, self.k_cos, self.k_sin)
+
+    def cut(self, end: int) -> Rotary:
+        """The first `end` positions (a packing group, whose columns are positions 0..end-1)."""
+        return Rotary(self.q_cos[..., :end, :], self.q_sin[..., :end, :], self.k_cos[..., :end, :],
+                      self.k_sin[..., :end, :])
+
+    def rows(self, rows: Tensor) -> Rotary:
+        """Queries at one position per row, rows (B,): (B, 1, 1, width) query tables, keys unchanged."""
+        B = rows.shape[0]
+        pick = lambda t: t.expand(B, -1, -1, -1)[torch.arange(B, device=rows.device), :, rows][:, :, None]  # noqa: E731
+        return Rotary(pick(self.q_cos), pick(self.q_sin), self.k_cos, self.k_sin)
+
+
+def t5_bucket(relative_position: Tensor, bidirectional: bool = True, num_buckets: int = T5_BUCKETS,
+              max_distance: int = T5_MAX_DISTANCE) -> Tensor:
+    """T5's bucket of each relative position (key position - query position), as Mesh TensorFlow's
+    _relative_position_bucket: with bidirectional buckets half of them for keys after the query; of a side's n
+    buckets, distances below n/2 get one bucket each, larger ones logarithmically wider buckets up to
+    max_distance, and everything beyond the last bucket. Unidirectional (a decoder): keys after the query share
+    bucket 0 (the mask hides them anyway)."""
+    bucket = torch.zeros_like(relative_position)
+    n = num_buckets
+    if bidirectional:
+        n //= 2
+        bucket = bucket + (relative_position > 0).long() * n
+        distance = relative_position.abs()
+    else:
+        distance = (-relative_position).clamp_min(0)
+    exact = n // 2
+    # log(0) at distance 0 is -inf; those distances take the exact branch, so clamp only what log sees
+    large = exact + (torch.log(distance.clamp_min(1).float() / exact) / math.log(max_distance / exact)
+                     * (n - exact)).long()
+    large = large.clamp_max(n - 1)
+    return bucket + torch.where(distance < exact, distance, large)
+
+
+def alibi_slopes(heads: int) -> Tensor:
+    """ALiBi's head slopes (Press et al. 2022): for n = 2^k heads the geometric sequence starting at and with ratio
+    2^(-8/n); otherwise those of the largest power of two below n, then every other slope of twice that many."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(heads).is_integer():
+        slopes = power_of_two(heads)
+    else:
+        below = 2 ** math.floor(math.log2(heads))
+        slopes = power_of_two(below) + power_of_two(2 * below)[0::2][:heads - below]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+class PositionScheme(nn.Module):
+    """The per-pass position terms of "rotary", "t5" and "alibi", built by backbone.Encoder once per forward pass
+    and used by every layer. Parameters: T5's bucket table only (`buckets`, one scalar per bucket and head)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.positions not in IN_ATTENTION:
+            raise ValueError(f"PositionScheme is for {IN_ATTENTION}, not {config.positions!r}")
+        self.kind = config.positions
+        self.heads, self.width = config.num_heads, config.key_width
+        self.bidirectional = config.family != "gpt"  # T5's decoder buckets for GPT
+        self.buckets = nn.Embedding(T5_BUCKETS, config.num_heads) if self.kind == "t5" else None
+        if self.kind == "alibi":
+            self.register_buffer("slopes", alibi_slopes(config.num_heads), persistent=False)
+
+    def bias(self, query_positions: Tensor, key_positions: Tensor) -> Tensor:
+        """The additive score term (1 or B, heads, Lq, Lk) in fp32, for positions (1 or B, Lq) and (1 or B, Lk)."""
+        relative = key_positions[:, None, :] - query_positions[:, :, None]  # (B, Lq, Lk): key - query
+        if self.kind == "alibi":
+            return -self.slopes[None, :, None, None] * relative.abs()[:, None].float()
+        bucket = t5_bucket(relative, self.bidirectional)
+        return self.buckets(bucket).permute(0, 3, 1, 2).float()
+
+    def prepare(self, mask: Tensor, query_positions: Tensor, key_positions: Tensor, dtype: torch.dtype,
+                new_key_positions: Tensor | None = None) -> tuple[Tensor, Rotary | None]:
+        """What the layers of one pass get: the mask, with a bias scheme's term folded in (a float mask, -inf where
+        the boolean mask forbids), and the rotary tables (rotary only). Positions are (1 or B, L) integers; with a
+        key/value cache, key_positions are every cached key's and new_key_positions those of the keys this pass
+        projects (and rotates: cached keys were rotated when they were new)."""
+        if self.kind == "rotary":
+            q_cos, q_sin = rotary_angles(query_positions, self.width)
+            k_cos, k_sin = rotary_angles(key_positions if new_key_positions is None else new_key_positions, self.width)
+            return mask, Rotary(*(t[:, None].to(dtype) for t in (q_cos, q_sin, k_cos, k_sin)))
+        bias = self.bias(query_positions, key_positions).to(dtype)
+        return bias.masked_fill(~mask, float("-inf")), None
