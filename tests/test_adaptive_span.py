@@ -71,9 +71,12 @@ def test_attention_paths_equal_the_reference_with_gradients(banded):
     torch.testing.assert_close(out, want, atol=1e-5, rtol=0)
     direction = torch.randn_like(out)
     params = (q, k, v, span.span_fraction)
-    for a, b in zip(torch.autograd.grad(out, params, direction), torch.autograd.grad(want, params, direction),
-                    strict=True):
+    got, expected = torch.autograd.grad(out, params, direction), torch.autograd.grad(want, params, direction)
+    for a, b in zip(got[:3], expected[:3], strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    # z's gradient sums B x H x L x L terms to about 5 in magnitude: fp32 summation order (thread count) moves
+    # it by ~2e-5, so it is held relatively
+    torch.testing.assert_close(got[3], expected[3], atol=1e-5, rtol=5e-5)
 
 
 def test_window_is_where_every_head_reaches_zero():
