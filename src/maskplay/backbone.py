@@ -63,8 +63,9 @@ class Attention(nn.Module):
         h = config.hidden_size
         bias = bool(config.attention_bias)
         self.num_heads = config.num_heads
-        self.query = nn.Linear(h, h, bias=bias)
-        self.key = nn.Linear(h, h, bias=bias)
+        keys = config.num_heads * config.key_width  # hidden_size unless key_size decouples it from the values'
+        self.query = nn.Linear(h, keys, bias=bias)
+        self.key = nn.Linear(h, keys, bias=bias)
         self.value = nn.Linear(h, h, bias=bias)
         self.out = nn.Linear(h, h, bias=bias)
         self.dropout_p = config.attention_dropout

@@ -16,7 +16,7 @@ FAMILIES = ("tta", "bert", "gpt", "electra", "unilm", "xlnet")
 UNILM_OBJECTIVES = ("seq2seq", "mixed")
 POSITION_SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "transformer-xl")  # positions.py
 # ModelConfig fields that change the block's architecture away from BERT's (docs/ARCHITECTURE.md)
-ARCHITECTURE_SWITCHES = ("positions",)
+ARCHITECTURE_SWITCHES = ("positions", "key_size")
 
 
 @dataclass
@@ -91,6 +91,9 @@ class ModelConfig:
     positions: str | None = None
     # biases on the attention's query/key/value/output projections; None = the family's own (XLNet has none)
     attention_bias: bool | None = None
+    # query/key width per head, decoupled from the value width hidden_size / num_heads (Bhojanapalli et al. 2020);
+    # None = hidden_size / num_heads
+    key_size: int | None = None
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     layer_norm_eps: float = 1e-12
@@ -133,6 +136,8 @@ class ModelConfig:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})"
             )
+        if self.key_size is not None and self.key_size <= 0:
+            raise ValueError(f"key_size must be positive (or left out: hidden_size / num_heads), got {self.key_size}")
         if self.positions == "rotary" and self.key_width % 2:
             raise ValueError(f"positions = 'rotary' rotates pairs of dimensions: the query/key width per head must "
                              f"be even, got {self.key_width}")
@@ -158,8 +163,8 @@ class ModelConfig:
 
     @property
     def key_width(self) -> int:
-        """The query/key width per head."""
-        return self.head_dim
+        """The query/key width per head: key_size, or the value width hidden_size / num_heads."""
+        return self.key_size if self.key_size is not None else self.head_dim
 
     @property
     def separator_id(self) -> int:

@@ -106,7 +106,7 @@ class RelativePositions(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        heads, size = config.num_heads, config.head_dim
+        heads, size = config.num_heads, config.key_width  # scores are q . k: the query/key width
         self.heads, self.size = heads, size
         self.project = nn.Linear(config.hidden_size, heads * size, bias=False)  # W_r
         self.content_bias = nn.Parameter(torch.zeros(heads, size))  # u

@@ -36,6 +36,7 @@ class ModelSection:
     embedding_size: int | None = None
     positions: str | None = None  # None: the family's own (positions.py)
     attention_bias: bool | None = None  # None: the family's own
+    key_size: int | None = None  # query/key width per head; None: hidden_size / num_heads (docs/ARCHITECTURE.md)
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     layer_norm_eps: float | None = None

@@ -1,0 +1,212 @@
+"""The architecture switches of docs/ARCHITECTURE.md other than positions (tests/test_positions.py): each against
+a formula written out here, and every switch through every family's paths (training step, packed inference,
+PLL's last-layer rows, the key/value cache, save/load, bf16, T-TA's no-leak rule at every depth)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from maskplay import preset
+from maskplay.config import ModelConfig
+from maskplay.modeling import MaskplayModel, build_model
+from maskplay.precision import forward_in
+from maskplay.train.config import ModelSection
+from tests.conftest import padded_batch
+from tests.test_leak import jacobian_norms
+
+SINGLE_STREAM = ("bert", "gpt", "unilm", "electra", "tta")
+
+# one entry per switch (and a few combinations): the fields set away from the default
+SWITCHES = {
+    "key_size=4": dict(key_size=4),
+    "key_size=12+rotary": dict(key_size=12, positions="rotary"),
+}
+
+
+def model_of(family: str, seed: int = 0, **overrides) -> MaskplayModel:
+    """A tiny model with large random weights (peaked attention, so that every token visibly matters)."""
+    torch.manual_seed(seed)
+    model = build_model(preset("tiny", family=family, **overrides))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.25)
+    return model.eval()
+
+
+# ---- every switch through every path ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+def test_every_family_trains_a_step(switch):
+    for family in (*SINGLE_STREAM, "xlnet"):
+        fields = SWITCHES[switch]
+        if family == "xlnet" and "positions" in fields:
+            continue
+        model = model_of(family, **fields).train()
+        if family == "unilm":
+            model.config.unilm.objective = "mixed"
+        ids, mask = padded_batch([6, 4])
+        out = model(**model.training_batch(ids, mask, torch.Generator().manual_seed(0)))
+        out.loss.backward()
+        assert math.isfinite(out.loss.item()), (family, switch)
+        assert [n for n, p in model.named_parameters() if p.grad is None] == [], (family, switch)
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+@pytest.mark.parametrize("family", SINGLE_STREAM)
+def test_packed_inference_equals_the_padded_layout(family, switch):
+    model = model_of(family, **SWITCHES[switch])
+    ids, mask = padded_batch([7, 3, 6, 2, 5])
+    a = model(ids, attention_mask=mask).last_hidden_state
+    with torch.inference_mode():
+        b = model(ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(a[mask], b[mask], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+@pytest.mark.parametrize("family", ["bert", "tta"])
+def test_last_layer_query_rows_equal_the_full_pass(family, switch):
+    model = model_of(family, **SWITCHES[switch])
+    ids, mask = padded_batch([7, 4, 6])
+    rows = torch.tensor([5, 0, 3])
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask).last_hidden_state
+        one = model(ids, attention_mask=mask, query_positions=rows).last_hidden_state[:, 0]
+    torch.testing.assert_close(one, full[torch.arange(3), rows], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+def test_gpt_cache_equals_the_full_forward(switch):
+    model = model_of("gpt", **SWITCHES[switch])
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(7, 90, (n,), generator=g).tolist() for n in (6, 3)]
+    extra = torch.randint(7, 90, (2, 2), generator=g)
+    ids = torch.zeros(2, 6, dtype=torch.long)
+    for k, p in enumerate(prompts):
+        ids[k, 6 - len(p):] = torch.tensor(p)  # left padding
+    with torch.no_grad():
+        cache, logits = model.prefill(ids, ids != 0)
+        got = [logits, model.step(extra[:, :1], cache), model.step(extra[:, 1:], cache)]
+        for k, p in enumerate(prompts):
+            want = model(torch.tensor([p + extra[k].tolist()])).logits[0, len(p) - 1:]
+            torch.testing.assert_close(torch.stack([x[k] for x in got]), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+def test_tta_output_i_never_sees_token_i(switch):
+    model = model_of("tta", **SWITCHES[switch])
+    ids, mask = padded_batch([6, 4])
+    norms = jacobian_norms(model, ids, mask)
+    assert torch.all(torch.diagonal(norms, dim1=2, dim2=3) == 0), f"T-TA leaks token i into output i ({switch})"
+    for b, n in enumerate(mask.sum(1).tolist()):
+        assert torch.all(norms[:, b, :n, :n] + torch.eye(n) > 0)
+        assert torch.all(norms[:, b, :, n:] == 0)
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+def test_save_load_and_bf16(tmp_path, switch):
+    model = model_of("bert", **SWITCHES[switch])
+    model.save_pretrained(tmp_path)
+    loaded = MaskplayModel.from_pretrained(tmp_path).eval()
+    for name, value in SWITCHES[switch].items():
+        assert getattr(loaded.config, name) == value
+    ids, mask = padded_batch([5, 3])
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).last_hidden_state
+        torch.testing.assert_close(loaded(ids, attention_mask=mask).last_hidden_state, want)
+        got = forward_in(model, "bf16", ids, attention_mask=mask).last_hidden_state
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float()[mask], want[mask], atol=0.1, rtol=0.05)
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+def test_the_switch_through_set_and_toml(tmp_path, switch):
+    from maskplay.config import apply_overrides
+    from maskplay.train.config import TrainConfig, load_train_config
+
+    sets = [f"model.{name}={str(value).lower() if isinstance(value, bool) else value}"
+            for name, value in SWITCHES[switch].items()]
+    cfg = apply_overrides(TrainConfig(model=ModelSection(family="bert", preset="tiny")), sets)
+    built = cfg.model.build({"vocab_size": 100})
+    for name, value in SWITCHES[switch].items():
+        assert getattr(built, name) == value
+    path = tmp_path / "run.toml"
+    path.write_text(cfg.to_toml())
+    assert load_train_config(path).model.build({"vocab_size": 100}) == built
+
+
+# ---- key_size -------------------------------------------------------------------------------------------------
+
+
+def test_key_size_sets_the_query_key_width_only():
+    model = model_of("bert", key_size=3)
+    cfg = model.config
+    attn = model.encoder.layers[0].attn
+    H, nh = cfg.hidden_size, cfg.num_heads
+    assert attn.query.weight.shape == attn.key.weight.shape == (nh * 3, H)
+    assert attn.value.weight.shape == attn.out.weight.shape == (H, H)
+    default = build_model(preset("tiny", family="bert"))
+    per_layer = 2 * (H * nh * 3 + nh * 3) - 2 * (H * H + H)
+    assert model.num_parameters() - default.num_parameters() == cfg.num_layers * per_layer
+
+
+def test_key_size_attention_is_the_formula():
+    """softmax(q k^T / sqrt(key_size)) v per head, q and k of width key_size, v of width hidden / heads."""
+    model = model_of("bert", key_size=5)
+    attn = model.encoder.layers[0].attn
+    B, L, H, nh = 2, 6, 32, 4
+    x = torch.randn(B, L, H)
+    mask = torch.ones(B, 1, L, L, dtype=torch.bool)
+    mask[0, :, :, 5:] = False
+    q = attn.query(x).view(B, L, nh, 5).transpose(1, 2)
+    k = attn.key(x).view(B, L, nh, 5).transpose(1, 2)
+    v = attn.value(x).view(B, L, nh, H // nh).transpose(1, 2)
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(5)).masked_fill(~mask, float("-inf"))
+    want = attn.out((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, L, H))
+    torch.testing.assert_close(attn(x, mask, None), want, atol=1e-6, rtol=1e-6)
+
+
+def test_key_size_equal_to_the_head_width_is_the_default():
+    torch.manual_seed(0)
+    a = build_model(preset("tiny", family="tta")).eval()
+    torch.manual_seed(0)
+    b = build_model(preset("tiny", family="tta", key_size=8)).eval()
+    ids, mask = padded_batch([5, 3])
+    assert a.state_dict().keys() == b.state_dict().keys()
+    with torch.no_grad():
+        torch.testing.assert_close(a(ids, attention_mask=mask).last_hidden_state,
+                                   b(ids, attention_mask=mask).last_hidden_state, atol=0, rtol=0)
+
+
+# ---- errors ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(family="bert", key_size=0), "key_size must be positive"),
+    (dict(family="bert", key_size=5, positions="rotary"), "must be even"),
+])
+def test_bad_values_are_one_line_errors(fields, message):
+    with pytest.raises(ValueError, match=message) as err:
+        ModelConfig(**fields)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=message):
+        ModelSection(preset="tiny", **fields)
+
+
+def test_a_switched_model_does_not_convert_to_huggingface():
+    from maskplay.convert import to_hf
+
+    with pytest.raises(ValueError, match="key_size = 4"):
+        to_hf(model_of("bert", key_size=4))
+
+
+def test_sdpa_takes_a_key_width_other_than_the_value_width():
+    """What Attention relies on: SDPA with q/k of one width and v of another."""
+    q, k, v = torch.randn(1, 2, 3, 5), torch.randn(1, 2, 4, 5), torch.randn(1, 2, 4, 7)
+    want = (q @ k.transpose(-1, -2) / math.sqrt(5)).softmax(-1) @ v
+    torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v), want)
