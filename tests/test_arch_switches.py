@@ -24,6 +24,8 @@ SINGLE_STREAM = ("bert", "gpt", "unilm", "electra", "tta")
 SWITCHES = {
     "key_size=4": dict(key_size=4),
     "key_size=12+rotary": dict(key_size=12, positions="rotary"),
+    "talking_heads": dict(talking_heads=True),
+    "talking_heads+alibi": dict(talking_heads=True, positions="alibi"),
 }
 
 
@@ -109,6 +111,16 @@ def test_tta_output_i_never_sees_token_i(switch):
 
 
 @pytest.mark.parametrize("switch", SWITCHES)
+def test_the_training_path_equals_eval_without_dropout(switch):
+    """Training mode (the explicit softmax with attention dropout) at a vanishing dropout rate equals eval."""
+    model = model_of("tta", hidden_dropout=0.0, attention_dropout=1e-12, **SWITCHES[switch])
+    ids, mask = padded_batch([6, 4])
+    want = model(ids, attention_mask=mask).last_hidden_state
+    got = model.train()(ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(got[mask], want[mask], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
 def test_save_load_and_bf16(tmp_path, switch):
     model = model_of("bert", **SWITCHES[switch])
     model.save_pretrained(tmp_path)
@@ -181,6 +193,59 @@ def test_key_size_equal_to_the_head_width_is_the_default():
     with torch.no_grad():
         torch.testing.assert_close(a(ids, attention_mask=mask).last_hidden_state,
                                    b(ids, attention_mask=mask).last_hidden_state, atol=0, rtol=0)
+
+
+# ---- talking heads -----------------------------------------------------------------------------------------------
+
+
+def talking_heads_paper(x, attn, P_l, P_w, mask):
+    """Shazeer et al. 2020, section 4's pseudo-code in einsum form (h_k = h = h_v heads):
+    Q = X W_q, K = X W_k, V = X W_v;  J = einsum(Q, K);  L = einsum(J, P_l);  W = softmax(L + mask);
+    U = einsum(W, P_w);  O = einsum(U, V); out = O W_o."""
+    B, L, H = x.shape
+    h = P_l.shape[0]
+    Q = attn.query(x).view(B, L, h, -1)
+    K = attn.key(x).view(B, L, h, -1)
+    V = attn.value(x).view(B, L, h, -1)
+    J = torch.einsum("bnhk,bmhk->bnmh", Q, K) / math.sqrt(Q.shape[-1])
+    logits = torch.einsum("bnmh,hg->bnmg", J, P_l)
+    logits = logits.masked_fill(~mask[:, 0, :, :, None], float("-inf"))
+    W = logits.softmax(dim=2)
+    U = torch.einsum("bnmh,hg->bnmg", W, P_w)
+    O = torch.einsum("bnmh,bmhv->bnhv", U, V)
+    return attn.out(O.reshape(B, L, H))
+
+
+def test_talking_heads_is_the_papers_formula():
+    model = model_of("bert", talking_heads=True)
+    attn = model.encoder.layers[0].attn
+    x = torch.randn(2, 6, 32)
+    mask = torch.ones(2, 1, 6, 6, dtype=torch.bool)
+    mask[1, :, :, 3:] = False
+    mask[0] &= ~torch.eye(6, dtype=torch.bool)  # T-TA's diagonal
+    want = talking_heads_paper(x, attn, attn.kernel.logits_mix, attn.kernel.weights_mix, mask)
+    assert not torch.allclose(attn.kernel.logits_mix, torch.eye(4))  # model_of randomised the mixing
+    torch.testing.assert_close(attn(x, mask, None), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["tta", "gpt", "xlnet"])
+def test_talking_heads_with_identity_mixing_is_plain_attention(family):
+    """A fresh talking-heads model (both matrices the identity) computes what the same weights compute without."""
+    torch.manual_seed(0)
+    talking = build_model(preset("tiny", family=family, talking_heads=True)).eval()
+    plain = build_model(preset("tiny", family=family)).eval()
+    state = {k: v for k, v in talking.state_dict().items() if "_mix" not in k}
+    plain.load_strict(state)
+    ids, mask = padded_batch([6, 4])
+    with torch.no_grad():
+        torch.testing.assert_close(talking(ids, attention_mask=mask).last_hidden_state,
+                                   plain(ids, attention_mask=mask).last_hidden_state, atol=1e-5, rtol=1e-5)
+
+
+def test_talking_heads_adds_two_mixing_matrices_per_layer():
+    cfg = preset("tiny", family="bert")
+    more = build_model(preset("tiny", family="bert", talking_heads=True)).num_parameters()
+    assert more - build_model(cfg).num_parameters() == cfg.num_layers * 2 * cfg.num_heads ** 2
 
 
 # ---- errors ---------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention_variants import TalkingHeads
 from .cache import KVCache, LayerCache
 from .config import ModelConfig
 from .dropout import Dropout, dropout
@@ -71,6 +72,8 @@ class Attention(nn.Module):
         self.dropout_p = config.attention_dropout
         # the layer's own relative-position weights, where positions enter attention rather than the embeddings
         self.relative = RelativePositions(config) if config.positions == "transformer-xl" else None
+        # an attention kind with its own softmax (attention_variants.py); None = SDPA
+        self.kernel = TalkingHeads(config.num_heads) if config.talking_heads else None
 
     def forward(self, h: Tensor, mask: Tensor, dead_rows: Tensor | None, kv: Tensor | None = None,
                 keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None,
@@ -95,7 +98,7 @@ class Attention(nn.Module):
         if packing is not None:
             if frame is not None:
                 raise ValueError("relative-position attention runs on the padded layout, not packed")
-            return self.out(packing.attend(q, k, v, mask, dead_rows, self.num_heads, rotary))
+            return self.out(packing.attend(q, k, v, mask, dead_rows, self.num_heads, rotary, self.kernel))
         B, Lq, _ = q.shape
         nh = self.num_heads
         Lk = k.shape[1]
@@ -108,7 +111,12 @@ class Attention(nn.Module):
             k, v = cache.append(k, v)
         if self.relative is not None:
             q, term = self.relative(q, frame)
-            a = attend_with_term(q, k, v, mask, term, self.dropout_p, self.training)
+            if self.kernel is not None:
+                a = self.kernel(q, k, v, term.masked_fill(~mask, float("-inf")), self.dropout_p, self.training)
+            else:
+                a = attend_with_term(q, k, v, mask, term, self.dropout_p, self.training)
+        elif self.kernel is not None:
+            a = self.kernel(q, k, v, mask, self.dropout_p, self.training)
         elif self.training and self.dropout_p > 0:
             # what SDPA does with dropout on CPU (its math path), with the cheaper dropout
             scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5)
@@ -191,16 +199,19 @@ class Packing:
         return out.index_copy_(0, self.index, x).view(self.batch, self.length, -1)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dead_rows: Tensor | None, heads: int,
-               rotary: Rotary | None = None) -> Tensor:
+               rotary: Rotary | None = None, kernel: nn.Module | None = None) -> Tensor:
         """SDPA group by group, q, k and v packed (N, C); the real tokens' outputs, (N, H). A float mask (a
         position bias) is cut like a boolean one; rotary tables by column, a group's columns being positions
-        0..end-1 as in the padded layout."""
+        0..end-1 as in the padded layout. `kernel`: an attention kind of attention_variants.py instead of SDPA."""
         out = []
         for group, (a, b, end) in enumerate(self.groups):
             q_, k_, v_ = (self._cut(x, group, heads) for x in (q, k, v))
             if rotary is not None:
                 q_, k_ = rotary.cut(end).apply(q_, k_)
-            o = F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask[a:b, :, :end, :end])
+            if kernel is not None:
+                o = kernel(q_, k_, v_, mask[a:b, :, :end, :end])
+            else:
+                o = F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask[a:b, :, :end, :end])
             if dead_rows is not None:
                 o = o.masked_fill(dead_rows[a:b, :, :end], 0.0)
             out.append(o.transpose(1, 2).reshape((b - a) * end, -1).index_select(0, self.group_index[group]))

@@ -16,7 +16,7 @@ FAMILIES = ("tta", "bert", "gpt", "electra", "unilm", "xlnet")
 UNILM_OBJECTIVES = ("seq2seq", "mixed")
 POSITION_SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "transformer-xl")  # positions.py
 # ModelConfig fields that change the block's architecture away from BERT's (docs/ARCHITECTURE.md)
-ARCHITECTURE_SWITCHES = ("positions", "key_size")
+ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads")
 
 
 @dataclass
@@ -94,6 +94,8 @@ class ModelConfig:
     # query/key width per head, decoupled from the value width hidden_size / num_heads (Bhojanapalli et al. 2020);
     # None = hidden_size / num_heads
     key_size: int | None = None
+    # talking-heads attention (Shazeer et al. 2020): learned head mixing before and after the softmax
+    talking_heads: bool = False
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     layer_norm_eps: float = 1e-12

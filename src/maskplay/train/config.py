@@ -37,6 +37,7 @@ class ModelSection:
     positions: str | None = None  # None: the family's own (positions.py)
     attention_bias: bool | None = None  # None: the family's own
     key_size: int | None = None  # query/key width per head; None: hidden_size / num_heads (docs/ARCHITECTURE.md)
+    talking_heads: bool | None = None  # None: off
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     layer_norm_eps: float | None = None
