@@ -175,9 +175,9 @@ def test_classes_and_options_check_what_applies(tok):
     assert MaskedLMScorer(electra, tokenizer=tok).method is Method.PLL  # the generator's PLL
     assert MaskedLMScorer(electra, tokenizer=tok, PLL_metric="within_word_l2r").method is Method.PLL_WORD
     assert IncrementalLMScorer(gpt, tokenizer=tok).method is Method.CAUSAL
-    with pytest.raises(ValueError, match="MaskedLMScorer scores tta / bert / electra models, not 'gpt'.*Incremental"):
+    with pytest.raises(ValueError, match="MaskedLMScorer scores tta / bert / electra / unilm / xlnet models, not 'gpt'.*Incremental"):
         MaskedLMScorer(gpt, tokenizer=tok)
-    with pytest.raises(ValueError, match="IncrementalLMScorer scores gpt models, not 'bert'"):
+    with pytest.raises(ValueError, match="IncrementalLMScorer scores gpt / xlnet models, not 'bert'"):
         IncrementalLMScorer(bert, tokenizer=tok)
     with pytest.raises(ValueError, match="needs its tokenizer"):
         MaskedLMScorer(bert)
@@ -196,3 +196,11 @@ def test_classes_and_options_check_what_applies(tok):
         api.token_score(["a dog"], surprisal=True, prob=True)
     with pytest.raises(ValueError, match="sentence 1 is empty"):
         api.sequence_score(["a dog", " "])
+
+
+def test_xlnet_is_incremental_and_masked(tok):
+    """XLNet scores both ways: IncrementalLMScorer gives its causal score, MaskedLMScorer its PLL."""
+    xlnet = tiny("xlnet", tok)
+    assert IncrementalLMScorer(xlnet, tokenizer=tok).method is Method.CAUSAL
+    assert MaskedLMScorer(xlnet, tokenizer=tok).method is Method.PLL
+    assert MaskedLMScorer(xlnet, tokenizer=tok, PLL_metric="within_word_l2r").method is Method.PLL_WORD

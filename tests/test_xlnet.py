@@ -220,3 +220,16 @@ def test_training_adds_a_segment_term_that_changes_nothing_but_reaches_every_par
     with_term.backward()
     assert all(p.grad is not None for p in model.parameters())
     assert model.encoder.layers[0].attn.relative.segment_embed.grad.abs().max() < 1e-5
+
+
+def test_grouped_inference_equals_one_pass():
+    """A padded inference batch of more than one group runs in groups cut to their own length: same outputs."""
+    model = make(num_layers=2)
+    ids, attn = padded_batch([12, 11, 11, 9, 9, 8, 6, 5, 5, 4, 3, 2], seed=5)
+    with torch.no_grad():
+        assert model._in_groups(attn, None, None, False)
+        grouped = model.left_to_right(ids, attn).last_hidden_state
+        for row in range(ids.shape[0]):
+            n = int(attn[row].sum())
+            alone = model.left_to_right(ids[row:row + 1, :n]).last_hidden_state[0]
+            torch.testing.assert_close(grouped[row, :n], alone, atol=1e-5, rtol=1e-5)

@@ -198,6 +198,8 @@ class XLNet(MaskplayModel):
         if (target_positions is not None or labels is not None) and order is None:
             raise ValueError("target_positions and labels need a factorization order (order=...)")
         B, L = input_ids.shape
+        if left_to_right and self._in_groups(attention_mask, mems, token_type_ids, output_hidden_states):
+            return self._grouped(input_ids, attention_mask)
         if left_to_right:
             everywhere = torch.arange(L, device=input_ids.device).expand(B, L)
             _, g, new_mems, states = self.streams(input_ids, attention_mask, _strictly_before(), everywhere,
@@ -232,6 +234,38 @@ class XLNet(MaskplayModel):
                                               token_type_ids, mems, need_content=False,
                                               output_hidden_states=output_hidden_states)
         return _with_mems(self.output(self.stream_dropout(g), labels, states), new_mems)
+
+    # rows per group when a padded inference batch is cut by length (see _grouped)
+    GROUP = 8
+
+    def _in_groups(self, attention_mask: Tensor, mems: list[Tensor] | None, token_type_ids: Tensor | None,
+                   output_hidden_states: bool) -> bool:
+        """Whether a left-to-right pass runs in groups of rows: at inference, on a right-padded batch of more than
+        one group, without memory, segments or hidden states to return."""
+        if self.training or torch.is_grad_enabled() or mems is not None or token_type_ids is not None:
+            return False
+        if output_hidden_states or attention_mask.shape[0] <= self.GROUP:
+            return False
+        lengths = attention_mask.sum(1)
+        right_padded = attention_mask == (torch.arange(attention_mask.shape[1], device=lengths.device) < lengths[:, None])
+        return bool(right_padded.all()) and bool((lengths < attention_mask.shape[1]).any())
+
+    def _grouped(self, input_ids: Tensor, attention_mask: Tensor) -> ModelOutput:
+        """The left-to-right pass in groups of GROUP rows, each cut to its longest row. Every per-token layer of
+        XLNet runs on both streams at every padded position, so a scoring batch sorted by length (32 sentences of
+        69 down to 39 pieces) would spend a third of its work on padding; in groups of 8 it spends a tenth. Rows
+        do not interact, so the outputs are those of one pass (zeros past each group's end)."""
+        B, L = input_ids.shape
+        lengths = attention_mask.sum(1)
+        out = None
+        for start in range(0, B, self.GROUP):
+            end = int(lengths[start:start + self.GROUP].max())
+            g = self(input_ids[start:start + self.GROUP, :end], attention_mask[start:start + self.GROUP, :end],
+                     left_to_right=True).last_hidden_state
+            if out is None:
+                out = g.new_zeros(B, L, g.shape[-1])
+            out[start:start + self.GROUP, :end] = g
+        return _with_mems(self.output(out, None, None), [])
 
     def left_to_right(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                       token_type_ids: Tensor | None = None, mems: list[Tensor] | None = None) -> ModelOutput:
