@@ -178,7 +178,8 @@ class XLNet(MaskplayModel):
                 order: Tensor | None = None, target_positions: Tensor | None = None,
                 token_type_ids: Tensor | None = None, mems: list[Tensor] | None = None,
                 output_hidden_states: bool = False, left_to_right: bool = False,
-                hide_positions: Tensor | None = None, hide_ends: Tensor | None = None) -> ModelOutput:
+                hide_positions: Tensor | None = None, hide_ends: Tensor | None = None,
+                keep_memory: bool = False) -> ModelOutput:
         """One entry point for every view (so that bf16 scoring can run any of them through functional_call):
 
         - `order` (B, L; each row a permutation of the positions, order[b, t] = the position predicted at step t):
@@ -190,20 +191,21 @@ class XLNet(MaskplayModel):
           hide_ends) hidden from every stream (see from_others).
         - none of these: the content stream with every token seeing every other, (B, L, H), for features (embed,
           eval, fine-tuning).
-        ModelOutput.mems: the memory for the next segment (left_to_right always; otherwise with xlnet.mem_len or
-        `mems`)."""
+        ModelOutput.mems: the memory for the next segment (with `keep_memory`, xlnet.mem_len or `mems`; [] otherwise).
+        Memory keys are seen by every query, padding included: carry memory from segments without padding."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
         if sum([order is not None, left_to_right, hide_positions is not None]) > 1:
             raise ValueError("choose one view: order=..., left_to_right=True or hide_positions=...")
         if (target_positions is not None or labels is not None) and order is None:
             raise ValueError("target_positions and labels need a factorization order (order=...)")
         B, L = input_ids.shape
-        if left_to_right and self._in_groups(attention_mask, mems, token_type_ids, output_hidden_states):
+        if left_to_right and not keep_memory and self._in_groups(attention_mask, mems, token_type_ids,
+                                                                 output_hidden_states):
             return self._grouped(input_ids, attention_mask)
         if left_to_right:
             everywhere = torch.arange(L, device=input_ids.device).expand(B, L)
             _, g, new_mems, states = self.streams(input_ids, attention_mask, _strictly_before(), everywhere,
-                                                  token_type_ids, mems, need_content=False, keep_memory=True,
+                                                  token_type_ids, mems, need_content=False, keep_memory=keep_memory,
                                                   output_hidden_states=output_hidden_states)
             return _with_mems(self.output(g, None, states), new_mems)
         if hide_positions is not None:
@@ -272,7 +274,8 @@ class XLNet(MaskplayModel):
         """The query stream at every position under the left-to-right order: last_hidden_state[:, i] predicts
         token i from the tokens before it (and the memory), so the sum of log p over a sentence is its exact
         log-likelihood, in one pass. ModelOutput.mems carries the memory on to the next segment."""
-        return self(input_ids, attention_mask, token_type_ids=token_type_ids, mems=mems, left_to_right=True)
+        return self(input_ids, attention_mask, token_type_ids=token_type_ids, mems=mems, left_to_right=True,
+                    keep_memory=True)
 
     def from_others(self, input_ids: Tensor, attention_mask: Tensor | None = None, *, positions: Tensor,
                     ends: Tensor | None = None) -> ModelOutput:
