@@ -26,7 +26,16 @@ SWITCHES = {
     "key_size=12+rotary": dict(key_size=12, positions="rotary"),
     "talking_heads": dict(talking_heads=True),
     "talking_heads+alibi": dict(talking_heads=True, positions="alibi"),
+    "pre": dict(norm_placement="pre"),
+    "deepnorm": dict(norm_placement="deepnorm"),
+    "rmsnorm": dict(norm="rmsnorm"),
+    "pre+rmsnorm+rotary": dict(norm_placement="pre", norm="rmsnorm", positions="rotary"),
 }
+
+
+def xlnet_takes(fields: dict) -> bool:
+    """XLNet keeps its own positions and has no pre-LN (its streams project keys/values outside the blocks)."""
+    return "positions" not in fields and fields.get("norm_placement") != "pre"
 
 
 def model_of(family: str, seed: int = 0, **overrides) -> MaskplayModel:
@@ -47,7 +56,9 @@ def model_of(family: str, seed: int = 0, **overrides) -> MaskplayModel:
 def test_every_family_trains_a_step(switch):
     for family in (*SINGLE_STREAM, "xlnet"):
         fields = SWITCHES[switch]
-        if family == "xlnet" and "positions" in fields:
+        if family == "xlnet" and not xlnet_takes(fields):
+            with pytest.raises(ValueError):
+                preset("tiny", family=family, **fields)
             continue
         model = model_of(family, **fields).train()
         if family == "unilm":
@@ -248,12 +259,80 @@ def test_talking_heads_adds_two_mixing_matrices_per_layer():
     assert more - build_model(cfg).num_parameters() == cfg.num_layers * 2 * cfg.num_heads ** 2
 
 
+# ---- norms ---------------------------------------------------------------------------------------------------
+
+
+def block_input(model, L=6):
+    torch.manual_seed(1)
+    x = torch.randn(2, L, model.config.hidden_size)
+    mask = torch.ones(2, 1, L, L, dtype=torch.bool)
+    mask[1, :, :, 4:] = False
+    return x, mask
+
+
+def test_pre_ln_block_and_final_norm():
+    """h + Attn(LN1(h)), then + FFN(LN2(.)); the encoder's output goes through one more norm."""
+    model = model_of("bert", norm_placement="pre", hidden_dropout=0.0)
+    block = model.encoder.layers[0]
+    x, mask = block_input(model)
+    h = x + block.attn(block.attn_norm(x), mask, None)
+    want = h + block.ffn(block.ffn_norm(h))
+    torch.testing.assert_close(block(x, mask), want)
+    layers = model.encoder.layers
+    out, states = model.encoder(x, mask, output_hidden_states=True)
+    last = layers[1](layers[0](x, mask), mask)
+    torch.testing.assert_close(out, model.encoder.final_norm(last))
+    torch.testing.assert_close(states[-1], out)
+    assert type(model.encoder.final_norm) is torch.nn.LayerNorm
+
+
+def test_deepnorm_block_residual_scale_and_init():
+    model = model_of("bert", norm_placement="deepnorm", num_layers=3)
+    block = model.encoder.layers[0]
+    alpha, beta = (2 * 3) ** 0.25, (8 * 3) ** -0.25
+    assert block.alpha == pytest.approx(alpha)
+    x, mask = block_input(model)
+    h = block.attn_norm(alpha * x + block.attn(x, mask, None))
+    want = block.ffn_norm(alpha * h + block.ffn(h))
+    torch.testing.assert_close(block(x, mask), want)
+    assert model.encoder.final_norm is None
+    # beta scales the value, output and FFN weights at initialisation; queries and keys keep initializer_range
+    torch.manual_seed(0)
+    fresh = build_model(preset("mini", family="bert", norm_placement="deepnorm", num_layers=3, vocab_size=100))
+    std = fresh.config.initializer_range
+    attn, ffn = fresh.encoder.layers[2].attn, fresh.encoder.layers[2].ffn
+    for linear in (attn.query, attn.key):
+        assert linear.weight.std().item() == pytest.approx(std, rel=0.02)
+    for linear in (attn.value, attn.out, ffn.up, ffn.down):
+        assert linear.weight.std().item() == pytest.approx(std * beta, rel=0.02)
+
+
+def test_rmsnorm_everywhere_in_the_backbone():
+    model = model_of("tta", norm="rmsnorm", norm_placement="pre")
+    backbone = [m for part in (model.embeddings, model.encoder) for m in part.modules()]
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in backbone)
+    norms = [m for m in backbone if isinstance(m, torch.nn.RMSNorm)]
+    assert len(norms) == 1 + 2 * model.config.num_layers + 1  # embeddings, two per block, final
+    norm = norms[1]
+    with torch.no_grad():
+        norm.weight.normal_()
+    x = torch.randn(3, 5, model.config.hidden_size)
+    want = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + model.config.layer_norm_eps) * norm.weight
+    torch.testing.assert_close(norm(x), want)
+    # as many parameters as LayerNorm's gains alone
+    ln = build_model(preset("tiny", family="tta", norm_placement="pre"))
+    assert ln.num_parameters() - model.num_parameters() == len(norms) * model.config.hidden_size
+
+
 # ---- errors ---------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("fields, message", [
     (dict(family="bert", key_size=0), "key_size must be positive"),
     (dict(family="bert", key_size=5, positions="rotary"), "must be even"),
+    (dict(family="bert", norm="batchnorm"), "norm must be one of"),
+    (dict(family="bert", norm_placement="sandwich"), "norm_placement must be one of"),
+    (dict(family="xlnet", norm_placement="pre"), "not built for family xlnet"),
 ])
 def test_bad_values_are_one_line_errors(fields, message):
     with pytest.raises(ValueError, match=message) as err:

@@ -14,6 +14,7 @@ from .attention_variants import TalkingHeads
 from .cache import KVCache, LayerCache
 from .config import ModelConfig
 from .dropout import Dropout, dropout
+from .norms import deepnorm_alpha, make_norm
 from .positions import IN_ATTENTION, Frame, PositionScheme, RelativePositions, Rotary, attend_with_term, sinusoidal_embedding
 from .quant import Int8Linear, concatenated_int8
 
@@ -33,7 +34,7 @@ class Embeddings(nn.Module):
         self.register_buffer("fixed_position", sinusoidal_embedding(config) if config.positions == "sinusoidal"
                              else None, persistent=False)
         self.segment = nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size else None
-        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.norm = make_norm(config, width)
         self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
@@ -139,6 +140,9 @@ class FeedForward(nn.Module):
     def forward(self, h: Tensor) -> Tensor:
         return self.down(self.act(self.up(h)))
 
+    def linears(self) -> tuple[nn.Module, ...]:
+        return self.up, self.down
+
 
 class Block(nn.Module):
     """Post-LN block: h = LN(h + Drop(Attn(h, kv))); h = LN(h + Drop(FFN(h)))."""
@@ -146,9 +150,9 @@ class Block(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.attn = Attention(config)
-        self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.attn_norm = make_norm(config)
         self.ffn = FeedForward(config)
-        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn_norm = make_norm(config)
         self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, dead_rows: Tensor | None = None,
@@ -157,6 +161,39 @@ class Block(nn.Module):
         h = self.attn_norm(h + self.dropout(self.attn(h, mask, dead_rows, kv=kv, keys_values=keys_values,
                                                       packing=packing, cache=cache, frame=frame, rotary=rotary)))
         return self.ffn_norm(h + self.dropout(self.ffn(h)))
+
+
+class PreNormBlock(Block):
+    """Pre-LN block (norms.py): h = h + Drop(Attn(LN(h), LN(kv))); h = h + Drop(FFN(LN(h))). `kv`, when given, is
+    the same residual stream at other positions (PLL's last-layer rows), so it is normalised like h; keys/values
+    already projected (T-TA's, from the embedding output, itself normalised) are used as they are."""
+
+    def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, dead_rows: Tensor | None = None,
+                keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None,
+                cache: LayerCache | None = None, frame: Frame | None = None, rotary: Rotary | None = None) -> Tensor:
+        h = h + self.dropout(self.attn(self.attn_norm(h), mask, dead_rows, kv=None if kv is None else self.attn_norm(kv),
+                                       keys_values=keys_values, packing=packing, cache=cache, frame=frame,
+                                       rotary=rotary))
+        return h + self.dropout(self.ffn(self.ffn_norm(h)))
+
+
+class DeepNormBlock(Block):
+    """DeepNorm block (norms.py): h = LN(alpha h + Drop(Attn(h, kv))); h = LN(alpha h + Drop(FFN(h)))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        self.alpha = deepnorm_alpha(config.num_layers)
+
+    def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, dead_rows: Tensor | None = None,
+                keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None,
+                cache: LayerCache | None = None, frame: Frame | None = None, rotary: Rotary | None = None) -> Tensor:
+        h = self.attn_norm(h * self.alpha + self.dropout(self.attn(h, mask, dead_rows, kv=kv, keys_values=keys_values,
+                                                                   packing=packing, cache=cache, frame=frame,
+                                                                   rotary=rotary)))
+        return self.ffn_norm(h * self.alpha + self.dropout(self.ffn(h)))
+
+
+BLOCKS = {"post": Block, "pre": PreNormBlock, "deepnorm": DeepNormBlock}
 
 
 class Packing:
@@ -256,7 +293,10 @@ def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor | None]:
 class Encoder(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        block = BLOCKS[config.norm_placement]
+        self.layers = nn.ModuleList(block(config) for _ in range(config.num_layers))
+        # pre-LN leaves the last block's output unnormalised: one more norm, as GPT-2's ln_f
+        self.final_norm = make_norm(config) if config.norm_placement == "pre" else None
         # rotary, t5 and alibi: position terms built once per pass for every layer (T5's bucket table lives here,
         # shared by the layers as in T5)
         self.positions = PositionScheme(config) if config.positions in IN_ATTENTION else None
@@ -299,7 +339,7 @@ class Encoder(nn.Module):
                 h = layer(h, mask, dead_rows=dead, cache=cache.layer(index), rotary=rotary)
                 if states is not None:
                     states.append(h)
-            return h, tuple(states) if states is not None else None
+            return self._finish(h, states)
         if query_positions is not None:
             L = mask.shape[-2]
             if query_positions.shape != (B,) or bool(((query_positions < 0) | (query_positions >= L)).any()):
@@ -328,7 +368,16 @@ class Encoder(nn.Module):
                 h = layer(h, mask, dead_rows=dead, keys_values=keys_values, rotary=rotary)
             if states is not None:
                 states.append(h)
-        return h, tuple(states) if states is not None else None
+        return self._finish(h, states)
+
+    def _finish(self, h: Tensor, states: list[Tensor] | None,
+                packing: Packing | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        """The encoder's output and hidden states; under pre-LN the last one through the final norm."""
+        if self.final_norm is not None:
+            h = self.final_norm(h)
+            if states is not None:
+                states[-1] = h if packing is None else packing.pad(h)
+        return (h if packing is None else packing.pad(h)), tuple(states) if states is not None else None
 
     def _packed(self, h: Tensor, mask: Tensor, dead: Tensor | None, kv: Tensor | None, output_hidden_states: bool,
                 packing: Packing, rotary: Rotary | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
@@ -340,7 +389,7 @@ class Encoder(nn.Module):
             h = layer(h, mask, dead_rows=dead, keys_values=keys_values, packing=packing, rotary=rotary)
             if states is not None:
                 states.append(packing.pad(h))
-        return packing.pad(h), tuple(states) if states is not None else None
+        return self._finish(h, states, packing)
 
     def _project_keys_values(self, kv: Tensor | None) -> list[Tensor]:
         """Every layer's keys and values from `kv` (k_1, v_1, k_2, ...), in one matmul; none without `kv`."""

@@ -16,7 +16,9 @@ FAMILIES = ("tta", "bert", "gpt", "electra", "unilm", "xlnet")
 UNILM_OBJECTIVES = ("seq2seq", "mixed")
 POSITION_SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "transformer-xl")  # positions.py
 # ModelConfig fields that change the block's architecture away from BERT's (docs/ARCHITECTURE.md)
-ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads")
+NORMS = ("layernorm", "rmsnorm")  # norms.py
+NORM_PLACEMENTS = ("post", "pre", "deepnorm")
+ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm_placement")
 
 
 @dataclass
@@ -96,6 +98,9 @@ class ModelConfig:
     key_size: int | None = None
     # talking-heads attention (Shazeer et al. 2020): learned head mixing before and after the softmax
     talking_heads: bool = False
+    # the backbone's norm (layernorm | rmsnorm) and where it sits (post: BERT's | pre | deepnorm); norms.py
+    norm: str = "layernorm"
+    norm_placement: str = "post"
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     layer_norm_eps: float = 1e-12
@@ -126,6 +131,13 @@ class ModelConfig:
                              f"positions), got {self.positions!r}")
         if not xl and self.positions == "transformer-xl":
             raise ValueError(f"positions = 'transformer-xl' is built for family xlnet only so far, not {self.family!r}")
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if self.norm_placement not in NORM_PLACEMENTS:
+            raise ValueError(f"norm_placement must be one of {NORM_PLACEMENTS}, got {self.norm_placement!r}")
+        if xl and self.norm_placement == "pre":
+            raise ValueError("norm_placement = 'pre' is not built for family xlnet (its streams read keys/values "
+                             "projected outside the blocks, unnormalised); use post or deepnorm")
         if xl and self.type_vocab_size:
             raise ValueError("family xlnet encodes segments relatively (token_type_ids still work): set "
                              f"type_vocab_size = 0, got {self.type_vocab_size}")

@@ -44,6 +44,10 @@ class MaskplayModel(nn.Module):
         self.encoder = Encoder(config)
         self.head = self.make_head(config)
         self.apply(self._init_weights)
+        if config.norm_placement == "deepnorm":
+            from .norms import deepnorm_init_
+
+            deepnorm_init_(self.encoder, config.num_layers)
 
     def make_embeddings(self, config: ModelConfig) -> nn.Module:
         """The family's input embeddings; BERT's (token + position [+ segment], LayerNorm) unless it says otherwise."""

@@ -38,6 +38,8 @@ class ModelSection:
     attention_bias: bool | None = None  # None: the family's own
     key_size: int | None = None  # query/key width per head; None: hidden_size / num_heads (docs/ARCHITECTURE.md)
     talking_heads: bool | None = None  # None: off
+    norm: str | None = None  # layernorm | rmsnorm; None: layernorm
+    norm_placement: str | None = None  # post | pre | deepnorm; None: post
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     layer_norm_eps: float | None = None
