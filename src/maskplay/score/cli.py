@@ -75,8 +75,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value,
                    help="auto = one-pass for T-TA, pll for BERT and UniLM, causal for GPT, discriminator for ELECTRA "
                         "(sum of log P(original)); pll on ELECTRA = its generator's PLL")
-    p.add_argument("--overflow", choices=[Overflow.ERROR.value, Overflow.WINDOW.value], default=Overflow.ERROR.value,
-                   help="a sentence longer than the model: error, or score it in overlapping windows")
+    p.add_argument("--overflow", choices=[Overflow.ERROR.value, Overflow.WINDOW.value, Overflow.MEMORY.value],
+                   default=Overflow.ERROR.value,
+                   help="a sentence longer than the model: error; window = score it in overlapping windows (every "
+                        "family); memory = XLNet causal only: consecutive segments, each reading the Transformer-XL "
+                        "memory of the text before it")
+    p.add_argument("--memory-tokens", type=int, default=None, metavar="N",
+                   help="--overflow memory: how many tokens of memory each segment reads (default: xlnet.mem_len "
+                        "when the model sets one, else 3x the segment length); 0 = none")
+    p.add_argument("--segment-tokens", type=int, default=None, metavar="N",
+                   help="--overflow memory: tokens per segment (default: the model's max_position)")
     p.add_argument("--explain", action="store_true",
                    help="show each piece's surprisal (ELECTRA: its probability of having been replaced); mark the "
                         "most surprising word")
@@ -103,8 +111,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--diagonal-mask", action=argparse.BooleanOptionalAction, default=True,
                    help="T-TA only: --no-diagonal-mask lets each position see its own token")
     e.add_argument("--normalize", action="store_true", help="unit-length rows")
-    e.add_argument("--overflow", choices=[Overflow.ERROR.value, Overflow.TRUNCATE.value],
-                   default=Overflow.ERROR.value)
+    e.add_argument("--overflow", choices=[Overflow.ERROR.value, Overflow.TRUNCATE.value, Overflow.WINDOW.value],
+                   default=Overflow.ERROR.value,
+                   help="a sentence longer than the model: error; truncate = embed its first pieces; window = mean "
+                        "pooling over overlapping windows, each piece taken once (--pooling mean only)")
     e.set_defaults(func=run_embed, sentences=None)
 
 
@@ -132,6 +142,7 @@ def run_score(args: argparse.Namespace) -> int:
         done = resume_point(out_path, rows, args.format) if args.resume and out_path.exists() else 0
         scorer = Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=device,
                                         method=Method(args.method), overflow=Overflow(args.overflow),
+                                        segment_tokens=args.segment_tokens, memory_tokens=args.memory_tokens,
                                         precision=resolve_cli(args.precision, device, model_dir=args.model_dir,
                                                              rows=args.batch_size * 32, command="score"),
                                         progress=False)
@@ -190,16 +201,20 @@ def _check_lengths(scorer: Any, rows: list[tuple[int, str]], args: argparse.Name
     backend = scorer.tokenizer.backend
     encode = getattr(backend, "encode_batch_fast", backend.encode_batch)  # ids only: no offsets needed here
     window = scorer.model.config.max_position - 2
+    memory = Overflow(args.overflow) is Overflow.MEMORY
     for k, enc in zip(todo, encode([rows[k][1] for k in todo], add_special_tokens=False), strict=True):
         n = len(enc.ids)
         if n > args.max_pieces:
             raise ValueError(_name_input(f"sentence {k} has {n:,} word pieces, more than --max-pieces "
                                          f"{args.max_pieces:,}; split it, or raise --max-pieces to score it anyway",
                                          rows, args))
-        windows = 1 if n <= window else math.ceil((n - window) / max(1, window // 2)) + 1
-        if windows > LONG_LINE_WINDOWS and Overflow(args.overflow) is Overflow.WINDOW:
+        if memory:
+            windows, kind = math.ceil((n + 1) / scorer.segment_tokens), "segments with memory"
+        else:
+            windows, kind = 1 if n <= window else math.ceil((n - window) / max(1, window // 2)) + 1, "windows"
+        if windows > LONG_LINE_WINDOWS and Overflow(args.overflow) is not Overflow.ERROR:
             where = _name_input(f"sentence {k} ", rows, args).rstrip(": ")
-            print(f"maskplay score: {where}: {n:,} pieces, scored in {windows:,} windows; this takes a while",
+            print(f"maskplay score: {where}: {n:,} pieces, scored in {windows:,} {kind}; this takes a while",
                   file=sys.stderr)
 
 

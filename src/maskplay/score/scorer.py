@@ -30,7 +30,7 @@ import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -58,8 +58,9 @@ class Overflow(str, Enum):
     """What to do with a sentence longer than the model's positions."""
 
     ERROR = "error"  # a ValueError naming the sentence index and its length
-    WINDOW = "window"  # scoring only: overlapping windows, each piece scored in one of them
+    WINDOW = "window"  # overlapping windows, each piece scored (or, for embeddings, pooled) from one of them
     TRUNCATE = "truncate"  # embeddings only: keep the first pieces that fit
+    MEMORY = "memory"  # scoring, XLNet causal only: consecutive segments with Transformer-XL memory (score.long)
 
 
 # UniLM is a BERT under a mask: a sentence has no separator, so its mask is bidirectional and its PLL is BERT's
@@ -165,13 +166,29 @@ class Segment:
         return piece - self.first + 1
 
 
+def window_owners(n: int, width: int, causal: bool) -> tuple[list[int], list[int]]:
+    """Windows of `width` pieces over n > width pieces, advancing by half a window: their starts, and for every
+    piece the start of the one window it is taken from - for a causal model the earliest window holding it (the
+    most left context), otherwise the one where it sits furthest from both window edges (the earlier on a tie)."""
+    stride = max(1, width // 2)
+    starts = list(range(0, n - width, stride)) + [n - width]
+    owner = []
+    for j in range(n):
+        holding = [s for s in starts if s <= j < s + width]
+        if causal:
+            owner.append(holding[0])
+        else:
+            owner.append(max(holding, key=lambda s: (min(j - s, s + width - 1 - j), -s)))
+    return starts, owner
+
+
 def make_segments(encoded: list[Encoded], sos: int, eos: int, max_position: int, overflow: Overflow,
                   causal: bool) -> list[Segment]:
     """A sentence that fits is one segment. A longer one, under Overflow.WINDOW, becomes windows of
     max_position - 2 pieces advancing by half a window, each framed by [SOS]/[EOS] (an approximation: a window
     that starts mid-sentence still begins with [SOS]). Each piece is scored in exactly one window: for a causal
     model the earliest window holding it (the most left context), otherwise the one where it sits furthest from
-    both window edges."""
+    both window edges (window_owners)."""
     width = max_position - 2
     if width < 1:
         raise ValueError(f"a model with {max_position} positions has no room for a piece between [SOS] and [EOS]")
@@ -184,15 +201,7 @@ def make_segments(encoded: list[Encoded], sos: int, eos: int, max_position: int,
         if overflow is not Overflow.WINDOW:
             raise ValueError(f"sentence {index} has {n + 2} tokens with [SOS]/[EOS], more than the model's "
                              f"{max_position} positions; shorten it or score with overflow='window'")
-        stride = max(1, width // 2)
-        starts = list(range(0, n - width, stride)) + [n - width]
-        owner = []
-        for j in range(n):
-            holding = [s for s in starts if s <= j < s + width]
-            if causal:
-                owner.append(holding[0])
-            else:
-                owner.append(max(holding, key=lambda s: (min(j - s, s + width - 1 - j), -s)))
+        starts, owner = window_owners(n, width, causal)
         for s in starts:
             scored = [j for j in range(n) if owner[j] == s]
             if scored:
@@ -356,7 +365,12 @@ class Scorer:
     def __init__(self, model: MaskplayModel, tokenizer: Tokenizer, batch_size: int = 32,
                  device: str | torch.device | None = None, method: Method | str = Method.AUTO,
                  overflow: Overflow | str = Overflow.ERROR, precision: Precision | str = Precision.fp32,
-                 progress: bool = False) -> None:
+                 progress: bool = False, segment_tokens: int | None = None,
+                 memory_tokens: int | None = None) -> None:
+        """overflow='memory' (XLNet, method causal; maskplay.score.long): a text of more than `segment_tokens`
+        tokens with [SOS]/[EOS] (default: the model's max_position) is scored in consecutive segments of that many
+        tokens, each reading the memory of the last `memory_tokens` tokens before it (default: xlnet.mem_len when
+        the model sets one, else 3 segments)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         check_compatible(model, tokenizer)
@@ -364,12 +378,21 @@ class Scorer:
         if self.overflow is Overflow.TRUNCATE:
             raise ValueError("overflow='truncate' would score part of a sentence as if it were all of it; "
                              "use 'error' or 'window' for scoring")
+        from .long import check_memory, check_memory_options
+
+        check_memory_options(self.overflow, segment_tokens, memory_tokens)
+        self.method = resolve_method(model.config.family, method)
+        self.segment_tokens = self.memory_tokens = None
+        if self.overflow is Overflow.MEMORY:
+            cfg = model.config
+            mem_len = cfg.xlnet.mem_len if cfg.family == "xlnet" else 0
+            self.segment_tokens, self.memory_tokens = check_memory(cfg.family, self.method, cfg.max_position,
+                                                                   segment_tokens, memory_tokens, mem_len)
         if device is not None:
             model = model.to(device)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
-        self.method = resolve_method(model.config.family, method)
         self.precision = resolve_precision(model, precision)
         self.progress = progress
 
@@ -393,10 +416,26 @@ class Scorer:
         encoded = encode_texts(self.tokenizer, sentences)
         require_nonempty(encoded)
         cfg = self.model.config
-        segments = make_segments(encoded, cfg.sos_token_id, cfg.eos_token_id, cfg.max_position, self.overflow,
-                                 causal=self.method is Method.CAUSAL)
+        long: list[int] = []  # under overflow='memory': the texts scored in segments with memory (score.long)
+        if self.overflow is Overflow.MEMORY:
+            long = [k for k, enc in enumerate(encoded) if len(enc) + 2 > self.segment_tokens]
+        fits = sorted(set(range(len(encoded))) - set(long))
+        segments = [replace(seg, sentence=fits[seg.sentence]) for seg in
+                    make_segments([encoded[k] for k in fits], cfg.sos_token_id, cfg.eos_token_id, cfg.max_position,
+                                  self.overflow, causal=self.method is Method.CAUSAL)]
         results = [[math.nan] * len(enc) for enc in encoded]
+        windows = [0] * len(encoded)
         with torch.inference_mode():
+            if long:
+                from .long import memory_log_probs
+
+                found, counts = memory_log_probs(Runner(self.model, self.precision), [(k, encoded[k]) for k in long],
+                                                 self.segment_tokens, self.memory_tokens, self.batch_size,
+                                                 progress=self.progress)
+                for (sentence, piece), value in found:
+                    results[sentence][piece] = value
+                for k, count in counts.items():
+                    windows[k] = count
             if self.method in (Method.PLL, Method.PLL_WORD):
                 from .pll import pll_log_probs
 
@@ -407,7 +446,6 @@ class Scorer:
                 found = self._one_pass(Runner(self.model, self.precision), segments)
             for (sentence, piece), value in found:
                 results[sentence][piece] = value
-        windows = [0] * len(encoded)
         for seg in segments:
             windows[seg.sentence] += 1
         out = []

@@ -1,0 +1,120 @@
+"""Texts longer than the model's window: Transformer-XL memory for XLNet's causal score (overflow="memory").
+
+A text of n pieces is the token stream [SOS] p_0 ... p_{n-1} [EOS], cut into consecutive segments of
+`segment_tokens` tokens (the last one shorter). Segment k runs XLNet's left-to-right view (its query stream at
+every position) with the memory of the segments before it: each layer's content input over the last
+`memory_tokens` tokens, prepended to that layer's keys and values and seen by every query, at its true relative
+distance (XLNet's positions are relative, so memory reaches back past the trained window). Every piece is scored
+once, in the segment that holds it, from the pieces before it in that segment and the memory.
+
+[SOS] and [EOS]: only the first segment starts with [SOS] and only the last ends with [EOS]; a later segment
+begins mid-text and reads its context from the memory, not from a fresh [SOS] (unlike overflow="window", where
+every window is framed as a sentence of its own). [EOS] is never scored and no causal position reads it, so a
+last segment that would hold [EOS] alone is not run. With memory covering the whole text, the scores are those
+of one pass over it (up to float rounding): the content stream is causal, so the memory holds exactly the
+states one pass would have computed (tests/test_long_documents.py).
+
+Batching: texts are sorted by their number of segments and cut into batches of `batch_size` texts; step k of a
+batch runs segment k of every text that has one. Every segment but a text's last is full, so the texts still
+running at step k all carry memory of the same length, min(memory_tokens, k * segment_tokens), and none of it is
+padding (XLNet's memory keys are seen by every query, padding included)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .scorer import Method, Overflow, Runner, _progress, chunks, pad_rows
+from .text import Encoded
+
+
+@dataclass(frozen=True)
+class MemorySegment:
+    """One step of a text under memory: `ids` (at most segment_tokens ids), scoring the pieces `scored`
+    (text-level piece indices), piece j at position j + 1 - start, where start is the segment's offset in the
+    token stream [SOS] pieces [EOS]."""
+
+    ids: list[int]
+    start: int
+    scored: list[int]
+
+    def position(self, piece: int) -> int:
+        return piece + 1 - self.start
+
+
+def memory_segments(ids: list[int], sos: int, eos: int, segment_tokens: int) -> list[MemorySegment]:
+    """The consecutive segments of [SOS] ids [EOS], each piece scored in the segment that holds it."""
+    if segment_tokens < 2:
+        raise ValueError(f"segments of {segment_tokens} tokens leave no room for a piece after [SOS]; use 2 or more")
+    stream = [sos, *ids, eos]
+    out = []
+    for start in range(0, len(stream), segment_tokens):
+        end = min(start + segment_tokens, len(stream))
+        scored = [j for j in range(max(start - 1, 0), min(end - 1, len(ids)))]
+        if not scored:  # only [EOS] is left: nothing to score, and nothing later reads it
+            break
+        out.append(MemorySegment(stream[start:end], start, scored))
+    return out
+
+
+def check_memory(family: str, method: Method, max_position: int, segment_tokens: int | None,
+                 memory_tokens: int | None, mem_len: int) -> tuple[int, int]:
+    """(segment_tokens, memory_tokens) for overflow='memory', defaults filled in; one-line errors otherwise."""
+    if family != "xlnet":
+        raise ValueError(f"overflow='memory' carries Transformer-XL memory from segment to segment, which only XLNet "
+                         f"has; this model is {family!r}: use overflow='window' (sliding windows)")
+    if method is not Method.CAUSAL:
+        raise ValueError(f"overflow='memory' scores with XLNet's method 'causal' (each piece from the text before "
+                         f"it); method {method.value!r} reads both sides of a piece, which memory of earlier segments "
+                         "cannot give: use overflow='window'")
+    segment = max_position if segment_tokens is None else segment_tokens
+    if not 2 <= segment <= max_position:
+        raise ValueError(f"segment_tokens must be 2..{max_position} (the model's positions), got {segment}")
+    if memory_tokens is None:
+        memory = mem_len if mem_len else 3 * segment
+    else:
+        memory = memory_tokens
+    if memory < 0:
+        raise ValueError(f"memory_tokens must be >= 0, got {memory}")
+    if mem_len and memory > mem_len:
+        raise ValueError(f"memory_tokens {memory} is more than this model keeps (xlnet.mem_len = {mem_len}); "
+                         f"use at most {mem_len}")
+    return segment, memory
+
+
+def check_memory_options(overflow: Overflow, segment_tokens: int | None, memory_tokens: int | None) -> None:
+    if overflow is not Overflow.MEMORY and (segment_tokens is not None or memory_tokens is not None):
+        raise ValueError("segment_tokens and memory_tokens apply to overflow='memory' only")
+
+
+def memory_log_probs(runner: Runner, texts: list[tuple[int, Encoded]], segment_tokens: int, memory_tokens: int,
+                     batch_size: int, progress: bool = False) -> tuple[list[tuple[tuple[int, int], Any]], dict[int, int]]:
+    """log p of every piece of the given (sentence index, encoded text) pairs under memory; also the number of
+    segments per sentence index."""
+    model = runner.model
+    cfg = model.config
+    device = next(model.parameters()).device
+    plans = [memory_segments(enc.ids, cfg.sos_token_id, cfg.eos_token_id, segment_tokens) for _, enc in texts]
+    order = sorted(range(len(texts)), key=lambda k: -len(plans[k]))
+    found: list[tuple[tuple[int, int], Any]] = []
+    for batch in _progress(list(chunks(order, batch_size)), progress, "scoring with memory"):
+        mems = [torch.zeros(len(batch), 0, cfg.hidden_size, device=device)] * cfg.num_layers
+        for step in range(len(plans[batch[0]])):
+            active = [k for k in batch if len(plans[k]) > step]  # a prefix of the batch: sorted by segments
+            segs = [plans[k][step] for k in active]
+            ids, attn = pad_rows([s.ids for s in segs], cfg.pad_token_id, device)
+            out = runner.forward(ids, attention_mask=attn, left_to_right=True,
+                                 mems=[m[:len(active)] for m in mems])
+            rows, cols, keys = [], [], []
+            for row, (k, seg) in enumerate(zip(active, segs, strict=True)):
+                rows.extend([row] * len(seg.scored))
+                cols.extend(seg.position(j) for j in seg.scored)
+                keys.extend((texts[k][0], j) for j in seg.scored)
+            rows_t, cols_t = torch.tensor(rows, device=device), torch.tensor(cols, device=device)
+            values = runner.log_probs(out.last_hidden_state[rows_t, cols_t], ids[rows_t, cols_t]).tolist()
+            found.extend(zip(keys, values, strict=True))
+            # each layer's content input over the memory and this segment, cut to the last memory_tokens
+            mems = [m[:, m.shape[1] - min(memory_tokens, m.shape[1]):] for m in out.mems]
+    return found, {texts[k][0]: len(plans[k]) for k in range(len(texts))}
