@@ -14,6 +14,7 @@ from .attention_variants import TalkingHeads
 from .cache import KVCache, LayerCache
 from .config import ModelConfig
 from .dropout import Dropout, dropout
+from .feedforward import make_feedforward
 from .norms import deepnorm_alpha, make_norm
 from .positions import IN_ATTENTION, Frame, PositionScheme, RelativePositions, Rotary, attend_with_term, sinusoidal_embedding
 from .quant import Int8Linear, concatenated_int8
@@ -133,9 +134,9 @@ class Attention(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.up = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.up = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.ffn_bias)
         self.act = nn.GELU()  # a module, so that int8 inference can fold it into `up` (precision.quantize_int8)
-        self.down = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.ffn_bias)
 
     def forward(self, h: Tensor) -> Tensor:
         return self.down(self.act(self.up(h)))
@@ -151,7 +152,7 @@ class Block(nn.Module):
         super().__init__()
         self.attn = Attention(config)
         self.attn_norm = make_norm(config)
-        self.ffn = FeedForward(config)
+        self.ffn = make_feedforward(config)  # BERT's FeedForward unless config.ffn says otherwise
         self.ffn_norm = make_norm(config)
         self.dropout = Dropout(config.hidden_dropout)
 

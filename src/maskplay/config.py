@@ -18,7 +18,8 @@ POSITION_SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "t
 # ModelConfig fields that change the block's architecture away from BERT's (docs/ARCHITECTURE.md)
 NORMS = ("layernorm", "rmsnorm")  # norms.py
 NORM_PLACEMENTS = ("post", "pre", "deepnorm")
-ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm_placement")
+FFNS = ("gelu", "geglu", "swiglu")  # feedforward.py
+ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm_placement", "ffn", "ffn_bias")
 
 
 @dataclass
@@ -101,6 +102,10 @@ class ModelConfig:
     # the backbone's norm (layernorm | rmsnorm) and where it sits (post: BERT's | pre | deepnorm); norms.py
     norm: str = "layernorm"
     norm_placement: str = "post"
+    # the feed-forward layer: gelu (BERT's) | geglu | swiglu (hidden width 2/3 of intermediate_size: ffn_width);
+    # ffn_bias: biases on its linear layers
+    ffn: str = "gelu"
+    ffn_bias: bool = True
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     layer_norm_eps: float = 1e-12
@@ -135,6 +140,8 @@ class ModelConfig:
             raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
         if self.norm_placement not in NORM_PLACEMENTS:
             raise ValueError(f"norm_placement must be one of {NORM_PLACEMENTS}, got {self.norm_placement!r}")
+        if self.ffn not in FFNS:
+            raise ValueError(f"ffn must be one of {FFNS}, got {self.ffn!r}")
         if xl and self.norm_placement == "pre":
             raise ValueError("norm_placement = 'pre' is not built for family xlnet (its streams read keys/values "
                              "projected outside the blocks, unnormalised); use post or deepnorm")
@@ -174,6 +181,12 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def ffn_width(self) -> int:
+        """The feed-forward hidden width: intermediate_size, or 2/3 of it for a gated layer (three matrices
+        instead of two, the same parameters)."""
+        return self.intermediate_size if self.ffn == "gelu" else max(1, round(2 * self.intermediate_size / 3))
 
     @property
     def key_width(self) -> int:

@@ -40,6 +40,8 @@ class ModelSection:
     talking_heads: bool | None = None  # None: off
     norm: str | None = None  # layernorm | rmsnorm; None: layernorm
     norm_placement: str | None = None  # post | pre | deepnorm; None: post
+    ffn: str | None = None  # gelu | geglu | swiglu; None: gelu
+    ffn_bias: bool | None = None  # None: biases on
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     layer_norm_eps: float | None = None
