@@ -256,3 +256,24 @@ def test_embedding_window_errors_and_cli(model_dirs, tok, tmp_path, capsys):
     matrix = np.load(out, allow_pickle=False)
     np.testing.assert_allclose(matrix, Embedder(model, tok).encode([DOCS[0], "a dog ran"], overflow="window"),
                                atol=1e-6)
+
+
+# ---- the context-length study's reading of WikiText -------------------------------------------------------------
+
+
+def test_study_reads_wikitext_articles(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "context_length_study", Path(__file__).resolve().parents[1] / "scripts" / "context_length_study.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    path = tmp_path / "wiki.valid.tokens"
+    path.write_text(" \n = First = \n \n A b @-@ c , 1 @.@ 5 <unk> d . \n \n = = Part = = \n \n E f . \n"
+                    " = Second = \n G h . \n = Third = \n I . \n")
+    titles, texts, unk = study.wikitext_articles(path, 2)
+    assert titles == ["First", "Second"] and texts == ["A b-c , 1.5 d . E f .", "G h ."] and unk == 1
+    assert study.wikitext_articles(path, 3)[1][2] == "I ."
+    with pytest.raises(ValueError, match="only 3 articles"):
+        study.wikitext_articles(path, 4)

@@ -1,0 +1,213 @@
+"""Does more context help? Perplexity of long-document scoring on WikiText-103 valid against the context length
+(issue 15, the Transformer-XL question).
+
+The first --articles articles of WikiText-103 valid (shared/data), each scored as one text (headings dropped,
+paragraphs joined, `@-@`-style joins undone as benchmarks/score_speed.py does, `<unk>` words dropped), every word
+piece of the model's tokenizer scored exactly once, [SOS]/[EOS] never:
+
+- XLNet, `Scorer(overflow="memory")` (maskplay.score.long): segments of --segment tokens (128) reading the
+  Transformer-XL memory of the last M tokens, M in --memories (0, 128, 384, 1920: a total context of 128, 256,
+  512 and 2048 tokens). With M = 0 every segment after the first is a text of its own, without [SOS].
+- XLNet, `Scorer(overflow="window")`: sliding windows of 126 pieces + [SOS]/[EOS] advancing by 63, each piece
+  scored in the earliest window that holds it (63..125 pieces of left context after the first window); each
+  window starts with [SOS].
+- GPT, the same sliding windows, when --gpt names a model directory that exists (a reference of another family).
+
+Perplexity = exp(-mean log p per word piece), over all pieces and per bucket of position in the article
+([0, 128), [128, 512), [512, 2048), [2048, ...)); every configuration scores the same pieces. Writes
+OUT/<name>.json per configuration and OUT/summary.json (paths relative to the repository) and the plot --plot.
+
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/context_length_study.py --model runs/cmp2/xlnet/final --articles 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "wikitext-103" / "wiki.valid.tokens"
+BUCKETS = [(0, 128), (128, 512), (512, 2048), (2048, None)]
+
+
+def relative(path: Path) -> str:
+    """A path as it is written in results: relative to the repository (or to its parent, for shared data)."""
+    path = Path(path).resolve()
+    for base, prefix in ((ROOT, ""), (ROOT.parent, "../")):
+        try:
+            return prefix + str(path.relative_to(base))
+        except ValueError:
+            continue
+    return path.name
+
+
+def wikitext_articles(path: Path, n: int) -> tuple[list[str], list[str], int]:
+    """(titles, texts, number of <unk> words dropped) of the first n articles (a top-level heading ` = T = `
+    starts one; ` = = S = = ` subsection headings are dropped)."""
+    titles, texts, unk = [], [], 0
+    body: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        top = re.fullmatch(r"= ([^=].*[^=]) =", line)
+        if top:
+            if titles:
+                texts.append(" ".join(body))
+                if len(texts) == n:
+                    return titles, texts, unk
+            titles.append(top.group(1).strip())
+            body = []
+            continue
+        if line.startswith("="):
+            continue
+        line = re.sub(r" @(.)@ ", r"\1", line)
+        unk += line.split().count("<unk>")
+        body.append(" ".join(w for w in line.split() if w != "<unk>"))
+    if titles:
+        texts.append(" ".join(body))
+    if len(texts) < n:
+        raise ValueError(f"{path}: only {len(texts)} articles")
+    return titles[:n], texts[:n], unk
+
+
+def perplexities(scores: list, buckets: list[tuple[int, int | None]]) -> dict:
+    values = [v for s in scores for v in s.token_log_probs]
+    out = {"pieces": len(values), "log_prob": math.fsum(values), "ppl": math.exp(-math.fsum(values) / len(values)),
+           "by_position": []}
+    for lo, hi in buckets:
+        part = [v for s in scores for v in s.token_log_probs[lo:hi]]
+        out["by_position"].append({"from": lo, "to": hi, "pieces": len(part),
+                                   "ppl": math.exp(-math.fsum(part) / len(part)) if part else None})
+    return out
+
+
+def run(name: str, scorer, texts: list[str], out_dir: Path, meta: dict) -> dict:
+    start = time.perf_counter()
+    scores = scorer.score(texts)
+    seconds = time.perf_counter() - start
+    assert [s.text for s in scores] == texts
+    result = {"name": name, **meta, **perplexities(scores, BUCKETS), "seconds": round(seconds, 1),
+              "pieces_per_s": round(sum(s.num_tokens for s in scores) / seconds, 1),
+              "segments": sum(s.windows for s in scores)}
+    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{name:>22}: ppl {result['ppl']:8.2f}  by position "
+          + "  ".join(f"{b['ppl']:.2f}" if b["ppl"] else "-" for b in result["by_position"])
+          + f"  ({result['pieces']} pieces, {seconds:.0f} s)", flush=True)
+    return result
+
+
+def plot(results: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    memory = sorted((r for r in results if r["strategy"] == "memory"), key=lambda r: r["context"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    xs = [r["context"] for r in memory]
+    left.plot(xs, [r["ppl"] for r in memory], "o-", label="XLNet, segments of 128 + memory")
+    for r, style in zip([r for r in results if r["strategy"] == "window"], ["--", ":"], strict=False):
+        left.axhline(r["ppl"], linestyle=style, color="grey" if r["family"] == "xlnet" else "tab:red",
+                     label=f"{r['family'].upper() if r['family'] == 'gpt' else 'XLNet'}, sliding windows of 128")
+    left.ticklabel_format(axis="y", useOffset=False)
+    left.set_xscale("log", base=2)
+    left.set_xticks(xs, [str(x) for x in xs])
+    left.set_xlabel("context: segment + memory (tokens)")
+    left.set_ylabel("perplexity per word piece")
+    left.set_title("all pieces")
+    left.legend(fontsize=8)
+    labels = [f"{b['from']}-{b['to'] or '...'}" for b in memory[0]["by_position"]]
+    for r in memory:
+        right.plot(labels, [b["ppl"] for b in r["by_position"]], "o-", label=f"context {r['context']}")
+    for r in results:
+        if r["strategy"] == "window":
+            right.plot(labels, [b["ppl"] for b in r["by_position"]], "x--",
+                       label=f"{r['family']} windows of 128")
+    right.set_xlabel("position of the piece in its article")
+    right.set_title("by position in the article")
+    right.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", type=Path, default=ROOT / "runs/cmp2/xlnet/final", help="an XLNet model directory")
+    parser.add_argument("--gpt", type=Path, default=ROOT / "runs/cmp2/gpt/final",
+                        help="a GPT model directory for the sliding-window reference (skipped when absent)")
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--articles", type=int, default=20)
+    parser.add_argument("--segment", type=int, default=128)
+    parser.add_argument("--memories", type=int, nargs="+", default=[0, 128, 384, 1920])
+    parser.add_argument("--batch-size", type=int, default=8, help="articles per batch")
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=ROOT / "results/long_context")
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs/long_context.png")
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from maskplay.score import Scorer, load_model_dir
+
+    titles, texts, unk = wikitext_articles(args.data, args.articles)
+    model, tok = load_model_dir(args.model)
+    if model.config.family != "xlnet":
+        raise SystemExit(f"--model {args.model}: an XLNet model is needed, this one is {model.config.family!r}")
+    pieces = [len(ids) - 2 for ids in (tok.encode(t) for t in texts)]
+    args.out.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    base = {"data": relative(args.data), "articles": args.articles, "titles": titles, "unk_dropped": unk,
+            "article_pieces": pieces, "precision": args.precision, "threads": args.threads,
+            "torch": torch.__version__, "machine": platform.machine(), "commit": commit.strip(),
+            "command": "OMP_NUM_THREADS=1 .venv/bin/python scripts/context_length_study.py " + " ".join(sys.argv[1:])}
+    train = args.model / "train_config.json"
+    model_meta = {"model": relative(args.model), "family": "xlnet", "max_position": model.config.max_position,
+                  "train_config": json.loads(train.read_text()) if train.is_file() else None}
+    print(f"{args.articles} articles, {sum(pieces):,} pieces (min {min(pieces)}, max {max(pieces)}); "
+          f"{unk} <unk> dropped", flush=True)
+    results = []
+    for memory in args.memories:
+        scorer = Scorer(model, tok, overflow="memory", segment_tokens=args.segment, memory_tokens=memory,
+                        batch_size=args.batch_size, precision=args.precision)
+        results.append(run(f"xlnet-memory-{memory}", scorer, texts, args.out,
+                           {**base, **model_meta, "strategy": "memory", "segment": args.segment, "memory": memory,
+                            "context": args.segment + memory}))
+    scorer = Scorer(model, tok, overflow="window", batch_size=args.batch_size * 8, precision=args.precision)
+    results.append(run("xlnet-window-128", scorer, texts, args.out,
+                       {**base, **model_meta, "strategy": "window", "context": model.config.max_position}))
+    if (args.gpt / "model.safetensors").is_file():
+        gpt, gpt_tok = load_model_dir(args.gpt)
+        if gpt_tok.backend.to_str() != tok.backend.to_str():
+            print("GPT's tokenizer differs from XLNet's: its perplexity per piece is not comparable", flush=True)
+        scorer = Scorer(gpt, gpt_tok, overflow="window", batch_size=args.batch_size * 8, precision=args.precision)
+        gtrain = args.gpt / "train_config.json"
+        results.append(run("gpt-window-128", scorer, texts, args.out,
+                           {**base, "model": relative(args.gpt), "family": "gpt", "strategy": "window",
+                            "context": gpt.config.max_position,
+                            "train_config": json.loads(gtrain.read_text()) if gtrain.is_file() else None}))
+    else:
+        print(f"no GPT model at {relative(args.gpt)}: the GPT reference is left out", flush=True)
+    summary = [{k: r[k] for k in ("name", "strategy", "family", "context", "ppl", "pieces", "seconds", "by_position")}
+               for r in results]
+    (args.out / "summary.json").write_text(json.dumps({**base, "results": summary}, indent=1) + "\n")
+    plot(results, args.plot, f"WikiText-103 valid, first {args.articles} articles ({sum(pieces):,} pieces); "
+                             f"{relative(args.model)}")
+    print(f"wrote {relative(args.out)}/*.json and {relative(args.plot)}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
