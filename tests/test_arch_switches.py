@@ -33,12 +33,15 @@ SWITCHES = {
     "geglu": dict(ffn="geglu"),
     "swiglu+no_ffn_bias": dict(ffn="swiglu", ffn_bias=False),
     "no_ffn_bias": dict(ffn_bias=False),
+    "share_layers": dict(share_layers=True),
+    "share_layers+deepnorm+embedding_size": dict(share_layers=True, norm_placement="deepnorm", embedding_size=16),
 }
 
 
 def xlnet_takes(fields: dict) -> bool:
-    """XLNet keeps its own positions and has no pre-LN (its streams project keys/values outside the blocks)."""
-    return "positions" not in fields and fields.get("norm_placement") != "pre"
+    """XLNet keeps its own positions, has no pre-LN (its streams project keys/values outside the blocks) and no
+    embedding projection."""
+    return "positions" not in fields and "embedding_size" not in fields and fields.get("norm_placement") != "pre"
 
 
 def model_of(family: str, seed: int = 0, **overrides) -> MaskplayModel:
@@ -383,6 +386,45 @@ def test_int8_inference_takes_a_gated_ffn():
         got = quantize_int8(model)(ids, attention_mask=mask).last_hidden_state
     error = (got - want)[mask].norm() / want[mask].norm()
     assert error < 0.1, f"int8 relative error {error:.3f}"
+
+
+# ---- cross-layer sharing ---------------------------------------------------------------------------------------
+
+
+def test_shared_layers_hold_one_block():
+    cfg = preset("tiny", family="tta", num_layers=3)
+    shared = build_model(preset("tiny", family="tta", num_layers=3, share_layers=True))
+    plain = build_model(cfg)
+    block = sum(p.numel() for p in plain.encoder.layers[0].parameters())
+    assert plain.num_parameters() - shared.num_parameters() == 2 * block
+    assert {k.split(".")[2] for k in shared.state_dict() if k.startswith("encoder.layers.")} == {"0"}
+    assert len(shared.encoder.layers) == 3
+    assert all(layer is shared.encoder.layers[0] for layer in shared.encoder.layers)
+
+
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt", "xlnet"])
+def test_sharing_equals_copies_of_one_block_and_sums_their_gradients(family):
+    """A shared model computes what an unshared one whose blocks are copies of its block computes, and its block's
+    gradient is the sum of the copies' gradients."""
+    shared = model_of(family, share_layers=True, num_layers=3)
+    plain = build_model(preset("tiny", family=family, num_layers=3)).eval()
+    state = shared.state_dict()
+    for index in (1, 2):
+        state.update({k.replace("layers.0.", f"layers.{index}."): v for k, v in state.items() if "layers.0." in k})
+    plain.load_strict(state)
+    ids, mask = padded_batch([6, 4])
+    a = shared(ids, attention_mask=mask).last_hidden_state
+    b = plain(ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    direction = torch.randn_like(a)
+    (a * direction).sum().backward()
+    (b * direction).sum().backward()
+    for name, p in shared.encoder.layers[0].named_parameters():
+        grads = [plain.encoder.layers[i].get_parameter(name).grad for i in range(3)]
+        if p.grad is None:  # XLNet's segment terms without segments
+            assert grads == [None] * 3, name
+            continue
+        torch.testing.assert_close(p.grad, sum(grads), atol=1e-5, rtol=1e-4)
 
 
 # ---- errors ---------------------------------------------------------------------------------------------------

@@ -197,6 +197,29 @@ class DeepNormBlock(Block):
 BLOCKS = {"post": Block, "pre": PreNormBlock, "deepnorm": DeepNormBlock}
 
 
+class SharedLayers(nn.Module):
+    """ALBERT's cross-layer sharing (Lan et al. 2020): one block applied `depth` times. Indexing, len() and iteration
+    see `depth` layers (what Encoder, XLNet's loop and the key/value cache, which keeps one entry per depth, expect);
+    the block is registered once, as `0`, so its weights are saved (encoder.layers.0.*), counted, cast to bf16
+    and decayed once, and its gradient is the sum over the depths."""
+
+    def __init__(self, block: nn.Module, depth: int) -> None:
+        super().__init__()
+        self.add_module("0", block)
+        self.depth = depth
+
+    def __len__(self) -> int:
+        return self.depth
+
+    def __getitem__(self, index: int) -> nn.Module:
+        if not -self.depth <= index < self.depth:
+            raise IndexError(f"layer {index} of {self.depth}")
+        return self._modules["0"]
+
+    def __iter__(self):  # noqa: ANN204
+        return iter([self._modules["0"]] * self.depth)
+
+
 class Packing:
     """The real tokens of a padded (B, L) batch. Everything in a block but attention works token by token, so
     it can run on the real tokens alone, (N, H) instead of (B, L, H): sorting by length leaves 16 % of the
@@ -295,7 +318,11 @@ class Encoder(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         block = BLOCKS[config.norm_placement]
-        self.layers = nn.ModuleList(block(config) for _ in range(config.num_layers))
+        self.shared = config.share_layers
+        if self.shared:
+            self.layers: nn.Module = SharedLayers(block(config), config.num_layers)
+        else:
+            self.layers = nn.ModuleList(block(config) for _ in range(config.num_layers))
         # pre-LN leaves the last block's output unnormalised: one more norm, as GPT-2's ln_f
         self.final_norm = make_norm(config) if config.norm_placement == "pre" else None
         # rotary, t5 and alibi: position terms built once per pass for every layer (T5's bucket table lives here,
@@ -396,4 +423,6 @@ class Encoder(nn.Module):
         """Every layer's keys and values from `kv` (k_1, v_1, k_2, ...), in one matmul; none without `kv`."""
         if kv is None:
             return []
+        if self.shared:  # one block: its keys/values serve every layer
+            return list(fused_linear(kv, self.layers[0].attn.key, self.layers[0].attn.value)) * len(self.layers)
         return list(fused_linear(kv, *[m for layer in self.layers for m in (layer.attn.key, layer.attn.value)]))

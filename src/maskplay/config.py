@@ -19,7 +19,8 @@ POSITION_SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "t
 NORMS = ("layernorm", "rmsnorm")  # norms.py
 NORM_PLACEMENTS = ("post", "pre", "deepnorm")
 FFNS = ("gelu", "geglu", "swiglu")  # feedforward.py
-ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm_placement", "ffn", "ffn_bias")
+ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm_placement", "ffn", "ffn_bias",
+                         "share_layers")
 
 
 @dataclass
@@ -106,6 +107,8 @@ class ModelConfig:
     # ffn_bias: biases on its linear layers
     ffn: str = "gelu"
     ffn_bias: bool = True
+    # ALBERT's cross-layer sharing: one block's weights in every layer (embedding_size is its other half)
+    share_layers: bool = False
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     layer_norm_eps: float = 1e-12

@@ -42,6 +42,7 @@ class ModelSection:
     norm_placement: str | None = None  # post | pre | deepnorm; None: post
     ffn: str | None = None  # gelu | geglu | swiglu; None: gelu
     ffn_bias: bool | None = None  # None: biases on
+    share_layers: bool | None = None  # ALBERT's cross-layer sharing; None: off
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     layer_norm_eps: float | None = None
