@@ -16,6 +16,13 @@ as target_mapping and labels, loss from the model.
 
     python benchmarks/train_speed.py --preset mini --families xlnet --precisions fp32 bf16 --hf-xlnet
 
+With --switch NAME:FIELD=VALUE[,FIELD=VALUE...] (repeatable) each family/precision also runs with those ModelConfig
+fields set (docs/ARCHITECTURE.md), and each switch's step time is reported as a ratio to the default's of the same
+run:
+
+    python benchmarks/train_speed.py --families bert --precisions bf16 --switch rotary:positions=rotary \
+        --switch swiglu:ffn=swiglu --switch pre-rms:norm_placement=pre,norm=rmsnorm
+
 Every case does full optimizer steps (forward, backward, clipping, AdamW) on batch x seq_len real tokens.
 Cases are interleaved round by round, so load from other processes hits them alike; the median is reported.
 """
@@ -83,18 +90,20 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
 
         return step
 
-    def our_case(family: str, precision: str) -> Callable[[], object]:
+    def our_case(family: str, precision: str, **switch: object) -> Callable[[], object]:
         torch.manual_seed(0)
-        model = build_model(preset(args.preset, family=family, vocab_size=vocab)).train()
+        model = build_model(preset(args.preset, family=family, vocab_size=vocab, **switch)).train()
+        name = " ".join([family, precision, *([switch_names[tuple(switch.items())]] if switch else [])])
         gen = torch.Generator().manual_seed(0)
         step = optimizer_step(
             model, lambda ids: forward_in(model, precision, **model.training_batch(ids, mask, generator=gen)).loss)
+        # (the FLOP counts are the default architecture's: a switch's MFU is relative to the work of the default)
         if family == "electra":
-            flops[f"{family} {precision}"] = tokens * electra_training_flops_per_token(model.config, args.seq_len)
+            flops[name] = tokens * electra_training_flops_per_token(model.config, args.seq_len)
         elif family == "xlnet":
-            flops[f"{family} {precision}"] = tokens * xlnet_training_flops_per_token(model.config, args.seq_len)
+            flops[name] = tokens * xlnet_training_flops_per_token(model.config, args.seq_len)
         else:
-            flops[f"{family} {precision}"] = tokens * training_flops_per_token(
+            flops[name] = tokens * training_flops_per_token(
                 model.config, args.seq_len, predicted_fraction(family))
         return step
 
@@ -193,12 +202,27 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
             cases[f"HF electra {precision}"] = hf_electra_case(precision)
         else:
             cases[f"HF {precision}"] = hf_case(precision)
+    switches = [parse_switch(text) for text in args.switch]
+    switch_names = {tuple(fields.items()): name for name, fields in switches}
     for family in args.families:
         for precision in args.precisions:
             cases[f"{family} {precision}"] = our_case(family, precision)
+            for name, fields in switches:
+                cases[f"{family} {precision} {name}"] = our_case(family, precision, **fields)
     if args.only:
         cases = {args.only: cases[args.only]}
     return cases, flops
+
+
+def parse_switch(text: str) -> tuple[str, dict[str, object]]:
+    """NAME:FIELD=VALUE[,FIELD=VALUE...] -> (NAME, ModelConfig fields), values typed as --set types them."""
+    from maskplay.config import ModelConfig, apply_overrides
+
+    name, _, fields = text.partition(":")
+    if not name or not fields or " " in name:
+        raise SystemExit(f"--switch {text!r}: expected NAME:FIELD=VALUE[,FIELD=VALUE...], e.g. rotary:positions=rotary")
+    config = apply_overrides(ModelConfig(), fields.split(","))
+    return name, {f.split("=", 1)[0]: getattr(config, f.split("=", 1)[0]) for f in fields.split(",")}
 
 
 def memory_of(case: str, argv: list[str]) -> float:
@@ -222,6 +246,8 @@ def main() -> None:
                    help="baseline: HuggingFace ELECTRA (generator + discriminator) instead of BertForMaskedLM")
     p.add_argument("--hf-xlnet", action="store_true",
                    help="baseline: HuggingFace XLNetLMHeadModel (perm_mask + target_mapping) instead of BertForMaskedLM")
+    p.add_argument("--switch", action="append", default=[], metavar="NAME:FIELD=VALUE[,...]",
+                   help="also run every family/precision with these ModelConfig fields (docs/ARCHITECTURE.md)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--memory", action="store_true", help="also measure each case's peak memory (subprocesses)")
@@ -264,6 +290,10 @@ def main() -> None:
                      "memory_mb": mem})
         print(f"{name:<22}{tps:>10.0f}{(f'{ratio:.2f}x' if ratio else '-'):>12}{mfu:>16.1%}"
               f"{(f'{mem:.0f}' if mem is not None else '-'):>11}")
+    for name, s in seconds.items():
+        base = " ".join(name.split(" ")[:2])
+        if name != base and base in seconds and not name.startswith("HF"):
+            print(f"switch cost: {name}: step time {s / seconds[base]:.2f}x the default's ({base})")
     if args.out:
         Path(args.out).write_text(json.dumps({"machine": machine(), "peak_bf16": peak_bf16, "peak_fp32": peak_fp32,
                                               "args": vars(args), "rows": rows}, indent=2) + "\n")
