@@ -8,6 +8,9 @@ piece of the model's tokenizer scored exactly once, [SOS]/[EOS] never:
 - XLNet, `Scorer(overflow="memory")` (maskplay.score.long): segments of --segment tokens (128) reading the
   Transformer-XL memory of the last M tokens, M in --memories (0, 128, 384, 1920: a total context of 128, 256,
   512 and 2048 tokens). With M = 0 every segment after the first is a text of its own, without [SOS].
+- The same without [SOS] (`maskplay.score.long.memory_log_probs(sos=False)`; the first piece of an article is
+  then predicted from nothing): a control, because this XLNet scores far worse left to right when [SOS] is in
+  view (docs/RESULTS.md), which would otherwise be mistaken for an effect of the context length.
 - XLNet, `Scorer(overflow="window")`: sliding windows of 126 pieces + [SOS]/[EOS] advancing by 63, each piece
   scored in the earliest window that holds it (63..125 pieces of left context after the first window); each
   window starts with [SOS].
@@ -17,7 +20,7 @@ Perplexity = exp(-mean log p per word piece), over all pieces and per bucket of 
 ([0, 128), [128, 512), [512, 2048), [2048, ...)); every configuration scores the same pieces. Writes
 OUT/<name>.json per configuration and OUT/summary.json (paths relative to the repository) and the plot --plot.
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/context_length_study.py --model runs/cmp2/xlnet/final --articles 20
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/context_length_study.py --model runs/cmp2/xlnet/final --articles 30
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,6 +94,42 @@ def perplexities(scores: list, buckets: list[tuple[int, int | None]]) -> dict:
     return out
 
 
+@dataclass
+class Scored:
+    text: str
+    token_log_probs: list[float]
+    windows: int
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_log_probs)
+
+
+class WithoutSos:
+    """Scorer(overflow="memory")'s scores with the texts' streams started without [SOS]."""
+
+    def __init__(self, model, tokenizer, segment: int, memory: int, batch_size: int, precision: str) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.segment, self.memory, self.batch_size, self.precision = segment, memory, batch_size, precision
+
+    def score(self, texts: list[str]) -> list[Scored]:
+        import torch
+
+        from maskplay.score.long import memory_log_probs
+        from maskplay.score.scorer import Runner
+        from maskplay.score.text import encode_texts
+
+        encoded = encode_texts(self.tokenizer, texts)
+        with torch.inference_mode():
+            found, counts = memory_log_probs(Runner(self.model, self.precision), list(enumerate(encoded)),
+                                             self.segment, self.memory, self.batch_size, sos=False)
+        values = [[math.nan] * len(enc) for enc in encoded]
+        for (k, j), v in found:
+            values[k][j] = v
+        assert all(math.isfinite(v) for row in values for v in row)
+        return [Scored(t, row, counts[k]) for k, (t, row) in enumerate(zip(texts, values, strict=True))]
+
+
 def run(name: str, scorer, texts: list[str], out_dir: Path, meta: dict) -> dict:
     start = time.perf_counter()
     scores = scorer.score(texts)
@@ -111,34 +151,42 @@ def plot(results: list[dict], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    memory = sorted((r for r in results if r["strategy"] == "memory"), key=lambda r: r["context"])
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    xs = [r["context"] for r in memory]
-    left.plot(xs, [r["ppl"] for r in memory], "o-", label="XLNet, segments of 128 + memory")
-    for r, style in zip([r for r in results if r["strategy"] == "window"], ["--", ":"], strict=False):
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    left = axes[0]
+    for sos, style in ((True, "o-"), (False, "s--")):
+        memory = sorted((r for r in results if r["strategy"] == "memory" and r["sos"] is sos), key=lambda r: r["context"])
+        if memory:
+            xs = [r["context"] for r in memory]
+            left.plot(xs, [r["ppl"] for r in memory], style,
+                      label=f"XLNet, segments of 128 + memory, {'with' if sos else 'without'} [SOS]")
+            left.set_xticks(xs, [str(x) for x in xs])
+    for r, style in zip([r for r in results if r["strategy"] == "window"], [":", "-."], strict=False):
         left.axhline(r["ppl"], linestyle=style, color="grey" if r["family"] == "xlnet" else "tab:red",
-                     label=f"{r['family'].upper() if r['family'] == 'gpt' else 'XLNet'}, sliding windows of 128")
-    left.ticklabel_format(axis="y", useOffset=False)
+                     label=f"{'GPT' if r['family'] == 'gpt' else 'XLNet'}, sliding windows of 128 (each with [SOS])")
     left.set_xscale("log", base=2)
-    left.set_xticks(xs, [str(x) for x in xs])
+    left.set_yscale("log")
     left.set_xlabel("context: segment + memory (tokens)")
-    left.set_ylabel("perplexity per word piece")
+    left.set_ylabel("perplexity per word piece (log scale)")
     left.set_title("all pieces")
-    left.legend(fontsize=8)
-    labels = [f"{b['from']}-{b['to'] or '...'}" for b in memory[0]["by_position"]]
-    for r in memory:
-        right.plot(labels, [b["ppl"] for b in r["by_position"]], "o-", label=f"context {r['context']}")
-    for r in results:
-        if r["strategy"] == "window":
-            right.plot(labels, [b["ppl"] for b in r["by_position"]], "x--",
-                       label=f"{r['family']} windows of 128")
-    right.set_xlabel("position of the piece in its article")
-    right.set_title("by position in the article")
-    right.legend(fontsize=8)
+    left.legend(fontsize=7)
+    for ax, sos in zip(axes[1:], (True, False), strict=True):
+        memory = sorted((r for r in results if r["strategy"] == "memory" and r["sos"] is sos), key=lambda r: r["context"])
+        if not memory:
+            continue
+        labels = [f"{b['from']}-{b['to'] or '...'}" for b in memory[0]["by_position"]]
+        for r in memory:
+            ax.plot(labels, [b["ppl"] for b in r["by_position"]], "o-", label=f"context {r['context']}")
+        for r in results:
+            if r["strategy"] == "window":
+                ax.plot(labels, [b["ppl"] for b in r["by_position"]], "x:", label=f"{r['family']} windows of 128")
+        ax.set_yscale("log")
+        ax.set_xlabel("position of the piece in its article")
+        ax.set_title(f"by position, memory {'with' if sos else 'without'} [SOS]")
+        ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
 
 
 def main() -> None:
@@ -147,7 +195,7 @@ def main() -> None:
     parser.add_argument("--gpt", type=Path, default=ROOT / "runs/cmp2/gpt/final",
                         help="a GPT model directory for the sliding-window reference (skipped when absent)")
     parser.add_argument("--data", type=Path, default=DATA)
-    parser.add_argument("--articles", type=int, default=20)
+    parser.add_argument("--articles", type=int, default=30)
     parser.add_argument("--segment", type=int, default=128)
     parser.add_argument("--memories", type=int, nargs="+", default=[0, 128, 384, 1920])
     parser.add_argument("--batch-size", type=int, default=8, help="articles per batch")
@@ -179,15 +227,20 @@ def main() -> None:
     print(f"{args.articles} articles, {sum(pieces):,} pieces (min {min(pieces)}, max {max(pieces)}); "
           f"{unk} <unk> dropped", flush=True)
     results = []
-    for memory in args.memories:
-        scorer = Scorer(model, tok, overflow="memory", segment_tokens=args.segment, memory_tokens=memory,
-                        batch_size=args.batch_size, precision=args.precision)
-        results.append(run(f"xlnet-memory-{memory}", scorer, texts, args.out,
-                           {**base, **model_meta, "strategy": "memory", "segment": args.segment, "memory": memory,
-                            "context": args.segment + memory}))
+    for sos in (True, False):
+        for memory in args.memories:
+            if sos:
+                scorer = Scorer(model, tok, overflow="memory", segment_tokens=args.segment, memory_tokens=memory,
+                                batch_size=args.batch_size, precision=args.precision)
+            else:
+                scorer = WithoutSos(model, tok, args.segment, memory, args.batch_size, args.precision)
+            results.append(run(f"xlnet-memory-{memory}{'' if sos else '-nosos'}", scorer, texts, args.out,
+                               {**base, **model_meta, "strategy": "memory", "sos": sos, "segment": args.segment,
+                                "memory": memory, "context": args.segment + memory}))
     scorer = Scorer(model, tok, overflow="window", batch_size=args.batch_size * 8, precision=args.precision)
     results.append(run("xlnet-window-128", scorer, texts, args.out,
-                       {**base, **model_meta, "strategy": "window", "context": model.config.max_position}))
+                       {**base, **model_meta, "strategy": "window", "sos": True,
+                        "context": model.config.max_position}))
     if (args.gpt / "model.safetensors").is_file():
         gpt, gpt_tok = load_model_dir(args.gpt)
         if gpt_tok.backend.to_str() != tok.backend.to_str():
@@ -195,12 +248,13 @@ def main() -> None:
         scorer = Scorer(gpt, gpt_tok, overflow="window", batch_size=args.batch_size * 8, precision=args.precision)
         gtrain = args.gpt / "train_config.json"
         results.append(run("gpt-window-128", scorer, texts, args.out,
-                           {**base, "model": relative(args.gpt), "family": "gpt", "strategy": "window",
+                           {**base, "model": relative(args.gpt), "family": "gpt", "strategy": "window", "sos": True,
                             "context": gpt.config.max_position,
                             "train_config": json.loads(gtrain.read_text()) if gtrain.is_file() else None}))
     else:
         print(f"no GPT model at {relative(args.gpt)}: the GPT reference is left out", flush=True)
-    summary = [{k: r[k] for k in ("name", "strategy", "family", "context", "ppl", "pieces", "seconds", "by_position")}
+    summary = [{k: r[k] for k in ("name", "strategy", "family", "sos", "context", "ppl", "pieces", "seconds",
+                                  "by_position")}
                for r in results]
     (args.out / "summary.json").write_text(json.dumps({**base, "results": summary}, indent=1) + "\n")
     plot(results, args.plot, f"WikiText-103 valid, first {args.articles} articles ({sum(pieces):,} pieces); "

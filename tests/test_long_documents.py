@@ -62,6 +62,10 @@ def test_segments_score_every_piece_once_in_order(n, width):
         for j in s.scored:
             assert s.ids[s.position(j)] == ids[j]
     assert len(segs) == math.ceil((n + 1) / width)  # what `maskplay score` announces for long lines
+    bare = memory_segments(ids, None, eos, width)  # without [SOS] (the context-length study's control)
+    assert [j for s in bare for j in s.scored] == list(range(n))
+    assert [t for s in bare for t in s.ids] in ([*ids, eos], ids) and all(sos not in s.ids for s in bare)
+    assert all(s.ids[s.position(j)] == ids[j] for s in bare for j in s.scored)
 
 
 # ---- scores ----------------------------------------------------------------------------------------------------
@@ -115,6 +119,24 @@ def test_limited_memory_against_a_plain_loop(tok, xlnet, memory):
     got = Scorer(xlnet, tok, overflow="memory", segment_tokens=8, memory_tokens=memory, batch_size=3).score(DOCS)
     for text, score in zip(DOCS, got, strict=True):
         assert score.token_log_probs == pytest.approx(_reference(xlnet, tok, text, 8, memory), abs=ATOL)
+
+
+def test_without_sos_equals_one_pass_over_the_pieces(tok, xlnet):
+    from maskplay.score.long import memory_log_probs
+    from maskplay.score.scorer import Runner
+    from maskplay.score.text import encode_texts
+
+    encoded = encode_texts(tok, DOCS[:3])
+    with torch.no_grad():
+        found, counts = memory_log_probs(Runner(xlnet, "fp32"), list(enumerate(encoded)), 8, 10_000, batch_size=2,
+                                         sos=False)
+        for k, enc in enumerate(encoded):
+            got = [v for (sentence, _), v in sorted(found) if sentence == k]
+            ids = torch.tensor([[*enc.ids, tok.special.eos]])
+            g = xlnet.left_to_right(ids).last_hidden_state[0, :-1]
+            assert got == pytest.approx(xlnet.head.log_probs(g, xlnet.embeddings.word.weight, ids[0, :-1]).tolist(),
+                                        abs=ATOL)
+            assert counts[k] == math.ceil(len(enc) / 8)  # [EOS] alone is not run
 
 
 def test_memory_changes_the_scores_and_no_memory_is_each_segment_alone(tok, xlnet):

@@ -33,29 +33,33 @@ from .text import Encoded
 @dataclass(frozen=True)
 class MemorySegment:
     """One step of a text under memory: `ids` (at most segment_tokens ids), scoring the pieces `scored`
-    (text-level piece indices), piece j at position j + 1 - start, where start is the segment's offset in the
-    token stream [SOS] pieces [EOS]."""
+    (text-level piece indices), piece j at position j + lead - start, where start is the segment's offset in the
+    token stream [SOS] pieces [EOS] and lead is 1 (0 for a stream without [SOS])."""
 
     ids: list[int]
     start: int
     scored: list[int]
+    lead: int = 1
 
     def position(self, piece: int) -> int:
-        return piece + 1 - self.start
+        return piece + self.lead - self.start
 
 
-def memory_segments(ids: list[int], sos: int, eos: int, segment_tokens: int) -> list[MemorySegment]:
-    """The consecutive segments of [SOS] ids [EOS], each piece scored in the segment that holds it."""
+def memory_segments(ids: list[int], sos: int | None, eos: int, segment_tokens: int) -> list[MemorySegment]:
+    """The consecutive segments of [SOS] ids [EOS], each piece scored in the segment that holds it. sos=None: a
+    stream without [SOS] (its first piece is then predicted from nothing; scripts/context_length_study.py uses it
+    to tell the effect of the [SOS] token from that of the context)."""
     if segment_tokens < 2:
         raise ValueError(f"segments of {segment_tokens} tokens leave no room for a piece after [SOS]; use 2 or more")
-    stream = [sos, *ids, eos]
+    lead = 0 if sos is None else 1
+    stream = [*([] if sos is None else [sos]), *ids, eos]
     out = []
     for start in range(0, len(stream), segment_tokens):
         end = min(start + segment_tokens, len(stream))
-        scored = [j for j in range(max(start - 1, 0), min(end - 1, len(ids)))]
+        scored = [j for j in range(max(start - lead, 0), min(end - lead, len(ids)))]
         if not scored:  # only [EOS] is left: nothing to score, and nothing later reads it
             break
-        out.append(MemorySegment(stream[start:end], start, scored))
+        out.append(MemorySegment(stream[start:end], start, scored, lead))
     return out
 
 
@@ -90,13 +94,15 @@ def check_memory_options(overflow: Overflow, segment_tokens: int | None, memory_
 
 
 def memory_log_probs(runner: Runner, texts: list[tuple[int, Encoded]], segment_tokens: int, memory_tokens: int,
-                     batch_size: int, progress: bool = False) -> tuple[list[tuple[tuple[int, int], Any]], dict[int, int]]:
+                     batch_size: int, progress: bool = False, sos: bool = True
+                     ) -> tuple[list[tuple[tuple[int, int], Any]], dict[int, int]]:
     """log p of every piece of the given (sentence index, encoded text) pairs under memory; also the number of
-    segments per sentence index."""
+    segments per sentence index. sos=False: the texts without [SOS] (see memory_segments)."""
     model = runner.model
     cfg = model.config
     device = next(model.parameters()).device
-    plans = [memory_segments(enc.ids, cfg.sos_token_id, cfg.eos_token_id, segment_tokens) for _, enc in texts]
+    plans = [memory_segments(enc.ids, cfg.sos_token_id if sos else None, cfg.eos_token_id, segment_tokens)
+             for _, enc in texts]
     order = sorted(range(len(texts)), key=lambda k: -len(plans[k]))
     found: list[tuple[tuple[int, int], Any]] = []
     for batch in _progress(list(chunks(order, batch_size)), progress, "scoring with memory"):
