@@ -283,13 +283,16 @@ def test_embedding_window_errors_and_cli(model_dirs, tok, tmp_path, capsys):
 # ---- the context-length study's reading of WikiText -------------------------------------------------------------
 
 
-def test_study_reads_wikitext_articles(tmp_path):
+def test_study_reads_wikitext_articles(tmp_path, monkeypatch):
     import importlib.util
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location(
         "context_length_study", Path(__file__).resolve().parents[1] / "scripts" / "context_length_study.py")
     study = importlib.util.module_from_spec(spec)
+    import sys
+
+    monkeypatch.setitem(sys.modules, spec.name, study)  # its dataclass looks its module up there
     spec.loader.exec_module(study)
     path = tmp_path / "wiki.valid.tokens"
     path.write_text(" \n = First = \n \n A b @-@ c , 1 @.@ 5 <unk> d . \n \n = = Part = = \n \n E f . \n"
