@@ -35,13 +35,18 @@ SWITCHES = {
     "no_ffn_bias": dict(ffn_bias=False),
     "share_layers": dict(share_layers=True),
     "share_layers+deepnorm+embedding_size": dict(share_layers=True, norm_placement="deepnorm", embedding_size=16),
+    "synthesizer-random": dict(attention="synthesizer-random"),
+    "synthesizer-dense": dict(attention="synthesizer-dense"),
+    "synthesizer-dense+alibi+pre+shared": dict(attention="synthesizer-dense", positions="alibi", norm_placement="pre",
+                                               share_layers=True),
 }
 
 
 def xlnet_takes(fields: dict) -> bool:
-    """XLNet keeps its own positions, has no pre-LN (its streams project keys/values outside the blocks) and no
-    embedding projection."""
-    return "positions" not in fields and "embedding_size" not in fields and fields.get("norm_placement") != "pre"
+    """XLNet keeps its own positions and dot-product attention, has no pre-LN (its streams project keys/values
+    outside the blocks) and no embedding projection."""
+    return ("positions" not in fields and "embedding_size" not in fields and "attention" not in fields
+            and fields.get("norm_placement") != "pre")
 
 
 def model_of(family: str, seed: int = 0, **overrides) -> MaskplayModel:
@@ -427,6 +432,62 @@ def test_sharing_equals_copies_of_one_block_and_sums_their_gradients(family):
         torch.testing.assert_close(p.grad, sum(grads), atol=1e-5, rtol=1e-4)
 
 
+# ---- synthesizers ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["synthesizer-random", "synthesizer-dense"])
+def test_synthesizer_is_the_papers_formula(kind):
+    """Y_h = softmax(B_h + mask) G_h(X): B_h = R_h[:L, :L] (Random) or F_h(X) = W_2 relu(W_1 X + b_1) + b_2 read at
+    the first L key positions (Dense); G the value projection; then the output projection."""
+    model = model_of("bert", attention=kind)
+    attn, encoder = model.encoder.layers[0].attn, model.encoder
+    syn = attn.synthesizer
+    assert attn.query is None and attn.key is None
+    B, L, H, nh, ell = 2, 6, 32, 4, model.config.max_position
+    x = torch.randn(B, L, H)
+    mask = torch.ones(B, 1, L, L, dtype=torch.bool)
+    mask[1, :, :, 4:] = False
+    mask[0] &= ~torch.eye(L, dtype=torch.bool)
+    columns = torch.arange(L)[None]
+    prepared, passed = encoder._pass_positions(mask, columns, columns, x.dtype)
+    got = attn(x, prepared, None, positions=passed)
+    if kind == "synthesizer-random":
+        logits = syn.table[None, :, :L, :L]
+    else:
+        hidden = torch.relu(x @ syn.hidden.weight.T + syn.hidden.bias)
+        logits = (hidden @ syn.logits.weight.T + syn.logits.bias).view(B, L, nh, ell).transpose(1, 2)[..., :L]
+    weights = logits.masked_fill(~mask, float("-inf")).softmax(-1)
+    v = attn.value(x).view(B, L, nh, H // nh).transpose(1, 2)
+    want = attn.out((weights @ v).transpose(1, 2).reshape(B, L, H))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_synthesizer_parameters_replace_queries_and_keys():
+    cfg = preset("tiny", family="bert")
+    H, nh, ell, N = cfg.hidden_size, cfg.num_heads, cfg.max_position, cfg.num_layers
+    dot = build_model(cfg).num_parameters()
+    qk = 2 * (H * H + H)
+    random = build_model(preset("tiny", family="bert", attention="synthesizer-random")).num_parameters()
+    dense = build_model(preset("tiny", family="bert", attention="synthesizer-dense")).num_parameters()
+    assert random - dot == N * (nh * ell * ell - qk)
+    assert dense - dot == N * (H * H + H + H * nh * ell + nh * ell - qk)
+
+
+def test_random_synthesizer_attends_the_same_whatever_the_tokens():
+    """Its attention weights depend on positions only: the output changes with the tokens through the values alone,
+    so with the value projection zeroed every input gives the output projection's bias."""
+    model = model_of("bert", attention="synthesizer-random")
+    attn = model.encoder.layers[0].attn
+    with torch.no_grad():
+        attn.value.weight.zero_()
+        attn.value.bias.normal_()
+    x1, x2 = torch.randn(1, 5, 32), torch.randn(1, 5, 32)
+    mask = torch.ones(1, 1, 5, 5, dtype=torch.bool)
+    columns = torch.arange(5)[None]
+    _, passed = model.encoder._pass_positions(mask, columns, columns, x1.dtype)
+    torch.testing.assert_close(attn(x1, mask, None, positions=passed), attn(x2, mask, None, positions=passed))
+
+
 # ---- errors ---------------------------------------------------------------------------------------------------
 
 
@@ -437,6 +498,11 @@ def test_sharing_equals_copies_of_one_block_and_sums_their_gradients(family):
     (dict(family="bert", norm_placement="sandwich"), "norm_placement must be one of"),
     (dict(family="xlnet", norm_placement="pre"), "not built for family xlnet"),
     (dict(family="bert", ffn="relu"), "ffn must be one of"),
+    (dict(family="bert", attention="linear"), "attention must be one of"),
+    (dict(family="xlnet", attention="synthesizer-dense"), "not with family xlnet"),
+    (dict(family="bert", attention="synthesizer-random", positions="rotary"), "not with positions = 'rotary'"),
+    (dict(family="bert", attention="synthesizer-dense", talking_heads=True), "not with talking_heads"),
+    (dict(family="bert", attention="synthesizer-dense", key_size=4), "not with key_size"),
 ])
 def test_bad_values_are_one_line_errors(fields, message):
     with pytest.raises(ValueError, match=message) as err:

@@ -169,8 +169,8 @@ def test_a_layer_attends_as_the_formula_says(positions):
     mask = torch.ones(B, 1, L, L, dtype=torch.bool)
     mask[1, :, :, 4:] = False  # row 1 has 4 real tokens
     columns = torch.arange(L)[None]
-    prepared, rotary = encoder.positions.prepare(mask, columns, columns, x.dtype)
-    got = attn(x, prepared, None, rotary=rotary)
+    prepared, passed = encoder._pass_positions(mask, columns, columns, x.dtype)
+    got = attn(x, prepared, None, positions=passed)
 
     q = attn.query(x).view(B, L, nh, d).transpose(1, 2)
     k = attn.key(x).view(B, L, nh, d).transpose(1, 2)

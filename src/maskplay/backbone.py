@@ -10,13 +10,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention_variants import TalkingHeads
+from .attention_variants import Synthesizer, TalkingHeads
 from .cache import KVCache, LayerCache
 from .config import ModelConfig
 from .dropout import Dropout, dropout
 from .feedforward import make_feedforward
 from .norms import deepnorm_alpha, make_norm
-from .positions import IN_ATTENTION, Frame, PositionScheme, RelativePositions, Rotary, attend_with_term, sinusoidal_embedding
+from .positions import (
+    IN_ATTENTION,
+    Frame,
+    PassPositions,
+    PositionScheme,
+    RelativePositions,
+    attend_with_term,
+    sinusoidal_embedding,
+)
 from .quant import Int8Linear, concatenated_int8
 
 
@@ -67,8 +75,10 @@ class Attention(nn.Module):
         bias = bool(config.attention_bias)
         self.num_heads = config.num_heads
         keys = config.num_heads * config.key_width  # hidden_size unless key_size decouples it from the values'
-        self.query = nn.Linear(h, keys, bias=bias)
-        self.key = nn.Linear(h, keys, bias=bias)
+        # a synthesizer makes its logits without queries and keys (attention_variants.py)
+        self.synthesizer = Synthesizer(config) if config.attention != "dot" else None
+        self.query = nn.Linear(h, keys, bias=bias) if self.synthesizer is None else None
+        self.key = nn.Linear(h, keys, bias=bias) if self.synthesizer is None else None
         self.value = nn.Linear(h, h, bias=bias)
         self.out = nn.Linear(h, h, bias=bias)
         self.dropout_p = config.attention_dropout
@@ -78,18 +88,22 @@ class Attention(nn.Module):
         self.kernel = TalkingHeads(config.num_heads) if config.talking_heads else None
 
     def forward(self, h: Tensor, mask: Tensor, dead_rows: Tensor | None, kv: Tensor | None = None,
-                keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None,
-                cache: LayerCache | None = None, frame: Frame | None = None, rotary: Rotary | None = None) -> Tensor:
+                keys_values: tuple[Tensor | None, Tensor] | None = None, packing: Packing | None = None,
+                cache: LayerCache | None = None, frame: Frame | None = None,
+                positions: PassPositions | None = None) -> Tensor:
         """Self-attention by default; queries from `h` against keys/values projected from `kv`, or against
         `keys_values` already projected (T-TA projects every layer's from the embedding output in one matmul).
         With `packing`, h, kv and keys_values hold the real tokens only, (N, C). With `cache` (self-attention
         only), the new tokens' keys/values are appended to this layer's cache and the queries attend to all of
         its keys: `mask` is then (B, 1, Lnew, Lcached + Lnew). `frame`: the relative positions of this pass (needed
-        exactly when the layer has relative-position weights; not with packing or a cache). `rotary`: the pass's
-        rotary tables (positions = "rotary"), applied to q and k before the keys enter a cache. `mask` may be a
+        exactly when the layer has relative-position weights; not with packing or a cache). `positions`: the pass's
+        query/key positions and rotary tables (positions.PassPositions); rotary is applied to q and k before the
+        keys enter a cache. `mask` may be a
         float mask (a position bias with -inf where attention is forbidden, positions.PositionScheme.prepare)."""
         if (frame is None) != (self.relative is None):
             raise ValueError("relative-position attention needs a positions.Frame, and only it takes one")
+        if self.synthesizer is not None:
+            return self._synthesized(h, mask, dead_rows, kv, keys_values, packing, cache, positions)
         # one wide matmul instead of three narrow ones: narrow matmuls waste most of a CPU's bf16 throughput
         if keys_values is not None:
             q, (k, v) = self.query(h), keys_values
@@ -100,15 +114,15 @@ class Attention(nn.Module):
         if packing is not None:
             if frame is not None:
                 raise ValueError("relative-position attention runs on the padded layout, not packed")
-            return self.out(packing.attend(q, k, v, mask, dead_rows, self.num_heads, rotary, self.kernel))
+            return self.out(packing.attend(q, k, v, mask, dead_rows, self.num_heads, positions, self.kernel))
         B, Lq, _ = q.shape
         nh = self.num_heads
         Lk = k.shape[1]
         q = q.view(B, Lq, nh, -1).transpose(1, 2)
         k = k.view(B, Lk, nh, -1).transpose(1, 2)
         v = v.view(B, Lk, nh, -1).transpose(1, 2)
-        if rotary is not None:
-            q, k = rotary.apply(q, k)
+        if positions is not None and positions.rotary is not None:
+            q, k = positions.rotary.apply(q, k)
         if cache is not None:
             k, v = cache.append(k, v)
         if self.relative is not None:
@@ -126,6 +140,25 @@ class Attention(nn.Module):
             a = dropout(scores.softmax(dim=-1), self.dropout_p, True) @ v
         else:
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if dead_rows is not None:
+            a = a.masked_fill(dead_rows, 0.0)
+        return self.out(a.transpose(1, 2).reshape(B, Lq, -1))
+
+    def _synthesized(self, h: Tensor, mask: Tensor, dead_rows: Tensor | None, kv: Tensor | None,
+                     keys_values: tuple[Tensor | None, Tensor] | None, packing: Packing | None,
+                     cache: LayerCache | None, positions: PassPositions | None) -> Tensor:
+        """forward() for a synthesizer: values as usual, logits from the synthesizer at the pass's positions."""
+        v = keys_values[1] if keys_values is not None else self.value(h if kv is None else kv)
+        q = self.synthesizer.features(h)  # dense: F(h), per head; random: None
+        if packing is not None:
+            return self.out(packing.attend(q, None, v, mask, dead_rows, self.num_heads, positions, self.synthesizer))
+        B, Lq, _ = h.shape
+        v = v.view(B, v.shape[1], self.num_heads, -1).transpose(1, 2)
+        if q is not None:
+            q = q.view(B, Lq, self.num_heads, -1).transpose(1, 2)
+        if cache is not None:
+            _, v = cache.append(None, v)
+        a = self.synthesizer(q, None, v, mask, self.dropout_p, self.training, positions)
         if dead_rows is not None:
             a = a.masked_fill(dead_rows, 0.0)
         return self.out(a.transpose(1, 2).reshape(B, Lq, -1))
@@ -157,10 +190,11 @@ class Block(nn.Module):
         self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, dead_rows: Tensor | None = None,
-                keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None,
-                cache: LayerCache | None = None, frame: Frame | None = None, rotary: Rotary | None = None) -> Tensor:
+                keys_values: tuple[Tensor | None, Tensor] | None = None, packing: Packing | None = None,
+                cache: LayerCache | None = None, frame: Frame | None = None,
+                positions: PassPositions | None = None) -> Tensor:
         h = self.attn_norm(h + self.dropout(self.attn(h, mask, dead_rows, kv=kv, keys_values=keys_values,
-                                                      packing=packing, cache=cache, frame=frame, rotary=rotary)))
+                                                      packing=packing, cache=cache, frame=frame, positions=positions)))
         return self.ffn_norm(h + self.dropout(self.ffn(h)))
 
 
@@ -170,11 +204,12 @@ class PreNormBlock(Block):
     already projected (T-TA's, from the embedding output, itself normalised) are used as they are."""
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, dead_rows: Tensor | None = None,
-                keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None,
-                cache: LayerCache | None = None, frame: Frame | None = None, rotary: Rotary | None = None) -> Tensor:
+                keys_values: tuple[Tensor | None, Tensor] | None = None, packing: Packing | None = None,
+                cache: LayerCache | None = None, frame: Frame | None = None,
+                positions: PassPositions | None = None) -> Tensor:
         h = h + self.dropout(self.attn(self.attn_norm(h), mask, dead_rows, kv=None if kv is None else self.attn_norm(kv),
                                        keys_values=keys_values, packing=packing, cache=cache, frame=frame,
-                                       rotary=rotary))
+                                       positions=positions))
         return h + self.dropout(self.ffn(self.ffn_norm(h)))
 
 
@@ -186,11 +221,12 @@ class DeepNormBlock(Block):
         self.alpha = deepnorm_alpha(config.num_layers)
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, dead_rows: Tensor | None = None,
-                keys_values: tuple[Tensor, Tensor] | None = None, packing: Packing | None = None,
-                cache: LayerCache | None = None, frame: Frame | None = None, rotary: Rotary | None = None) -> Tensor:
+                keys_values: tuple[Tensor | None, Tensor] | None = None, packing: Packing | None = None,
+                cache: LayerCache | None = None, frame: Frame | None = None,
+                positions: PassPositions | None = None) -> Tensor:
         h = self.attn_norm(h * self.alpha + self.dropout(self.attn(h, mask, dead_rows, kv=kv, keys_values=keys_values,
                                                                    packing=packing, cache=cache, frame=frame,
-                                                                   rotary=rotary)))
+                                                                   positions=positions)))
         return self.ffn_norm(h * self.alpha + self.dropout(self.ffn(h)))
 
 
@@ -260,17 +296,18 @@ class Packing:
         return out.index_copy_(0, self.index, x).view(self.batch, self.length, -1)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dead_rows: Tensor | None, heads: int,
-               rotary: Rotary | None = None, kernel: nn.Module | None = None) -> Tensor:
+               positions: PassPositions | None = None, kernel: nn.Module | None = None) -> Tensor:
         """SDPA group by group, q, k and v packed (N, C); the real tokens' outputs, (N, H). A float mask (a
-        position bias) is cut like a boolean one; rotary tables by column, a group's columns being positions
-        0..end-1 as in the padded layout. `kernel`: an attention kind of attention_variants.py instead of SDPA."""
+        position bias) is cut like a boolean one; positions (and rotary tables) by column, a group's columns being
+        positions 0..end-1 as in the padded layout. `kernel`: an attention kind of attention_variants.py instead of SDPA."""
         out = []
         for group, (a, b, end) in enumerate(self.groups):
-            q_, k_, v_ = (self._cut(x, group, heads) for x in (q, k, v))
-            if rotary is not None:
-                q_, k_ = rotary.cut(end).apply(q_, k_)
+            q_, k_, v_ = (None if x is None else self._cut(x, group, heads) for x in (q, k, v))
+            cut = None if positions is None else positions.cut(end)
+            if cut is not None and cut.rotary is not None:
+                q_, k_ = cut.rotary.apply(q_, k_)
             if kernel is not None:
-                o = kernel(q_, k_, v_, mask[a:b, :, :end, :end])
+                o = kernel(q_, k_, v_, mask[a:b, :, :end, :end], positions=cut)
             else:
                 o = F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask[a:b, :, :end, :end])
             if dead_rows is not None:
@@ -328,6 +365,8 @@ class Encoder(nn.Module):
         # rotary, t5 and alibi: position terms built once per pass for every layer (T5's bucket table lives here,
         # shared by the layers as in T5)
         self.positions = PositionScheme(config) if config.positions in IN_ATTENTION else None
+        # whether the layers read a PassPositions: rotary, and attention kinds that read positions (synthesizers)
+        self.pass_positions = self.positions is not None or config.attention != "dot"
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
                 query_positions: Tensor | None = None, tokens: Tensor | None = None,
@@ -353,18 +392,17 @@ class Encoder(nn.Module):
         records it (cached keys included)."""
         mask, dead = guard_empty_rows(mask)
         B = h.shape[0]
-        rotary = None
+        positions = None
         if cache is not None:
             if kv is not None or query_positions is not None or tokens is not None:
                 raise ValueError("a key/value cache runs self-attention over every new token: not with kv, "
                                  "query_positions or tokens")
-            if self.positions is not None:
+            if self.pass_positions:
                 keys = cache.key_positions[:, :cache.length]
-                new = keys[:, cache.start:]
-                mask, rotary = self.positions.prepare(mask, new, keys, h.dtype, new_key_positions=new)
+                mask, positions = self._pass_positions(mask, keys[:, cache.start:], keys, h.dtype, cached=True)
             states = [h] if output_hidden_states else None
             for index, layer in enumerate(self.layers):
-                h = layer(h, mask, dead_rows=dead, cache=cache.layer(index), rotary=rotary)
+                h = layer(h, mask, dead_rows=dead, cache=cache.layer(index), positions=positions)
                 if states is not None:
                     states.append(h)
             return self._finish(h, states)
@@ -376,27 +414,36 @@ class Encoder(nn.Module):
         if tokens is not None:
             if query_positions is not None:
                 raise ValueError("tokens (packing) and query_positions cannot be combined")
-        if self.positions is not None:
+        if self.pass_positions:
             columns = torch.arange(mask.shape[-1], device=h.device)[None]
-            mask, rotary = self.positions.prepare(mask, columns, columns, h.dtype)
+            mask, positions = self._pass_positions(mask, columns, columns, h.dtype)
         if tokens is not None:
-            return self._packed(h, mask, dead, kv, output_hidden_states, Packing(tokens), rotary)
+            return self._packed(h, mask, dead, kv, output_hidden_states, Packing(tokens), positions)
         states = [h] if output_hidden_states else None
         projected = self._project_keys_values(kv)
         for index, layer in enumerate(self.layers):
-            keys_values = (projected[2 * index], projected[2 * index + 1]) if projected else None
+            keys_values = projected[index] if projected else None
             if query_positions is not None and index == len(self.layers) - 1:
                 rows = torch.arange(B, device=h.device)
                 at = (rows, slice(None), query_positions)  # -> (B, 1, Lk): that query's row of the mask
                 h = layer(h[rows, query_positions][:, None], mask.expand(B, -1, -1, -1)[at][:, :, None],
                           kv=h if keys_values is None else None, keys_values=keys_values,
                           dead_rows=None if dead is None else dead.expand(B, -1, -1, -1)[at][:, :, None],
-                          rotary=None if rotary is None else rotary.rows(query_positions))
+                          positions=None if positions is None else positions.rows(query_positions))
             else:
-                h = layer(h, mask, dead_rows=dead, keys_values=keys_values, rotary=rotary)
+                h = layer(h, mask, dead_rows=dead, keys_values=keys_values, positions=positions)
             if states is not None:
                 states.append(h)
         return self._finish(h, states)
+
+    def _pass_positions(self, mask: Tensor, queries: Tensor, keys: Tensor, dtype: torch.dtype,
+                        cached: bool = False) -> tuple[Tensor, PassPositions]:
+        """The mask with any position bias folded in, and the pass's PassPositions. With a cache (`cached`) the
+        queries are the new tokens, whose keys alone are projected (and rotated) in this pass."""
+        rotary = None
+        if self.positions is not None:
+            mask, rotary = self.positions.prepare(mask, queries, keys, dtype, new_key_positions=queries if cached else None)
+        return mask, PassPositions(queries, keys, rotary)
 
     def _finish(self, h: Tensor, states: list[Tensor] | None,
                 packing: Packing | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
@@ -408,21 +455,23 @@ class Encoder(nn.Module):
         return (h if packing is None else packing.pad(h)), tuple(states) if states is not None else None
 
     def _packed(self, h: Tensor, mask: Tensor, dead: Tensor | None, kv: Tensor | None, output_hidden_states: bool,
-                packing: Packing, rotary: Rotary | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+                packing: Packing, positions: PassPositions | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         h = packing.pack(h)
         states = [packing.pad(h)] if output_hidden_states else None
         projected = self._project_keys_values(None if kv is None else packing.pack(kv))  # the real tokens only
         for index, layer in enumerate(self.layers):
-            keys_values = (projected[2 * index], projected[2 * index + 1]) if projected else None
-            h = layer(h, mask, dead_rows=dead, keys_values=keys_values, packing=packing, rotary=rotary)
+            keys_values = projected[index] if projected else None
+            h = layer(h, mask, dead_rows=dead, keys_values=keys_values, packing=packing, positions=positions)
             if states is not None:
                 states.append(packing.pad(h))
         return self._finish(h, states, packing)
 
-    def _project_keys_values(self, kv: Tensor | None) -> list[Tensor]:
-        """Every layer's keys and values from `kv` (k_1, v_1, k_2, ...), in one matmul; none without `kv`."""
+    def _project_keys_values(self, kv: Tensor | None) -> list[tuple[Tensor | None, Tensor]]:
+        """Every layer's (keys, values) from `kv`, in one matmul; none without `kv`. A layer without keys (a
+        synthesizer) gets None for them; a shared block (share_layers) is projected once for every layer."""
         if kv is None:
             return []
-        if self.shared:  # one block: its keys/values serve every layer
-            return list(fused_linear(kv, self.layers[0].attn.key, self.layers[0].attn.value)) * len(self.layers)
-        return list(fused_linear(kv, *[m for layer in self.layers for m in (layer.attn.key, layer.attn.value)]))
+        layers = [self.layers[0]] if self.shared else list(self.layers)
+        out = iter(fused_linear(kv, *[m for layer in layers for m in (layer.attn.key, layer.attn.value) if m is not None]))
+        pairs = [(None if layer.attn.key is None else next(out), next(out)) for layer in layers]
+        return pairs * len(self.layers) if self.shared else pairs

@@ -71,9 +71,12 @@ class KVCache:
     def layer(self, index: int) -> LayerCache:
         return LayerCache(self, index)
 
-    def append(self, index: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def append(self, index: int, k: Tensor | None, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write layer `index`'s keys/values of the new tokens, (B, heads, T, head_dim), into the columns
-        extend reserved; return all of that layer's keys/values, (B, heads, L + T, head_dim)."""
+        extend reserved; return all of that layer's keys/values, (B, heads, L + T, head_dim). k None: an attention
+        kind without keys (attention_variants.Synthesizer), held as keys of width 0."""
+        if k is None:
+            k = v[..., :0]
         if k.shape[2] != self.length - self.start:
             raise ValueError(f"{k.shape[2]} new keys for {self.length - self.start} reserved columns: call "
                              "cache.extend(new_mask) before the forward pass")
@@ -126,5 +129,5 @@ class LayerCache:
     def __init__(self, cache: KVCache, index: int) -> None:
         self.cache, self.index = cache, index
 
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def append(self, k: Tensor | None, v: Tensor) -> tuple[Tensor, Tensor]:
         return self.cache.append(self.index, k, v)

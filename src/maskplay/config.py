@@ -19,8 +19,9 @@ POSITION_SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "t
 NORMS = ("layernorm", "rmsnorm")  # norms.py
 NORM_PLACEMENTS = ("post", "pre", "deepnorm")
 FFNS = ("gelu", "geglu", "swiglu")  # feedforward.py
+ATTENTION_KINDS = ("dot", "synthesizer-random", "synthesizer-dense")  # attention_variants.py
 ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm_placement", "ffn", "ffn_bias",
-                         "share_layers")
+                         "share_layers", "attention")
 
 
 @dataclass
@@ -109,6 +110,8 @@ class ModelConfig:
     ffn_bias: bool = True
     # ALBERT's cross-layer sharing: one block's weights in every layer (embedding_size is its other half)
     share_layers: bool = False
+    # what makes the attention logits: dot (q . k) | synthesizer-random | synthesizer-dense (attention_variants.py)
+    attention: str = "dot"
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     layer_norm_eps: float = 1e-12
@@ -145,6 +148,14 @@ class ModelConfig:
             raise ValueError(f"norm_placement must be one of {NORM_PLACEMENTS}, got {self.norm_placement!r}")
         if self.ffn not in FFNS:
             raise ValueError(f"ffn must be one of {FFNS}, got {self.ffn!r}")
+        if self.attention not in ATTENTION_KINDS:
+            raise ValueError(f"attention must be one of {ATTENTION_KINDS}, got {self.attention!r}")
+        if self.attention != "dot":
+            clash = [name for name, on in (("family xlnet", xl), ("positions = 'rotary'", self.positions == "rotary"),
+                                           ("talking_heads", self.talking_heads), ("key_size", self.key_size))
+                     if on]
+            if clash:
+                raise ValueError(f"attention = {self.attention!r} has no queries and keys: not with {clash[0]}")
         if xl and self.norm_placement == "pre":
             raise ValueError("norm_placement = 'pre' is not built for family xlnet (its streams read keys/values "
                              "projected outside the blocks, unnormalised); use post or deepnorm")

@@ -29,8 +29,9 @@ The other schemes (docs/ARCHITECTURE.md), for every single-stream family (BERT, 
 A bias scheme (t5, alibi) is folded into the attention mask once per pass: Encoder.forward turns the boolean
 mask into `bias.masked_fill(~mask, -inf)` (a float mask SDPA adds to the scaled scores), so every path that
 reads the mask (packing's groups, the last-layer query rows of PLL, the key/value cache) cuts the bias with it.
-Rotary hands each layer a `Rotary` (cos and sin of the query and key positions) that attention applies to q
-and k, before keys enter a key/value cache: cached keys keep the rotation of their own absolute positions.
+Rotary hands each layer a `PassPositions` whose `Rotary` (cos and sin of the query and key positions) attention
+applies to q and k, before keys enter a key/value cache: cached keys keep the rotation of their own absolute
+positions.
 
 T-TA under these schemes: learned and sinusoidal positions enter both streams through the embeddings (the
 query stream is [MASK] + position, the keys/values token + position); under rotary, t5, alibi and none the
@@ -214,6 +215,29 @@ class Rotary:
         B = rows.shape[0]
         pick = lambda t: t.expand(B, -1, -1, -1)[torch.arange(B, device=rows.device), :, rows][:, :, None]  # noqa: E731
         return Rotary(pick(self.q_cos), pick(self.q_sin), self.k_cos, self.k_sin)
+
+
+@dataclass
+class PassPositions:
+    """What attention may read of one pass's positions, built once per pass by backbone.Encoder when a layer needs
+    it (rotary, or an attention kind that reads positions, like attention_variants.Synthesizer): each query's and
+    each key's position, (1 or B, Lq) and (1 or B, Lk) integers (with a key/value cache: every cached key's), and
+    the rotary tables when positions = "rotary"."""
+
+    query: Tensor
+    key: Tensor
+    rotary: Rotary | None = None
+
+    def cut(self, end: int) -> PassPositions:
+        """The first `end` columns (a packing group, whose columns are positions 0..end-1)."""
+        return PassPositions(self.query[..., :end], self.key[..., :end],
+                             None if self.rotary is None else self.rotary.cut(end))
+
+    def rows(self, rows: Tensor) -> PassPositions:
+        """Queries at one position per row, rows (B,) (PLL's last layer); keys unchanged."""
+        B = rows.shape[0]
+        query = self.query.expand(B, -1)[torch.arange(B, device=rows.device), rows][:, None]
+        return PassPositions(query, self.key, None if self.rotary is None else self.rotary.rows(rows))
 
 
 def t5_bucket(relative_position: Tensor, bidirectional: bool = True, num_buckets: int = T5_BUCKETS,

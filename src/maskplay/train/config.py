@@ -43,6 +43,7 @@ class ModelSection:
     ffn: str | None = None  # gelu | geglu | swiglu; None: gelu
     ffn_bias: bool | None = None  # None: biases on
     share_layers: bool | None = None  # ALBERT's cross-layer sharing; None: off
+    attention: str | None = None  # dot | synthesizer-random | synthesizer-dense; None: dot
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     layer_norm_eps: float | None = None
