@@ -54,7 +54,7 @@ def _register_optional(sub: argparse._SubParsersAction) -> None:
     for name in ("maskplay.tokenizer_cli", "maskplay.data.prepare_cli", "maskplay.train.cli",
                  "maskplay.score.cli", "maskplay.eval.cli", "maskplay.report", "maskplay.export_cli",
                  "maskplay.convert_cli", "maskplay.data.titles_cli", "maskplay.seq2seq_cli", "maskplay.generate_cli",
-                 "maskplay.finetune_cli", "maskplay.simcse_cli"):
+                 "maskplay.finetune_cli", "maskplay.simcse_cli", "maskplay.grow"):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as err:
