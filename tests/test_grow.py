@@ -30,7 +30,7 @@ def model_of(family: str, seed: int = 0, **overrides) -> MaskplayModel:
     torch.manual_seed(seed)
     model = build_model(preset("tiny", family=family, **overrides))
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() >= 2:
                 p.normal_(0.0, 0.25)
             else:

@@ -54,7 +54,8 @@ def grow(model: MaskplayModel, layers: int | None = None, hidden: int | None = N
     if layers < cfg.num_layers or hidden < cfg.hidden_size:
         raise ValueError(f"grow only grows: {cfg.num_layers} layers x {cfg.hidden_size} to {layers} x {hidden}")
     if hidden % cfg.hidden_size:
-        raise ValueError(f"--hidden must be a multiple of the model's {cfg.hidden_size} (units are duplicated), got {hidden}")
+        raise ValueError(f"--hidden must be a multiple of the model's {cfg.hidden_size} (units are duplicated), "
+                         f"got {hidden}")
     k = hidden // cfg.hidden_size
     heads = cfg.num_heads * k if heads is None else heads
     if heads != cfg.num_heads * k:
