@@ -134,7 +134,7 @@ def run_simcse(args: argparse.Namespace) -> int:
         log(f"maskplay simcse: {choice.describe()}")
     start = time.monotonic()
     sentences = corpus_sentences(data, args.min_words, args.sentences, args.seed)
-    log(f"{len(sentences)} training sentences of >= {args.min_words} words from {', '.join(map(str, data))} "
+    log(f"{len(sentences)} training sentences of >= {args.min_words} words from {', '.join(portable(d) for d in data)} "
         f"({time.monotonic() - start:.1f} s)")
     family = model.config.family
     record = {"source_model": portable(args.model) if Path(args.model).exists() else str(args.model),
