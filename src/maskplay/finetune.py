@@ -53,7 +53,9 @@ TASKS = ("classify", "regress", "pairs")
 POOLINGS = ("first", "mean", "last")
 HEADS = ("linear", "bert", "electra")
 METRICS = ("accuracy", "mcc", "pearson", "spearman")
-DEFAULT_POOLING = {"tta": "mean", "bert": "first", "electra": "first", "unilm": "first", "gpt": "last"}
+# XLNet: its content stream (every token sees every other) read at the last token, as HuggingFace's summary "last"
+DEFAULT_POOLING = {"tta": "mean", "bert": "first", "electra": "first", "unilm": "first", "gpt": "last",
+                   "xlnet": "last"}
 
 
 @dataclass
@@ -130,7 +132,7 @@ class FineTuned(nn.Module):
         kwargs: dict[str, Any] = {}
         if family == "tta":
             kwargs["diagonal_mask"] = False
-        elif family in ("bert", "electra", "unilm"):
+        elif family in ("bert", "electra", "unilm", "xlnet"):  # XLNet: relative segment encoding
             kwargs["token_type_ids"] = token_type_ids
             if family == "unilm":
                 kwargs["mask_kind"] = 0  # bidirectional: UniLM as BERT
