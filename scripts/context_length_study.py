@@ -189,6 +189,43 @@ def plot(results: list[dict], path: Path, title: str) -> None:
     fig.savefig(path, dpi=100)
 
 
+def sos_check(model, tok, n: int, out_dir: Path, base: dict) -> dict:
+    """The [SOS] diagnosis on n short WikiText-103 valid sentences (8-40 words, benchmarks/score_speed.py's
+    selection): perplexity of the same pieces p1..p_{n-1} left to right with [SOS] in view and without it, through
+    the permutation path with [EOS] first in the order and with [SOS] last (hidden), and the PLL."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from score_speed import wikitext_sentences
+
+    from maskplay.score import Scorer
+
+    sentences = wikitext_sentences(DATA, n, 8, 40)
+    weight = model.embeddings.word.weight
+    found: dict[str, list[float]] = {}
+    with torch.inference_mode():
+        for sentence in sentences:
+            ids = torch.tensor([tok.encode(sentence)])
+            L = ids.shape[1]
+            targets = ids[0, 2:L - 1]  # p1 .. p_{n-1}: every piece but the first
+            views = {"left to right, with [SOS]": model.left_to_right(ids[:, :-1]).last_hidden_state[0, 2:],
+                     "left to right, without [SOS]": model.left_to_right(ids[:, 1:-1]).last_hidden_state[0, 1:]}
+            positions = torch.arange(2, L - 1)[None]
+            for name, order in (("[EOS] first, then left to right", [L - 1, *range(L - 1)]),
+                                ("left to right, [SOS] last (hidden)", [*range(1, L), 0])):
+                views[name] = model(ids, order=torch.tensor([order]), target_positions=positions).last_hidden_state[0]
+            for name, hidden in views.items():
+                found.setdefault(name, []).extend(model.head.log_probs(hidden, weight, targets).tolist())
+    result = {name: math.exp(-math.fsum(v) / len(v)) for name, v in found.items()}
+    pll = [v for s in Scorer(model, tok, method="pll").score(sentences) for v in s.token_log_probs]
+    result["pll (all pieces)"] = math.exp(-math.fsum(pll) / len(pll))
+    out = {**base, "sentences": n, "pieces": len(found["left to right, with [SOS]"]), "ppl": result}
+    (out_dir / "sos_check.json").write_text(json.dumps(out, indent=1) + "\n")
+    for name, value in result.items():
+        print(f"{name:>38}: ppl {value:10.1f}", flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, default=ROOT / "runs/cmp2/xlnet/final", help="an XLNet model directory")
@@ -203,6 +240,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=ROOT / "results/long_context")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs/long_context.png")
+    parser.add_argument("--sos-check", type=int, default=0, metavar="N",
+                        help="also the [SOS] diagnosis on N short sentences (results/long_context/sos_check.json)")
+    parser.add_argument("--no-study", action="store_true", help="only the --sos-check")
     args = parser.parse_args()
 
     import torch
@@ -224,6 +264,10 @@ def main() -> None:
     train = args.model / "train_config.json"
     model_meta = {"model": relative(args.model), "family": "xlnet", "max_position": model.config.max_position,
                   "train_config": json.loads(train.read_text()) if train.is_file() else None}
+    if args.sos_check:
+        sos_check(model, tok, args.sos_check, args.out, {**base, **model_meta})
+    if args.no_study:
+        return
     print(f"{args.articles} articles, {sum(pieces):,} pieces (min {min(pieces)}, max {max(pieces)}); "
           f"{unk} <unk> dropped", flush=True)
     results = []
