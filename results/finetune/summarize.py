@@ -6,7 +6,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 FAMILIES = [("tta", "T-TA `tta-mini-wiki`"), ("bert", "BERT-MLM `runs/cmp2/bert/final`"),
             ("electra", "ELECTRA `runs/cmp2/electra/final`"), ("unilm", "UniLM `unilm-titles-mini`"),
-            ("gpt", "GPT `runs/cmp2/gpt/final`")]
+            ("gpt", "GPT `runs/cmp2/gpt/final`"), ("xlnet", "XLNet `runs/cmp2/xlnet/final` (section 8)")]
 
 
 def load(name: str) -> dict:
