@@ -24,6 +24,17 @@ _TOP = {"transformer.word_embedding.weight": "embeddings.word.weight", "transfor
 _DECODER = "lm_loss.weight"  # tied to the word embedding
 
 
+def _copied(num_layers: int) -> list[tuple[str, str]]:
+    """(HuggingFace name, maskplay name) of every weight that moves as it is (the projections are reshaped)."""
+    pairs = list(_TOP.items())
+    for i in range(num_layers):
+        hf, ours = f"transformer.layer.{i}.", f"encoder.layers.{i}."
+        pairs += [(f"{hf}rel_attn.{src}", f"{ours}{dst}") for src, dst in _PARAMETERS.items()]
+        pairs += [(f"{hf}{src}.{kind}", f"{ours}{dst}.{kind}") for src, dst in _MODULES.items()
+                  for kind in ("weight", "bias")]
+    return pairs
+
+
 def config_from_hf_xlnet(hf_config: Any, special_ids: dict[str, Any] | None = None) -> ModelConfig:
     """The maskplay config of a transformers.XLNetConfig: attn_type "bi", bi_data false, GELU, no same_length
     (the settings of XLNetLMHeadModel pretraining and inference in HuggingFace)."""
@@ -75,7 +86,7 @@ def hf_xlnet_to_maskplay(hf_state: dict[str, Tensor], num_layers: int) -> dict[s
     decoder = state.pop(_DECODER, None)
     if decoder is not None and not decoder.equal(state.get("transformer.word_embedding.weight", decoder)):
         raise ValueError("lm_loss.weight differs from the word embedding: maskplay's XLNet head is tied to it")
-    for src, dst in _TOP.items():
+    for src, dst in _copied(num_layers):
         out[dst] = _take(state, src)
     for i in range(num_layers):
         hf, ours = f"transformer.layer.{i}.", f"encoder.layers.{i}."
@@ -84,11 +95,6 @@ def hf_xlnet_to_maskplay(hf_state: dict[str, Tensor], num_layers: int) -> dict[s
             out[f"{ours}{dst}.weight"] = w.reshape(w.shape[0], -1).t().contiguous()
         o = _take(state, f"{hf}rel_attn.o")  # out[h] = sum_{n,d} vec[n, d] o[h, n, d]
         out[f"{ours}attn.out.weight"] = o.reshape(o.shape[0], -1).contiguous()
-        for src, dst in _PARAMETERS.items():
-            out[f"{ours}{dst}"] = _take(state, f"{hf}rel_attn.{src}")
-        for src, dst in _MODULES.items():
-            for kind in ("weight", "bias"):
-                out[f"{ours}{dst}.{kind}"] = _take(state, f"{hf}{src}.{kind}")
     if state:
         raise ValueError(f"XLNet weights with no maskplay counterpart: {sorted(state)}")
     return out
@@ -100,7 +106,7 @@ def maskplay_to_hf_xlnet(state: dict[str, Tensor], config: ModelConfig) -> dict[
     state = dict(state)
     heads, size = config.num_heads, config.head_dim
     out: dict[str, Tensor] = {}
-    for dst, src in _TOP.items():
+    for dst, src in _copied(config.num_layers):
         out[dst] = _take(state, src)
     out[_DECODER] = out["transformer.word_embedding.weight"]
     for i in range(config.num_layers):
@@ -110,11 +116,6 @@ def maskplay_to_hf_xlnet(state: dict[str, Tensor], config: ModelConfig) -> dict[
             out[f"{hf}rel_attn.{dst}"] = w.t().reshape(-1, heads, size).contiguous()
         o = _take(state, f"{ours}attn.out.weight")
         out[f"{hf}rel_attn.o"] = o.reshape(o.shape[0], heads, size).contiguous()
-        for dst, src in _PARAMETERS.items():
-            out[f"{hf}rel_attn.{dst}"] = _take(state, f"{ours}{src}")
-        for dst, src in _MODULES.items():
-            for kind in ("weight", "bias"):
-                out[f"{hf}{dst}.{kind}"] = _take(state, f"{ours}{src}.{kind}")
     if state:
         raise ValueError(f"maskplay XLNet weights with no HuggingFace counterpart: {sorted(state)}")
     return out

@@ -68,16 +68,10 @@ class Frame:
     index: Tensor
     segments_differ: Tensor | None = None
 
-    def rows(self, rows: Tensor) -> Frame:
-        """The frame of a subset of query rows, `rows` (B, T) query indices into this frame's Lq (the query stream
-        reads the rows of its target positions)."""
-        B, T = rows.shape
-        index = self.index.expand(B, -1, -1, -1)
-        gather = rows[:, None, :, None].expand(B, 1, T, index.shape[-1])
-        differ = None
-        if self.segments_differ is not None:
-            differ = self.segments_differ.expand(B, -1, -1, -1).gather(2, gather)
-        return Frame(self.table, index.gather(2, gather), differ)
+    def rows_from(self, start: int) -> Frame:
+        """The frame of the query rows from `start` on (XLNet's last layer runs its query-stream rows alone)."""
+        differ = None if self.segments_differ is None else self.segments_differ[:, :, start:]
+        return Frame(self.table, self.index[:, :, start:], differ)
 
 
 def relative_frame(query_positions: Tensor, key_positions: Tensor, width: int, clamp: int = -1,

@@ -43,7 +43,7 @@ from ..masks import (
 )
 from ..modeling import IGNORE_INDEX, MaskplayModel
 from ..outputs import ModelOutput
-from ..positions import Frame, relative_frame
+from ..positions import relative_frame
 
 # (content stream, query stream, memory for the next segment, hidden states)
 Streams = tuple[Tensor | None, Tensor | None, list[Tensor], tuple[Tensor, ...] | None]
@@ -143,7 +143,7 @@ class XLNet(MaskplayModel):
             if index == len(layers) - 1 and not need_content and query_positions is not None:
                 # the last layer's content rows feed nothing: run its query rows alone
                 x = torch.cat([content, layer(x[:, L:], mask[:, :, L:], dead_rows=_rows(dead, L),
-                                               keys_values=keys_values, frame=_frame_rows(frame, L))], dim=1)
+                                               keys_values=keys_values, frame=frame.rows_from(L))], dim=1)
             else:
                 x = layer(x, mask, dead_rows=dead, keys_values=keys_values, frame=frame)
             if states is not None:
@@ -342,7 +342,3 @@ def _strictly_before() -> MaskMod:
 def _rows(dead: Tensor | None, start: int) -> Tensor | None:
     return None if dead is None else dead[:, :, start:]
 
-
-def _frame_rows(frame: Frame, start: int) -> Frame:
-    differ = None if frame.segments_differ is None else frame.segments_differ[:, :, start:]
-    return Frame(frame.table, frame.index[:, :, start:], differ)
