@@ -39,6 +39,10 @@ SWITCHES = {
     "synthesizer-dense": dict(attention="synthesizer-dense"),
     "synthesizer-dense+alibi+pre+shared": dict(attention="synthesizer-dense", positions="alibi", norm_placement="pre",
                                                share_layers=True),
+    "lsra": dict(attention="lsra"),
+    "lsra+alibi+pre+kernel3": dict(attention="lsra", positions="alibi", norm_placement="pre", lsra_kernel=3),
+    "lsra+rotary+talking_heads+deepnorm": dict(attention="lsra", positions="rotary", talking_heads=True,
+                                               norm_placement="deepnorm", lsra_kernel=5),
 }
 
 

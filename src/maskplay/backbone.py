@@ -183,7 +183,12 @@ class Block(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.attn = Attention(config)
+        if config.attention == "lsra":  # Lite Transformer's attention + convolution (it imports this module)
+            from .lite_attention import LongShortAttention
+
+            self.attn: nn.Module = LongShortAttention(config)
+        else:
+            self.attn = Attention(config)
         self.attn_norm = make_norm(config)
         self.ffn = make_feedforward(config)  # BERT's FeedForward unless config.ffn says otherwise
         self.ffn_norm = make_norm(config)
@@ -366,6 +371,7 @@ class Encoder(nn.Module):
         # shared by the layers as in T5)
         self.positions = PositionScheme(config) if config.positions in IN_ATTENTION else None
         # whether the layers read a PassPositions: rotary, and attention kinds that read positions (synthesizers)
+        self.lsra = config.attention == "lsra"  # its branches read their own halves of T-TA's kv, unprojected
         self.pass_positions = self.positions is not None or config.attention != "dot"
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
@@ -471,6 +477,8 @@ class Encoder(nn.Module):
         synthesizer) gets None for them; a shared block (share_layers) is projected once for every layer."""
         if kv is None:
             return []
+        if self.lsra:
+            return [(None, kv)] * len(self.layers)
         layers = [self.layers[0]] if self.shared else list(self.layers)
         out = iter(fused_linear(kv, *[m for layer in layers for m in (layer.attn.key, layer.attn.value) if m is not None]))
         pairs = [(None if layer.attn.key is None else next(out), next(out)) for layer in layers]

@@ -19,7 +19,7 @@ POSITION_SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "t
 NORMS = ("layernorm", "rmsnorm")  # norms.py
 NORM_PLACEMENTS = ("post", "pre", "deepnorm")
 FFNS = ("gelu", "geglu", "swiglu")  # feedforward.py
-ATTENTION_KINDS = ("dot", "synthesizer-random", "synthesizer-dense")  # attention_variants.py
+ATTENTION_KINDS = ("dot", "synthesizer-random", "synthesizer-dense", "lsra")  # attention_variants.py, lite_attention.py
 ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm_placement", "ffn", "ffn_bias",
                          "share_layers", "attention")
 
@@ -111,7 +111,9 @@ class ModelConfig:
     # ALBERT's cross-layer sharing: one block's weights in every layer (embedding_size is its other half)
     share_layers: bool = False
     # what makes the attention logits: dot (q . k) | synthesizer-random | synthesizer-dense (attention_variants.py)
+    # | lsra: Lite Transformer's long-short range attention, half the channels through a convolution (lite_attention.py)
     attention: str = "dot"
+    lsra_kernel: int = 7  # the convolution's kernel size (odd; centred on the query), read by attention = "lsra" only
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     layer_norm_eps: float = 1e-12
@@ -150,7 +152,15 @@ class ModelConfig:
             raise ValueError(f"ffn must be one of {FFNS}, got {self.ffn!r}")
         if self.attention not in ATTENTION_KINDS:
             raise ValueError(f"attention must be one of {ATTENTION_KINDS}, got {self.attention!r}")
-        if self.attention != "dot":
+        if self.attention == "lsra":
+            if xl:
+                raise ValueError("attention = 'lsra' is built for the single-stream families, not family xlnet")
+            if self.head_dim % 2:
+                raise ValueError(f"attention = 'lsra' splits every head's channels in two: hidden_size / num_heads "
+                                 f"must be even, got {self.head_dim}")
+        if self.lsra_kernel < 1 or self.lsra_kernel % 2 == 0:
+            raise ValueError(f"lsra_kernel must be an odd kernel size >= 1 (centred on the query), got {self.lsra_kernel}")
+        if self.attention not in ("dot", "lsra"):
             clash = [name for name, on in (("family xlnet", xl), ("positions = 'rotary'", self.positions == "rotary"),
                                            ("talking_heads", self.talking_heads), ("key_size", self.key_size))
                      if on]
@@ -204,8 +214,11 @@ class ModelConfig:
 
     @property
     def key_width(self) -> int:
-        """The query/key width per head: key_size, or the value width hidden_size / num_heads."""
-        return self.key_size if self.key_size is not None else self.head_dim
+        """The query/key width per head: key_size, or the value width hidden_size / num_heads (half that under
+        attention = "lsra", whose heads attend with half their channels)."""
+        if self.key_size is not None:
+            return self.key_size
+        return self.head_dim // 2 if self.attention == "lsra" else self.head_dim
 
     @property
     def separator_id(self) -> int:

@@ -61,6 +61,9 @@ def grow(model: MaskplayModel, layers: int | None = None, hidden: int | None = N
     if heads != cfg.num_heads * k:
         raise ValueError(f"--heads must grow by the width's factor {k} (heads keep their width, "
                          f"{cfg.head_dim}): {cfg.num_heads * k}, got {heads}")
+    if k > 1 and cfg.attention == "lsra":
+        raise ValueError("grow does not widen attention = 'lsra' (duplicated units would cross its attention and "
+                         "convolution halves): grow its depth only")
     if cfg.share_layers and layers != cfg.num_layers:
         raise ValueError("share_layers: every layer is the one shared block, so new layers cannot start as "
                          "identities; grow its width only")

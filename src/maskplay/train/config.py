@@ -43,7 +43,8 @@ class ModelSection:
     ffn: str | None = None  # gelu | geglu | swiglu; None: gelu
     ffn_bias: bool | None = None  # None: biases on
     share_layers: bool | None = None  # ALBERT's cross-layer sharing; None: off
-    attention: str | None = None  # dot | synthesizer-random | synthesizer-dense; None: dot
+    attention: str | None = None  # dot | synthesizer-random | synthesizer-dense | lsra; None: dot
+    lsra_kernel: int | None = None  # attention = "lsra": the convolution's kernel size; None: 7
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     layer_norm_eps: float | None = None
