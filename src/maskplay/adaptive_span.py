@@ -50,9 +50,10 @@ class AdaptiveSpan(nn.Module):
         return self.span_fraction * self.max_span
 
     def soft_mask(self, distance: Tensor) -> Tensor:
-        """m_z(distance) per head: (H, *distance.shape), in [0, 1]."""
-        z = self.z.view(-1, *([1] * distance.dim()))
-        return ((self.ramp + z - distance.to(z.dtype)) / self.ramp).clamp(0.0, 1.0)
+        """m_z(distance) per head: (H, *distance.shape), in [0, 1], in fp32 whatever the parameters' dtype (bf16
+        holds integers exactly only up to 256)."""
+        z = self.z.float().view(-1, *([1] * distance.dim()))
+        return ((self.ramp + z - distance.float()) / self.ramp).clamp(0.0, 1.0)
 
     def bias_mod(self) -> MaskMod:
         """log m_z(|i - j|) as a score bias, -inf where the mask is 0. Its gradient reaches z inside the ramp and
@@ -60,8 +61,8 @@ class AdaptiveSpan(nn.Module):
         m_z has a kink (there the multiplicative form's derivative is the one-sided one from above)."""
 
         def mod(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
-            z = self.z[h]
-            m = ((self.ramp + z - (q - kv).abs().to(z.dtype)) / self.ramp).clamp(0.0, 1.0)
+            z = self.z.float()[h]
+            m = ((self.ramp + z - (q - kv).abs().float()) / self.ramp).clamp(0.0, 1.0)
             tiny = torch.finfo(m.dtype).tiny
             return torch.where(m > 0, m.clamp_min(tiny).log(), torch.full_like(m, float("-inf")))
 

@@ -10,11 +10,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .adaptive_span import AdaptiveSpan
 from .attention_variants import Synthesizer, TalkingHeads
 from .cache import KVCache, LayerCache
 from .config import ModelConfig
 from .dropout import Dropout, dropout
 from .feedforward import make_feedforward
+from .long_attention import BandedMask, LongAttention, span_mask
 from .norms import deepnorm_alpha, make_norm
 from .positions import (
     IN_ATTENTION,
@@ -86,6 +88,10 @@ class Attention(nn.Module):
         self.relative = RelativePositions(config) if config.positions == "transformer-xl" else None
         # an attention kind with its own softmax (attention_variants.py); None = SDPA
         self.kernel = TalkingHeads(config.num_heads) if config.talking_heads else None
+        # a learned soft span per head (adaptive span, [model.long]; long_attention.py)
+        long = config.long
+        self.span = AdaptiveSpan(config.num_heads, long.max_span, long.span_ramp, long.span_init) \
+            if long.adaptive_span else None
 
     def forward(self, h: Tensor, mask: Tensor, dead_rows: Tensor | None, kv: Tensor | None = None,
                 keys_values: tuple[Tensor | None, Tensor] | None = None, packing: Packing | None = None,
@@ -111,6 +117,8 @@ class Attention(nn.Module):
             q, k, v = fused_linear(h, self.query, self.key, self.value)
         else:
             q, (k, v) = self.query(h), fused_linear(kv, self.key, self.value)
+        if self.span is not None and not isinstance(mask, BandedMask):
+            mask, dead_rows = span_mask(self.span, mask, dead_rows, positions, q.dtype)
         if packing is not None:
             if frame is not None:
                 raise ValueError("relative-position attention runs on the padded layout, not packed")
@@ -125,7 +133,9 @@ class Attention(nn.Module):
             q, k = positions.rotary.apply(q, k)
         if cache is not None:
             k, v = cache.append(k, v)
-        if self.relative is not None:
+        if isinstance(mask, BandedMask):  # long_attention.py: the banded kernel
+            a = mask.attend(q, k, v, self.span, self.dropout_p if self.training else 0.0)
+        elif self.relative is not None:
             q, term = self.relative(q, frame)
             if self.kernel is not None:
                 a = self.kernel(q, k, v, term.masked_fill(~mask, float("-inf")), self.dropout_p, self.training)
@@ -372,7 +382,8 @@ class Encoder(nn.Module):
         self.positions = PositionScheme(config) if config.positions in IN_ATTENTION else None
         # whether the layers read a PassPositions: rotary, and attention kinds that read positions (synthesizers)
         self.lsra = config.attention == "lsra"  # its branches read their own halves of T-TA's kv, unprojected
-        self.pass_positions = self.positions is not None or config.attention != "dot"
+        self.pass_positions = self.positions is not None or config.attention != "dot" or config.long.adaptive_span
+        self.long = LongAttention(config) if config.long.enabled else None  # [model.long]: long_attention.py
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
                 query_positions: Tensor | None = None, tokens: Tensor | None = None,
@@ -396,6 +407,10 @@ class Encoder(nn.Module):
         Positions acting inside attention (rotary, t5, alibi; self.positions) are those of the columns, 0..L-1,
         as the embeddings' absolute positions are; with a cache, each token's absolute position as the cache
         records it (cached keys included)."""
+        if self.long is not None:
+            mask = self._long_mask(mask, cache, query_positions)
+            if isinstance(mask, BandedMask):
+                return self._banded(h, mask, kv, output_hidden_states)
         mask, dead = guard_empty_rows(mask)
         B = h.shape[0]
         positions = None
@@ -438,6 +453,27 @@ class Encoder(nn.Module):
                           positions=None if positions is None else positions.rows(query_positions))
             else:
                 h = layer(h, mask, dead_rows=dead, keys_values=keys_values, positions=positions)
+            if states is not None:
+                states.append(h)
+        return self._finish(h, states)
+
+    def _long_mask(self, mask: Tensor, cache: KVCache | None, query_positions: Tensor | None) -> Tensor | BandedMask:
+        """[model.long]: the window ANDed into the mask, or a BandedMask for a long full pass (long_attention.py)."""
+        if cache is not None:
+            keys = cache.key_positions[:, :cache.length]
+            queries = keys[:, cache.start:]
+        else:
+            queries = keys = torch.arange(mask.shape[-1], device=mask.device)[None]
+        return self.long.prepare(mask, queries, keys, cache is None and query_positions is None, self.positions)
+
+    def _banded(self, h: Tensor, band: BandedMask, kv: Tensor | None,
+                output_hidden_states: bool) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        """Every layer through the banded kernel (long_attention.BandedMask), on the padded layout."""
+        positions = band.pass_positions(h.dtype)
+        states = [h] if output_hidden_states else None
+        projected = self._project_keys_values(kv)
+        for index, layer in enumerate(self.layers):
+            h = layer(h, band, keys_values=projected[index] if projected else None, positions=positions)
             if states is not None:
                 states.append(h)
         return self._finish(h, states)

@@ -21,7 +21,7 @@ NORM_PLACEMENTS = ("post", "pre", "deepnorm")
 FFNS = ("gelu", "geglu", "swiglu")  # feedforward.py
 ATTENTION_KINDS = ("dot", "synthesizer-random", "synthesizer-dense", "lsra")  # attention_variants.py, lite_attention.py
 ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm_placement", "ffn", "ffn_bias",
-                         "share_layers", "attention")
+                         "share_layers", "attention", "long")
 
 
 @dataclass
@@ -73,6 +73,41 @@ class XlnetConfig:
                              f"got {self.partial_prediction}")
         if self.mem_len < 0:
             raise ValueError(f"xlnet.mem_len must be >= 0 (0 = no memory), got {self.mem_len}")
+
+
+@dataclass
+class LongAttentionConfig:
+    """Long-text attention (docs/LONG_TEXT.md, long_attention.py), for every single-stream family: a Longformer
+    window with global tokens, or a learned span per head (adaptive span). All off by default."""
+
+    window: int | None = None  # Longformer's sliding window: w keys on each side (GPT, causal, sees w to the left)
+    dilation: int = 1  # Longformer's dilated window: keys i +- k * dilation for k <= window
+    global_tokens: int = 0  # the first N positions ([SOS]/[CLS]) see every key and are seen by every query
+    adaptive_span: bool = False  # Sukhbaatar et al. 2019: a soft span learned per layer and head
+    max_span: int = 1024  # adaptive span: the largest span z
+    span_ramp: int = 32  # adaptive span: R, the width of the soft mask's ramp
+    span_penalty: float = 2e-6  # adaptive span: the L1 coefficient on the spans (tokens), summed over layers
+    span_init: float = 0.0  # adaptive span: the spans' start, a fraction of max_span (the official code's 0)
+    banded_from: int = 1024  # sequences of at least this many tokens run through the banded kernel; shorter: SDPA
+
+    def __post_init__(self) -> None:
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"long.window must be >= 1 (keys on each side) or left out, got {self.window}")
+        if self.dilation < 1 or (self.dilation > 1 and self.window is None):
+            raise ValueError(f"long.dilation must be >= 1 and needs long.window, got {self.dilation}")
+        if self.global_tokens < 0 or (self.global_tokens and self.window is None):
+            raise ValueError(f"long.global_tokens must be >= 0 and needs long.window, got {self.global_tokens}")
+        if self.adaptive_span and self.window is not None:
+            raise ValueError("long.adaptive_span learns its own window: not with long.window")
+        if not 0 <= self.span_init <= 1:
+            raise ValueError(f"long.span_init is a fraction of long.max_span, in [0, 1], got {self.span_init}")
+        if min(self.max_span, self.span_ramp, self.banded_from) < 1 or not self.span_penalty >= 0:
+            raise ValueError("long.max_span, long.span_ramp and long.banded_from must be >= 1 and long.span_penalty "
+                             f">= 0, got {self.max_span}, {self.span_ramp}, {self.banded_from}, {self.span_penalty}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.window is not None or self.adaptive_span
 
 
 @dataclass
@@ -128,6 +163,7 @@ class ModelConfig:
     electra: ElectraConfig = field(default_factory=ElectraConfig)
     unilm: UnilmConfig = field(default_factory=UnilmConfig)
     xlnet: XlnetConfig = field(default_factory=XlnetConfig)
+    long: LongAttentionConfig = field(default_factory=LongAttentionConfig)  # [model.long]: long-text attention
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -166,6 +202,10 @@ class ModelConfig:
                      if on]
             if clash:
                 raise ValueError(f"attention = {self.attention!r} has no queries and keys: not with {clash[0]}")
+        long_clash = [n for n, on in (("family xlnet", xl), (f"attention = {self.attention!r}", self.attention != "dot"),
+                                      ("talking_heads", self.talking_heads)) if on and self.long.enabled]
+        if long_clash:
+            raise ValueError(f"long-text attention (model.long) needs q . k attention on one stream: not {long_clash[0]}")
         if xl and self.norm_placement == "pre":
             raise ValueError("norm_placement = 'pre' is not built for family xlnet (its streams read keys/values "
                              "projected outside the blocks, unnormalised); use post or deepnorm")
@@ -241,7 +281,10 @@ class ModelConfig:
                 "intermediate_size": max(1, int(round(self.intermediate_size * f)))}
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if self.long == LongAttentionConfig():  # off: config.json stays as it was before [model.long] existed
+            del data["long"]
+        return data
 
     def to_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")

@@ -45,17 +45,18 @@ def band_mask(window: int, mask_mod: MaskMod | None = None, global_positions: Te
     return pattern if mask_mod is None else and_masks(pattern, mask_mod)
 
 
-def masked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float | None = None) -> Tensor:
+def masked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float | None = None,
+                     dropout_p: float = 0.0) -> Tensor:
     """Dense SDPA under a bool mask (True = may attend) or a float one (added to the scores, -inf = hidden);
     rows that may attend to nothing give zeros, not NaN. The reference the banded kernel is tested against,
-    and the dense case of the benchmark."""
+    and the dense case of the benchmark. `dropout_p`: attention dropout (training)."""
     if mask.dtype == torch.bool:
         dead = ~mask.any(dim=-1, keepdim=True)
         guarded = mask | dead
     else:
         dead = ~torch.isfinite(mask).any(dim=-1, keepdim=True)
         guarded = mask.masked_fill(dead, 0.0)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=guarded, scale=scale)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=guarded, scale=scale, dropout_p=dropout_p)
     return out.masked_fill(dead, 0.0)
 
 
@@ -66,14 +67,15 @@ def _with_bias(allowed: Tensor, bias: Tensor) -> Tensor:
 
 def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int, mask_mod: MaskMod | None = None, *,
                              global_positions: Tensor | None = None, chunk: int | None = None,
-                             scale: float | None = None, bias_mod: MaskMod | None = None) -> Tensor:
+                             scale: float | None = None, bias_mod: MaskMod | None = None,
+                             dropout_p: float = 0.0) -> Tensor:
     """Attention of q (B, H, L, D) over k, v (B, H, L, D) restricted to |i - j| <= window, plus global tokens
     (``global_positions``: (B, L) bool or (B, G) indices with -1 for none), AND `mask_mod`. Equal to
     ``masked_attention(q, k, v, materialize_heads(band_mask(...)))`` in memory O(L * (chunk + 2 * window + G)).
     `bias_mod(b, h, q, kv)`, where given, returns a float added to the allowed scores (-inf hides a key), the
     way adaptive span's soft mask enters as log m(|i - j|).
     `chunk` (queries per block) defaults to max(window, 64): smaller wastes less of the band, larger makes
-    fewer, larger matmuls (docs/BENCHMARKS.md)."""
+    fewer, larger matmuls (docs/BENCHMARKS.md). `dropout_p`: attention dropout on the probabilities (training)."""
     B, H, L, D = q.shape
     if k.shape[2] != L or v.shape[2] != L:
         raise ValueError("sliding_window_attention is self-attention shaped: q, k and v need one length")
@@ -130,19 +132,20 @@ def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int, mask_
         v_bands = torch.cat([v_bands, v_g.unsqueeze(1).expand(B, n, H, G, D)], dim=3)
     allowed = allowed.expand(B, n, allowed.shape[2], c, allowed.shape[-1])
     out = masked_attention(q_chunks.reshape(B * n, H, c, D), k_bands.reshape(B * n, H, -1, D),
-                           v_bands.reshape(B * n, H, -1, D), allowed.reshape(B * n, allowed.shape[2], c, -1), scale)
+                           v_bands.reshape(B * n, H, -1, D), allowed.reshape(B * n, allowed.shape[2], c, -1), scale,
+                           dropout_p)
     out = out.view(B, n, H, c, D).transpose(1, 2).reshape(B, H, n * c, D)[:, :, :L]
     if flags is None:
         return out
 
     # global queries see every key: G x L scores, linear in L
     full = torch.ones(1, 1, 1, L, dtype=torch.bool, device=device) if mask_mod is None else \
-        mask_mod(bi[..., 0], hi[..., 0], g_pos.view(B, 1, G, 1), torch.arange(L, device=device).view(1, 1, 1, L))
+        mask_mod(bi[..., 0], hi.view(1, H, 1, 1), g_pos.view(B, 1, G, 1), torch.arange(L, device=device).view(1, 1, 1, L))
     full = full & valid.view(B, 1, G, 1)
     if bias_mod is not None:
-        full = _with_bias(full, bias_mod(bi[..., 0], hi[..., 0], g_pos.view(B, 1, G, 1),
+        full = _with_bias(full, bias_mod(bi[..., 0], hi.view(1, H, 1, 1), g_pos.view(B, 1, G, 1),
                                          torch.arange(L, device=device).view(1, 1, 1, L)))
-    out_g = masked_attention(torch.gather(q, 2, gather), k, v, full.expand(B, full.shape[1], G, L), scale)
+    out_g = masked_attention(torch.gather(q, 2, gather), k, v, full.expand(B, full.shape[1], G, L), scale, dropout_p)
     # the global rows replace their band rows; slots past a row's count write to a spare row L, dropped after
     target = g_pos.masked_fill(~valid, L).view(B, 1, G, 1).expand(B, H, G, D)
     return F.pad(out, (0, 0, 0, 1)).scatter(2, target, out_g)[:, :, :L]

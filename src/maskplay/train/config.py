@@ -10,7 +10,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import FAMILIES, PRESETS, ElectraConfig, ModelConfig, UnilmConfig, XlnetConfig, from_dict, load_toml, preset
+from ..config import (
+    FAMILIES,
+    PRESETS,
+    ElectraConfig,
+    LongAttentionConfig,
+    ModelConfig,
+    UnilmConfig,
+    XlnetConfig,
+    from_dict,
+    load_toml,
+    preset,
+)
 from ..devices import check_device_name
 from ..precision import Precision
 from ..precision_probe import AUTO
@@ -52,6 +63,7 @@ class ModelSection:
     electra: ElectraConfig = field(default_factory=ElectraConfig)  # [model.electra], read by family = "electra"
     unilm: UnilmConfig = field(default_factory=UnilmConfig)  # [model.unilm], read by family = "unilm"
     xlnet: XlnetConfig = field(default_factory=XlnetConfig)  # [model.xlnet], read by family = "xlnet"
+    long: LongAttentionConfig = field(default_factory=LongAttentionConfig)  # [model.long]: long-text attention
     # a model directory whose weights start the run (e.g. a BERT for UniLM seq2seq fine-tuning): its architecture
     # is used, the preset and the size fields above are then ignored; "" = random initialisation
     init: str = ""

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from ..config import ModelConfig, from_dict
 from ..data.dataset import TokenDataset
+from ..long_attention import clamp_spans, span_penalty, span_summary, write_spans
 from ..modeling import IGNORE_INDEX, MaskplayModel, atomic_path, build_model, prepare_output_dir
 from ..precision import Precision, forward_in
 from ..precision_probe import AUTO
@@ -437,6 +438,9 @@ class Trainer:
                 os.replace(final, old)
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)
+            if self.model_config.long.adaptive_span:  # the learned spans, layers x heads, next to the final model
+                spans = write_spans(self.model, self.run_dir / "adaptive_spans.json")
+                self.log(f"learned adaptive spans (tokens, layer by layer): {spans}; {self.run_dir / 'adaptive_spans.json'}")
         distributed.barrier(self.d)
         return final
 
@@ -486,7 +490,7 @@ class Trainer:
         with no_sync:
             out = forward_in(module, self.precision, **batch)
             total = out.loss.float() * n  # the family's loss is the mean over its n targets: n * mean is their sum
-            total.backward()
+            (total + span_penalty(self.model) * n).backward()  # + adaptive span's L1 term (0 without; long_attention)
         return float(total.detach()), n, {k: float(v.detach()) * n for k, v in (out.parts or {}).items()}
 
     def evaluate(self) -> float | None:
@@ -584,6 +588,7 @@ class Trainer:
                 if not math.isfinite(float(grad_norm)):  # a finite loss whose gradient overflowed
                     self._diverged(f"the gradient norm is {float(grad_norm)}", last_path, bar)
                 self.optimizer.step()
+                clamp_spans(self.model)  # adaptive span: spans back into [0, max_span]
                 self.optimizer.zero_grad(set_to_none=True)
                 self.step += 1
                 self.position += 1
@@ -608,7 +613,7 @@ class Trainer:
                     if self.metrics:
                         self.metrics.record(step=self.step, loss=loss, lr=lr, grad_norm=float(grad_norm),
                                             tokens_per_s=rate, elapsed_s=self.elapsed(), epoch=self.epoch,
-                                            tokens=self.tokens_seen,
+                                            tokens=self.tokens_seen, **span_summary(self.model),
                                             **{k: v / max(window.get("local_n", 0.0), 1.0)
                                                for k, v in window_parts.items()})
                     if bar is not None:

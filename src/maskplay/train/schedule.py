@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..adaptive_span import AdaptiveSpan
 from .config import OptimSection
 
 
@@ -20,7 +21,8 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             if not param.requires_grad:
                 continue
             full = f"{module_name}.{name}" if module_name else name
-            (no_decay if isinstance(module, nn.LayerNorm) or name == "bias" else decay).append((full, param))
+            # adaptive spans have their own L1 penalty (long_attention.py), not weight decay
+            (no_decay if isinstance(module, (nn.LayerNorm, AdaptiveSpan)) or name == "bias" else decay).append((full, param))
     return [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
