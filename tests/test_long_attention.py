@@ -238,3 +238,36 @@ def test_conversion_to_huggingface_refuses_long_attention():
     with pytest.raises(ValueError, match="long = ") as err:
         to_hf(long_model("bert", "window"))
     assert "\n" not in str(err.value)
+
+
+# ---- scoring and embedding long texts with a long-attention model --------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["gpt", "tta"])
+def test_max_length_windows_equal_a_model_of_that_many_positions(tmp_path, family):
+    """Scorer/Embedder(max_length=N, overflow='window') on a model of 64 positions score and embed exactly as the
+    same weights built with max_position = N (ALiBi: no position parameters), and a text within max_position is
+    one pass."""
+    import dataclasses
+
+    from maskplay.score import Scorer
+    from maskplay.score.embed import Embedder
+    from tests.test_score_support import small_tokenizer, tiny
+
+    tok = small_tokenizer(tmp_path)
+    model = tiny(family, tok, positions="alibi", long=LongAttentionConfig(window=4)).eval()
+    short = build_model(dataclasses.replace(model.config, max_position=16)).eval()
+    short.load_state_dict(model.state_dict())
+    text = " ".join(["the cat sat on the mat and the dog ran to the old tree"] * 2)
+    assert 16 < len(tok.encode(text)) <= 64
+    got = Scorer(model, tok, overflow="window", max_length=16).score([text])[0]
+    want = Scorer(short, tok, overflow="window").score([text])[0]
+    assert got.windows == want.windows > 1
+    assert got.token_log_probs == pytest.approx(want.token_log_probs, abs=1e-5)
+    assert Scorer(model, tok, overflow="window").score([text])[0].windows == 1
+    e_got = Embedder(model, tok).encode([text], overflow="window", max_length=16)
+    e_want = Embedder(short, tok).encode([text], overflow="window")
+    assert e_got == pytest.approx(e_want, abs=1e-5)
+    with pytest.raises(ValueError, match="max_length must be 3..64") as err:
+        Scorer(model, tok, max_length=65)
+    assert "\n" not in str(err.value)

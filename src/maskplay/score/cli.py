@@ -83,6 +83,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--memory-tokens", type=int, default=None, metavar="N",
                    help="--overflow memory: how many tokens of memory each segment reads (default: xlnet.mem_len "
                         "when the model sets one, else 3x the segment length); 0 = none")
+    p.add_argument("--max-length", type=int, default=None, metavar="N", help=MAX_LENGTH_HELP)
     p.add_argument("--segment-tokens", type=int, default=None, metavar="N",
                    help="--overflow memory: tokens per segment (default: the model's max_position)")
     p.add_argument("--explain", action="store_true",
@@ -115,7 +116,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    default=Overflow.ERROR.value,
                    help="a sentence longer than the model: error; truncate = embed its first pieces; window = mean "
                         "pooling over overlapping windows, each piece taken once (--pooling mean only)")
+    e.add_argument("--max-length", type=int, default=None, metavar="N", help=MAX_LENGTH_HELP)
     e.set_defaults(func=run_embed, sentences=None)
+
+
+MAX_LENGTH_HELP = ("tokens per pass, [SOS]/[EOS] included (default and most: the model's max_position); a longer "
+                   "line goes to --overflow. A long-attention model (docs/LONG_TEXT.md) reads up to max_position "
+                   "tokens in one pass")
 
 
 DEFAULT_MAX_PIECES = 20_000
@@ -143,6 +150,7 @@ def run_score(args: argparse.Namespace) -> int:
         scorer = Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=device,
                                         method=Method(args.method), overflow=Overflow(args.overflow),
                                         segment_tokens=args.segment_tokens, memory_tokens=args.memory_tokens,
+                                        max_length=args.max_length,
                                         precision=resolve_cli(args.precision, device, model_dir=args.model_dir,
                                                              rows=args.batch_size * 32, command="score"),
                                         progress=False)
@@ -200,7 +208,7 @@ def _check_lengths(scorer: Any, rows: list[tuple[int, str]], args: argparse.Name
         return
     backend = scorer.tokenizer.backend
     encode = getattr(backend, "encode_batch_fast", backend.encode_batch)  # ids only: no offsets needed here
-    window = scorer.model.config.max_position - 2
+    window = scorer.max_length - 2
     memory = Overflow(args.overflow) is Overflow.MEMORY
     for k, enc in zip(todo, encode([rows[k][1] for k in todo], add_special_tokens=False), strict=True):
         n = len(enc.ids)
@@ -356,7 +364,7 @@ def run_embed(args: argparse.Namespace) -> int:
             vectors = embedder.encode([rows[k][1] for k in positions], pooling=Pooling(args.pooling), layer=args.layer,
                                       diagonal_mask=args.diagonal_mask, normalize=args.normalize,
                                       batch_size=args.batch_size, overflow=Overflow(args.overflow),
-                                      progress=True)
+                                      progress=True, max_length=args.max_length)
         except ValueError as err:
             import re
 

@@ -32,6 +32,7 @@ from .scorer import (
     chunks,
     load_model_dir,
     pad_rows,
+    pass_length,
     resolve_precision,
     window_owners,
 )
@@ -61,10 +62,12 @@ class Embedder:
 
     def encode(self, sentences: Sequence[str], pooling: Pooling | str = Pooling.MEAN, layer: int = -1,
                diagonal_mask: bool = True, normalize: bool = False, batch_size: int = 32,
-               overflow: Overflow | str = Overflow.ERROR, progress: bool = False) -> np.ndarray:
+               overflow: Overflow | str = Overflow.ERROR, progress: bool = False,
+               max_length: int | None = None) -> np.ndarray:
         """(len(sentences), hidden) float32. layer indexes the hidden states: 0 = the input of the first block
         (for T-TA the [MASK]+position query stream, which carries no information about the sentence), 1..N =
-        the output of block 1..N, -1 = the last block. normalize=True scales every row to unit L2 norm."""
+        the output of block 1..N, -1 = the last block. normalize=True scales every row to unit L2 norm.
+        max_length: tokens per pass with [SOS]/[EOS] (default and most: the model's max_position)."""
         if isinstance(sentences, str):
             raise ValueError("encode() takes a list of sentences, got a single str")
         pooling, overflow = Pooling(pooling), Overflow(overflow)
@@ -87,7 +90,9 @@ class Embedder:
         if not sentences:
             return np.zeros((0, cfg.hidden_size), dtype=np.float32)
         encoded = encode_ids(self.tokenizer, sentences)
-        width = cfg.max_position - 2
+        limit = pass_length(cfg, max_length)
+        limit_name = f"model's {limit} positions" if max_length is None else f"max_length of {limit} tokens"
+        width = limit - 2
         if width < 1:
             raise ValueError(f"a model with {cfg.max_position} positions has no room for a piece between [SOS] "
                              "and [EOS]")
@@ -96,8 +101,7 @@ class Embedder:
         for index, enc in enumerate(encoded):
             if len(enc) > width and overflow is Overflow.ERROR:
                 raise ValueError(f"sentence {index} has {len(enc) + 2} tokens with [SOS]/[EOS], more than the "
-                                 f"model's {cfg.max_position} positions; shorten it or use overflow='truncate' "
-                                 "or 'window'")
+                                 f"{limit_name}; shorten it or use overflow='truncate' or 'window'")
             if len(enc) > width and overflow is Overflow.WINDOW:
                 starts, owner = window_owners(len(enc), width, causal=cfg.family == "gpt")
                 for s in starts:

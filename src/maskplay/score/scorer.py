@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
+from ..config import ModelConfig
 from ..modeling import MaskplayModel, resolve_model_dir
 from ..precision import Precision, quantize_int8
 from ..tokenizer import Tokenizer, load_tokenizer
@@ -180,6 +181,16 @@ def window_owners(n: int, width: int, causal: bool) -> tuple[list[int], list[int
         else:
             owner.append(max(holding, key=lambda s: (min(j - s, s + width - 1 - j), -s)))
     return starts, owner
+
+
+def pass_length(config: ModelConfig, max_length: int | None) -> int:
+    """Tokens per pass, [SOS]/[EOS] included: `max_length`, or the model's max_position; one-line error outside
+    3..max_position. A long-attention model (config.long, docs/LONG_TEXT.md) accepts up to max_position in one pass."""
+    if max_length is None:
+        return config.max_position
+    if not 3 <= max_length <= config.max_position:
+        raise ValueError(f"max_length must be 3..{config.max_position} (the model's positions), got {max_length}")
+    return max_length
 
 
 def make_segments(encoded: list[Encoded], sos: int, eos: int, max_position: int, overflow: Overflow,
@@ -366,11 +377,12 @@ class Scorer:
                  device: str | torch.device | None = None, method: Method | str = Method.AUTO,
                  overflow: Overflow | str = Overflow.ERROR, precision: Precision | str = Precision.fp32,
                  progress: bool = False, segment_tokens: int | None = None,
-                 memory_tokens: int | None = None) -> None:
+                 memory_tokens: int | None = None, max_length: int | None = None) -> None:
         """overflow='memory' (XLNet, method causal; maskplay.score.long): a text of more than `segment_tokens`
         tokens with [SOS]/[EOS] (default: the model's max_position) is scored in consecutive segments of that many
         tokens, each reading the memory of the last `memory_tokens` tokens before it (default: xlnet.mem_len when
-        the model sets one, else 3 segments)."""
+        the model sets one, else 3 segments). `max_length`: tokens per pass with [SOS]/[EOS] (default and most: the
+        model's max_position); a longer text goes to `overflow` (windows of max_length - 2 pieces)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         check_compatible(model, tokenizer)
@@ -382,6 +394,7 @@ class Scorer:
 
         check_memory_options(self.overflow, segment_tokens, memory_tokens)
         self.method = resolve_method(model.config.family, method)
+        self.max_length = pass_length(model.config, max_length)
         self.segment_tokens = self.memory_tokens = None
         if self.overflow is Overflow.MEMORY:
             cfg = model.config
@@ -421,7 +434,7 @@ class Scorer:
             long = [k for k, enc in enumerate(encoded) if len(enc) + 2 > self.segment_tokens]
         fits = sorted(set(range(len(encoded))) - set(long))
         segments = [replace(seg, sentence=fits[seg.sentence]) for seg in
-                    make_segments([encoded[k] for k in fits], cfg.sos_token_id, cfg.eos_token_id, cfg.max_position,
+                    make_segments([encoded[k] for k in fits], cfg.sos_token_id, cfg.eos_token_id, self.max_length,
                                   self.overflow, causal=self.method is Method.CAUSAL)]
         results = [[math.nan] * len(enc) for enc in encoded]
         windows = [0] * len(encoded)
