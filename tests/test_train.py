@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from maskplay import MaskplayModel
 from maskplay.cli import main as cli_main
-from maskplay.config import ModelConfig, apply_overrides
+from maskplay.config import ModelConfig, apply_overrides, preset
 from maskplay.data.dataset import TokenDataset, pad_batch, write_split
 from maskplay.modeling import build_model
 from maskplay.tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer
@@ -181,6 +181,24 @@ def test_no_weight_decay_on_biases_and_layer_norms():
             "encoder.layers.0.attn.query.bias"} <= plain
     assert not any(n.endswith("bias") or "norm" in n for n in decayed)
     assert decayed | plain == {n for n, _ in model.named_parameters()}
+
+
+@pytest.mark.parametrize("switches, exempt", [
+    (dict(norm="rmsnorm"), "encoder.layers.0.ffn_norm.weight"),
+    (dict(talking_heads=True), "logits_mix"),
+    (dict(talking_heads=True), "weights_mix"),
+    (dict(positions="t5"), "buckets.weight"),
+    (dict(family="xlnet"), "content_bias"),
+    (dict(family="xlnet"), "segment_bias"),
+])
+def test_no_weight_decay_on_rmsnorm_mixing_and_relative_biases(switches, exempt):
+    # norm gains and identity-initialised or bias-like parameters stay out of weight decay under every switch
+    model = build_model(preset("tiny", **switches))
+    decay, no_decay = parameter_groups(model, 0.01)
+    plain = [n for n, _ in no_decay["params"] if n.endswith(exempt)]
+    assert plain and not any(n.endswith(exempt) for n, _ in decay["params"])
+    decayed = {n for n, _ in decay["params"]}
+    assert decayed and decayed | {n for n, _ in no_decay["params"]} == {n for n, _ in model.named_parameters()}
 
 
 def test_epoch_batches_are_seeded_complete_and_bucketed(data):

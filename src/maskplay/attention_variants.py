@@ -37,6 +37,10 @@ class TalkingHeads(nn.Module):
         self.logits_mix = nn.Parameter(torch.eye(heads))  # P_l, applied before the softmax
         self.weights_mix = nn.Parameter(torch.eye(heads))  # P_w, applied after it
 
+    def no_weight_decay(self) -> list[nn.Parameter]:
+        """Identity-initialised: weight decay would pull the mixing towards zero, not towards no mixing."""
+        return [self.logits_mix, self.weights_mix]
+
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float = 0.0,
                 training: bool = False, positions: PassPositions | None = None) -> Tensor:
         """q (B, h, Lq, dk), k (B, h, Lk, dk), v (B, h, Lk, dv); mask bool (True = may attend) or float (added),

@@ -109,6 +109,10 @@ class RelativePositions(nn.Module):
         self.segment_bias = nn.Parameter(torch.zeros(heads, size))
         self.segment_embed = nn.Parameter(torch.zeros(2, heads, size))  # same segment, different segment
 
+    def no_weight_decay(self) -> list[nn.Parameter]:
+        """u, v and the segment bias are biases (HuggingFace's r_w_bias, r_r_bias, r_s_bias: names with "bias")."""
+        return [self.content_bias, self.position_bias, self.segment_bias]
+
     def reset_parameters(self, std: float) -> None:
         for p in (self.content_bias, self.position_bias, self.segment_bias, self.segment_embed):
             nn.init.normal_(p, std=std)
@@ -287,6 +291,10 @@ class PositionScheme(nn.Module):
         self.buckets = nn.Embedding(T5_BUCKETS, config.num_heads) if self.kind == "t5" else None
         if self.kind == "alibi":
             self.register_buffer("slopes", alibi_slopes(config.num_heads), persistent=False)
+
+    def no_weight_decay(self) -> list[nn.Parameter]:
+        """T5's bucket table is a score bias (HuggingFace's relative_attention_bias), not a weight."""
+        return list(self.buckets.parameters()) if self.buckets is not None else []
 
     def bias(self, query_positions: Tensor, key_positions: Tensor) -> Tensor:
         """The additive score term (1 or B, heads, Lq, Lk) in fp32, for positions (1 or B, Lq) and (1 or B, Lk)."""
