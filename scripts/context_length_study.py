@@ -15,17 +15,23 @@ piece of the model's tokenizer scored exactly once, [SOS]/[EOS] never:
   scored in the earliest window that holds it (63..125 pieces of left context after the first window); each
   window starts with [SOS].
 - GPT, the same sliding windows, when --gpt names a model directory that exists (a reference of another family).
+- A long-attention GPT (--long-gpt, docs/LONG_TEXT.md: ALiBi positions, a sliding attention window, pretrained on
+  blocks of 512 tokens), `Scorer(overflow="window", max_length=C)` for C in --long-contexts (128, 512, 2048):
+  windows of C tokens advancing by half a window, each piece from the earliest window holding it; at 2048 the
+  encoder runs the banded kernel.
 
 Perplexity = exp(-mean log p per word piece), over all pieces and per bucket of position in the article
 ([0, 128), [128, 512), [512, 2048), [2048, ...)); every configuration scores the same pieces. Writes
 OUT/<name>.json per configuration and OUT/summary.json (paths relative to the repository) and the plot --plot.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/context_length_study.py --model runs/cmp2/xlnet/final --articles 30
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/context_length_study.py --skip-xlnet   # GPT rows only, XLNet's reused
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -145,6 +151,15 @@ def run(name: str, scorer, texts: list[str], out_dir: Path, meta: dict) -> dict:
     return result
 
 
+def reused(path: Path) -> dict:
+    """A configuration scored by an earlier run of this script (--skip-xlnet)."""
+    if not path.is_file():
+        raise SystemExit(f"--skip-xlnet: {relative(path)} is missing; run the study once without --skip-xlnet")
+    result = json.loads(path.read_text())
+    print(f"{result['name']:>22}: ppl {result['ppl']:8.2f}  (reused from {relative(path)})", flush=True)
+    return result
+
+
 def plot(results: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
@@ -160,12 +175,16 @@ def plot(results: list[dict], path: Path, title: str) -> None:
             left.plot(xs, [r["ppl"] for r in memory], style,
                       label=f"XLNet, segments of 128 + memory, {'with' if sos else 'without'} [SOS]")
             left.set_xticks(xs, [str(x) for x in xs])
+    long = sorted((r for r in results if r["strategy"] == "long-window"), key=lambda r: r["context"])
+    if long:
+        left.plot([r["context"] for r in long], [r["ppl"] for r in long], "^-", color="tab:green",
+                  label="long GPT (ALiBi, window 128, blocks of 512), windows of C tokens")
     for r, style in zip([r for r in results if r["strategy"] == "window"], [":", "-."], strict=False):
         left.axhline(r["ppl"], linestyle=style, color="grey" if r["family"] == "xlnet" else "tab:red",
                      label=f"{'GPT' if r['family'] == 'gpt' else 'XLNet'}, sliding windows of 128 (each with [SOS])")
     left.set_xscale("log", base=2)
     left.set_yscale("log")
-    left.set_xlabel("context: segment + memory (tokens)")
+    left.set_xlabel("context (tokens): XLNet segment + memory; long GPT windows of C")
     left.set_ylabel("perplexity per word piece (log scale)")
     left.set_title("all pieces")
     left.legend(fontsize=7)
@@ -179,6 +198,8 @@ def plot(results: list[dict], path: Path, title: str) -> None:
         for r in results:
             if r["strategy"] == "window":
                 ax.plot(labels, [b["ppl"] for b in r["by_position"]], "x:", label=f"{r['family']} windows of 128")
+            if r["strategy"] == "long-window":
+                ax.plot(labels, [b["ppl"] for b in r["by_position"]], "^-.", label=f"long GPT, windows of {r['context']}")
         ax.set_yscale("log")
         ax.set_xlabel("position of the piece in its article")
         ax.set_title(f"by position, memory {'with' if sos else 'without'} [SOS]")
@@ -231,6 +252,11 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=ROOT / "runs/cmp2/xlnet/final", help="an XLNet model directory")
     parser.add_argument("--gpt", type=Path, default=ROOT / "runs/cmp2/gpt/final",
                         help="a GPT model directory for the sliding-window reference (skipped when absent)")
+    parser.add_argument("--long-gpt", type=Path, default=ROOT / "runs/long/gpt-alibi-w128/final",
+                        help="a long-attention GPT scored at --long-contexts (skipped when absent)")
+    parser.add_argument("--long-contexts", type=int, nargs="+", default=[128, 512, 2048])
+    parser.add_argument("--skip-xlnet", action="store_true",
+                        help="reuse the XLNet rows already in --out (OUT/xlnet-*.json) instead of scoring them again")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--articles", type=int, default=30)
     parser.add_argument("--segment", type=int, default=128)
@@ -273,6 +299,9 @@ def main() -> None:
     results = []
     for sos in (True, False):
         for memory in args.memories:
+            if args.skip_xlnet:
+                results.append(reused(args.out / f"xlnet-memory-{memory}{'' if sos else '-nosos'}.json"))
+                continue
             if sos:
                 scorer = Scorer(model, tok, overflow="memory", segment_tokens=args.segment, memory_tokens=memory,
                                 batch_size=args.batch_size, precision=args.precision)
@@ -281,10 +310,13 @@ def main() -> None:
             results.append(run(f"xlnet-memory-{memory}{'' if sos else '-nosos'}", scorer, texts, args.out,
                                {**base, **model_meta, "strategy": "memory", "sos": sos, "segment": args.segment,
                                 "memory": memory, "context": args.segment + memory}))
-    scorer = Scorer(model, tok, overflow="window", batch_size=args.batch_size * 8, precision=args.precision)
-    results.append(run("xlnet-window-128", scorer, texts, args.out,
-                       {**base, **model_meta, "strategy": "window", "sos": True,
-                        "context": model.config.max_position}))
+    if args.skip_xlnet:
+        results.append(reused(args.out / "xlnet-window-128.json"))
+    else:
+        scorer = Scorer(model, tok, overflow="window", batch_size=args.batch_size * 8, precision=args.precision)
+        results.append(run("xlnet-window-128", scorer, texts, args.out,
+                           {**base, **model_meta, "strategy": "window", "sos": True,
+                            "context": model.config.max_position}))
     if (args.gpt / "model.safetensors").is_file():
         gpt, gpt_tok = load_model_dir(args.gpt)
         if gpt_tok.backend.to_str() != tok.backend.to_str():
@@ -297,6 +329,21 @@ def main() -> None:
                             "train_config": json.loads(gtrain.read_text()) if gtrain.is_file() else None}))
     else:
         print(f"no GPT model at {relative(args.gpt)}: the GPT reference is left out", flush=True)
+    if (args.long_gpt / "model.safetensors").is_file():
+        long_gpt, long_tok = load_model_dir(args.long_gpt)
+        if long_tok.backend.to_str() != tok.backend.to_str():
+            print("the long GPT's tokenizer differs from XLNet's: its perplexity per piece is not comparable", flush=True)
+        ltrain = args.long_gpt / "train_config.json"
+        for context in args.long_contexts:
+            scorer = Scorer(long_gpt, long_tok, overflow="window", max_length=context, precision=args.precision,
+                            batch_size=max(1, args.batch_size * 8 * 128 // context))
+            results.append(run(f"gpt-long-window-{context}", scorer, texts, args.out,
+                               {**base, "model": relative(args.long_gpt), "family": "gpt", "strategy": "long-window",
+                                "sos": True, "context": context, "long": dataclasses.asdict(long_gpt.config.long),
+                                "positions": long_gpt.config.positions, "max_position": long_gpt.config.max_position,
+                                "train_config": json.loads(ltrain.read_text()) if ltrain.is_file() else None}))
+    else:
+        print(f"no long GPT at {relative(args.long_gpt)}: its rows are left out", flush=True)
     summary = [{k: r[k] for k in ("name", "strategy", "family", "sos", "context", "ppl", "pieces", "seconds",
                                   "by_position")}
                for r in results]
