@@ -206,6 +206,23 @@ def test_training_adds_the_span_penalty_and_writes_the_spans(tmp_path):
     assert any("span_mean" in m for m in metrics)
 
 
+def test_pretraining_runs_through_the_banded_kernel_with_dropout(tmp_path):
+    """A whole training run on the banded path (banded_from below every batch's length), attention dropout on:
+    finite losses, a final model, and dropout really applied in the kernel (two training passes differ)."""
+    data = make_data(tmp_path / "data")
+    long = ["model.positions=alibi", "model.long.window=4", "model.long.global_tokens=1", "model.long.banded_from=8",
+            "model.hidden_dropout=0"]  # attention dropout (0.1) alone makes the two training passes differ
+    result = train(small_config(data, tmp_path / "run", *long, family="gpt"))
+    assert result.status == "finished" and result.eval_loss is not None and result.eval_loss < 10
+    model = MaskplayModel.from_pretrained(result.final_dir).train()
+    ids, mask = padded_batch([20, 12])
+    a, b = (model(ids, attention_mask=mask).last_hidden_state for _ in range(2))
+    assert torch.isfinite(a).all() and not torch.allclose(a, b)
+    model.eval()
+    torch.testing.assert_close(model(ids, attention_mask=mask).last_hidden_state,
+                               model(ids, attention_mask=mask).last_hidden_state)
+
+
 # ---- the config switch ----------------------------------------------------------------------------------------
 
 
