@@ -172,6 +172,21 @@ def test_gpt_cached_steps_under_a_window_equal_the_full_forward(pattern):
             torch.testing.assert_close(torch.stack([s[k] for s in got]), want, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_generation_with_and_without_cache_agree_under_a_window(padding_side):
+    from maskplay.generation import generate
+
+    gpt = long_model("gpt", "globals", positions="alibi")
+    g = torch.Generator().manual_seed(0)
+    prompts = [[3, *torch.randint(7, 60, (n - 1,), generator=g).tolist()] for n in (9, 2, 5)]
+    runs = [generate(gpt, prompts, max_new_tokens=8, padding_side=padding_side, output_logits=True, use_cache=cache)
+            for cache in (True, False)]
+    for cached, uncached in zip(*runs, strict=True):
+        assert cached.token_ids == uncached.token_ids
+        n = len(cached.token_ids)  # a finished row's later logits are not its own
+        torch.testing.assert_close(cached.logits[:n], uncached.logits[:n], atol=1e-4, rtol=1e-4)
+
+
 # ---- adaptive span in training ---------------------------------------------------------------------------------
 
 
