@@ -142,6 +142,16 @@ def test_config_errors_name_the_bad_key(tmp_path):
         apply_overrides(TrainConfig(), ["optim.max_steps=10", "optim.warmup_steps=50"]).validate()
 
 
+def test_override_none_is_a_value_of_string_fields_and_null_is_none():
+    # `--set model.positions=none` once silently gave learned positions (the family default): "none" was None
+    cfg = apply_overrides(TrainConfig(), ["model.positions=none"])
+    assert cfg.model.positions == "none" and cfg.model.build({"vocab_size": 100}).positions == "none"
+    assert apply_overrides(cfg, ["model.positions=null"]).model.positions is None
+    assert apply_overrides(TrainConfig(), ["model.key_size=16", "model.key_size=none"]).model.key_size is None
+    with pytest.raises(ValueError, match=r"norm must be one of"):
+        apply_overrides(TrainConfig(), ["model.norm=none"]).model.build({"vocab_size": 100})
+
+
 def test_cli_reports_a_bad_override_by_name(capsys):
     assert cli_main(["pretrain", "--set", "data.batchsize=8"]) == 2
     err = capsys.readouterr().err

@@ -380,9 +380,10 @@ def _coerce(text: str, hint: Any, name: str) -> Any:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        if text.lower() in ("none", "null") and type(None) in args:
-            return None
         hint = next(a for a in args if a is not type(None))
+        # "none" is a value of some str fields (positions = "none"), so for them only "null" means None
+        if type(None) in args and text.lower() in (("null",) if hint is str else ("none", "null")):
+            return None
         origin = typing.get_origin(hint)
     if hint is bool:
         if text.lower() in ("true", "1", "yes"):
