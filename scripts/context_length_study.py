@@ -15,10 +15,10 @@ piece of the model's tokenizer scored exactly once, [SOS]/[EOS] never:
   scored in the earliest window that holds it (63..125 pieces of left context after the first window); each
   window starts with [SOS].
 - GPT, the same sliding windows, when --gpt names a model directory that exists (a reference of another family).
-- A long-attention GPT (--long-gpt, docs/LONG_TEXT.md: ALiBi positions, a sliding attention window, pretrained on
-  blocks of 512 tokens), `Scorer(overflow="window", max_length=C)` for C in --long-contexts (128, 512, 2048):
-  windows of C tokens advancing by half a window, each piece from the earliest window holding it; at 2048 the
-  encoder runs the banded kernel.
+- Long GPTs (--long-gpt, docs/LONG_TEXT.md: ALiBi positions, pretrained on blocks of 512 tokens, with and without
+  a sliding attention window of 128), `Scorer(overflow="window", max_length=C)` for C in --long-contexts (128, 512,
+  2048): windows of C tokens advancing by half a window, each piece from the earliest window holding it; at 2048
+  the windowed model's encoder runs the banded kernel. Rows are named after the run directory (RUN-window-C).
 
 Perplexity = exp(-mean log p per word piece), over all pieces and per bucket of position in the article
 ([0, 128), [128, 512), [512, 2048), [2048, ...)); every configuration scores the same pieces. Writes
@@ -160,6 +160,11 @@ def reused(path: Path) -> dict:
     return result
 
 
+def long_label(result: dict) -> str:
+    window = (result.get("long") or {}).get("window")
+    return f"long GPT (ALiBi, {'window ' + str(window) if window else 'no window'}, blocks of 512)"
+
+
 def plot(results: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
@@ -175,10 +180,12 @@ def plot(results: list[dict], path: Path, title: str) -> None:
             left.plot(xs, [r["ppl"] for r in memory], style,
                       label=f"XLNet, segments of 128 + memory, {'with' if sos else 'without'} [SOS]")
             left.set_xticks(xs, [str(x) for x in xs])
-    long = sorted((r for r in results if r["strategy"] == "long-window"), key=lambda r: r["context"])
-    if long:
-        left.plot([r["context"] for r in long], [r["ppl"] for r in long], "^-", color="tab:green",
-                  label="long GPT (ALiBi, window 128, blocks of 512), windows of C tokens")
+    for model, color in zip(sorted({r["model"] for r in results if r["strategy"] == "long-window"}),
+                            ["tab:green", "tab:purple", "tab:olive"], strict=False):
+        long = sorted((r for r in results if r["strategy"] == "long-window" and r["model"] == model),
+                      key=lambda r: r["context"])
+        left.plot([r["context"] for r in long], [r["ppl"] for r in long], "^-", color=color,
+                  label=f"{long_label(long[0])}, windows of C tokens")
     for r, style in zip([r for r in results if r["strategy"] == "window"], [":", "-."], strict=False):
         left.axhline(r["ppl"], linestyle=style, color="grey" if r["family"] == "xlnet" else "tab:red",
                      label=f"{'GPT' if r['family'] == 'gpt' else 'XLNet'}, sliding windows of 128 (each with [SOS])")
@@ -198,12 +205,14 @@ def plot(results: list[dict], path: Path, title: str) -> None:
         for r in results:
             if r["strategy"] == "window":
                 ax.plot(labels, [b["ppl"] for b in r["by_position"]], "x:", label=f"{r['family']} windows of 128")
-            if r["strategy"] == "long-window":
-                ax.plot(labels, [b["ppl"] for b in r["by_position"]], "^-.", label=f"long GPT, windows of {r['context']}")
+            if r["strategy"] == "long-window" and r["context"] == max(x["context"] for x in results
+                                                                     if x["strategy"] == "long-window"):
+                ax.plot(labels, [b["ppl"] for b in r["by_position"]], "^-.",
+                        label=f"{long_label(r)}, C = {r['context']}")
         ax.set_yscale("log")
         ax.set_xlabel("position of the piece in its article")
         ax.set_title(f"by position, memory {'with' if sos else 'without'} [SOS]")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -252,8 +261,9 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=ROOT / "runs/cmp2/xlnet/final", help="an XLNet model directory")
     parser.add_argument("--gpt", type=Path, default=ROOT / "runs/cmp2/gpt/final",
                         help="a GPT model directory for the sliding-window reference (skipped when absent)")
-    parser.add_argument("--long-gpt", type=Path, default=ROOT / "runs/long/gpt-alibi-w128/final",
-                        help="a long-attention GPT scored at --long-contexts (skipped when absent)")
+    parser.add_argument("--long-gpt", type=Path, nargs="+",
+                        default=[ROOT / "runs/long/gpt-alibi-w128/final", ROOT / "runs/long/gpt-alibi-full/final"],
+                        help="long GPTs scored at --long-contexts (each skipped when absent)")
     parser.add_argument("--long-contexts", type=int, nargs="+", default=[128, 512, 2048])
     parser.add_argument("--skip-xlnet", action="store_true",
                         help="reuse the XLNet rows already in --out (OUT/xlnet-*.json) instead of scoring them again")
@@ -329,21 +339,24 @@ def main() -> None:
                             "train_config": json.loads(gtrain.read_text()) if gtrain.is_file() else None}))
     else:
         print(f"no GPT model at {relative(args.gpt)}: the GPT reference is left out", flush=True)
-    if (args.long_gpt / "model.safetensors").is_file():
-        long_gpt, long_tok = load_model_dir(args.long_gpt)
+    for path in args.long_gpt:
+        if not (path / "model.safetensors").is_file():
+            print(f"no long GPT at {relative(path)}: its rows are left out", flush=True)
+            continue
+        long_gpt, long_tok = load_model_dir(path)
         if long_tok.backend.to_str() != tok.backend.to_str():
-            print("the long GPT's tokenizer differs from XLNet's: its perplexity per piece is not comparable", flush=True)
-        ltrain = args.long_gpt / "train_config.json"
+            print(f"{relative(path)}: its tokenizer differs from XLNet's: perplexity per piece is not comparable",
+                  flush=True)
+        ltrain = path / "train_config.json"
+        label = path.parent.name if path.name == "final" else path.name
         for context in args.long_contexts:
             scorer = Scorer(long_gpt, long_tok, overflow="window", max_length=context, precision=args.precision,
                             batch_size=max(1, args.batch_size * 8 * 128 // context))
-            results.append(run(f"gpt-long-window-{context}", scorer, texts, args.out,
-                               {**base, "model": relative(args.long_gpt), "family": "gpt", "strategy": "long-window",
+            results.append(run(f"{label}-window-{context}", scorer, texts, args.out,
+                               {**base, "model": relative(path), "family": "gpt", "strategy": "long-window",
                                 "sos": True, "context": context, "long": dataclasses.asdict(long_gpt.config.long),
                                 "positions": long_gpt.config.positions, "max_position": long_gpt.config.max_position,
                                 "train_config": json.loads(ltrain.read_text()) if ltrain.is_file() else None}))
-    else:
-        print(f"no long GPT at {relative(args.long_gpt)}: its rows are left out", flush=True)
     summary = [{k: r[k] for k in ("name", "strategy", "family", "sos", "context", "ppl", "pieces", "seconds",
                                   "by_position")}
                for r in results]
