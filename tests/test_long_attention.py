@@ -204,6 +204,11 @@ def test_span_penalty_clamp_and_report():
     clamp_spans(model)
     assert learned_spans(model)[0] == [12.0] * model.config.num_heads
     assert span_penalty(long_model("bert", "window")) == 0.0
+    from maskplay.train.schedule import parameter_groups
+
+    decayed, undecayed = ({name for name, _ in group["params"]} for group in parameter_groups(model, 0.01))
+    spans = {n for n, _ in model.named_parameters() if n.endswith("span_fraction")}
+    assert spans and spans <= undecayed and not spans & decayed  # the L1 penalty, not weight decay
 
 
 def test_training_adds_the_span_penalty_and_writes_the_spans(tmp_path):
