@@ -55,8 +55,11 @@ ROWS: dict[str, list[str]] = {
     # seed 000's question: does T-TA keep up with BERT as depth grows (mini width, the same tokens)
     "depth=6": ["model.num_layers=6"],
     "depth=12": ["model.num_layers=12"],
+    # the same with the switch that lowered held-out loss most for both families at depth 3 (rotary)
+    "rotary+depth=6": ["model.positions=rotary", "model.num_layers=6"],
+    "rotary+depth=12": ["model.positions=rotary", "model.num_layers=12"],
 }
-DEPTH_ROWS = ("depth=6", "depth=12")
+DEPTH_ROWS = ("depth=6", "depth=12", "rotary+depth=6", "rotary+depth=12")
 
 
 def slug(row: str) -> str:
@@ -160,7 +163,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 
 def load_results() -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
+    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*-s[0-9]*.json"))]  # one per run
 
 
 def cmd_summarize(args: argparse.Namespace) -> None:

@@ -6,6 +6,7 @@ ranges do not overlap)."""
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -50,8 +51,24 @@ def real(a: list[float], b: list[float]) -> bool:
     return max(a) < min(b) or max(b) < min(a)
 
 
+def switch_speed(path: Path) -> dict[tuple[str, str], float]:
+    """(family, row) -> tokens/s relative to the default, from benchmarks/train_speed.py --switch (cases
+    interleaved in one run, so the machine's load hits them alike; the training logs' tokens/s do not)."""
+    if not path.exists():
+        return {}
+    rows = {r["case"]: r["tokens_per_s"] for r in json.loads(path.read_text())["rows"]}
+    out = {}
+    for case, speed in rows.items():
+        family, _precision, *switch = case.split(" ")
+        base = rows.get(f"{family} {_precision}")
+        if switch and base:
+            out[(family, " ".join(switch))] = speed / base
+    return out
+
+
 def write_report(records: list[dict], table: Path, plot: Path) -> None:
     groups = group(records)
+    speed = switch_speed(table.parent / "switch_speed.json")
     families = sorted({f for f, _ in groups}, key=lambda f: ("tta", "bert").index(f) if f in ("tta", "bert") else 9)
     rows_order = list(dict.fromkeys(r["row"] for r in sorted(records, key=lambda r: _row_rank(r["row"]))))
     lines = []
@@ -59,11 +76,11 @@ def write_report(records: list[dict], table: Path, plot: Path) -> None:
         base = groups.get((family, "default"))
         lines.append(f"### {family}\n")
         lines.append("| row | seeds | params (M) | " + " | ".join(f"{label}" for _, label, _ in METRICS)
-                     + " | tokens/s vs default |")
+                     + " | training speed vs default |")
         lines.append("|---|---|---|" + "---|" * len(METRICS) + "---|")
         for row in rows_order:
             runs = groups.get((family, row))
-            if not runs:
+            if not runs or "depth" in row:
                 continue
             cells = [row, str(len(runs)), f"{runs[0]['parameters'] / 1e6:.2f}"]
             for key, _, higher in METRICS:
@@ -80,14 +97,11 @@ def write_report(records: list[dict], table: Path, plot: Path) -> None:
                     if real(vals, bvals):
                         cell = f"**{cell}**" + (" ↑" if better else " ↓")
                 cells.append(cell)
-            if base:
-                ratio = statistics.fmean(r["tokens_per_s"] for r in runs) / statistics.fmean(
-                    r["tokens_per_s"] for r in base)
-                cells.append(f"{ratio:.2f}x")
-            else:
-                cells.append("-")
+            ratio = 1.0 if row == "default" else speed.get((family, row))
+            cells.append(f"{ratio:.2f}x" if ratio is not None else "-")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+    lines += _depth_table(groups, families)
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text("\n".join(lines))
     _plot(groups, families, rows_order, plot)
@@ -101,6 +115,28 @@ def _into_doc(doc: Path, text: str) -> None:
         return
     head, rest = doc.read_text().split(start, 1)
     doc.write_text(head + start + "\n\n" + text + "\n" + end + rest.split(end, 1)[1])
+
+
+def _depth_table(groups: dict, families: list[str]) -> list[str]:
+    """Seed 000's question: T-TA against BERT at 3, 6 and 12 layers (mini width, the same tokens), with rotary
+    positions (depth 3 = the positions=rotary row)."""
+    depth_rows = {3: "positions=rotary", 6: "rotary+depth=6", 12: "rotary+depth=12"}
+    if not any((f, r) in groups for f in families for r in ("rotary+depth=6", "rotary+depth=12")):
+        return []
+    lines = ["### depth (rotary positions)\n", "| family | layers | seeds | params (M) | "
+             + " | ".join(label for _, label, _ in METRICS) + " |", "|---|---|---|---|" + "---|" * len(METRICS)]
+    for family in families:
+        for depth, row in depth_rows.items():
+            runs = groups.get((family, row))
+            if not runs:
+                continue
+            cells = [family, str(depth), str(len(runs)), f"{runs[0]['parameters'] / 1e6:.2f}"]
+            for key, _, _ in METRICS:
+                mean, spread = stats([r[key] for r in runs])
+                cells.append((f"{mean:.2f}" if key == "heldout_loss" else f"{mean:.1f}")
+                             + (f" ±{spread / 2:.2f}" if spread == spread else ""))
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _row_rank(row: str) -> tuple[int, str]:
@@ -120,7 +156,7 @@ def _plot(groups: dict, families: list[str], rows_order: list[str], path: Path) 
               ("stsb_dev_spearman", "STS-B dev Spearman - default"))
     fig, axes = plt.subplots(1, len(panels) * len(families), figsize=(5 * len(panels) * len(families), 7),
                              sharey=True, squeeze=False)
-    rows = [r for r in rows_order if r != "default"]
+    rows = [r for r in rows_order if r != "default" and "depth" not in r]
     for fi, family in enumerate(families):
         base = groups.get((family, "default"))
         if not base:
