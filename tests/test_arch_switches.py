@@ -507,6 +507,10 @@ def test_random_synthesizer_attends_the_same_whatever_the_tokens():
     (dict(family="bert", attention="synthesizer-random", positions="rotary"), "not with positions = 'rotary'"),
     (dict(family="bert", attention="synthesizer-dense", talking_heads=True), "not with talking_heads"),
     (dict(family="bert", attention="synthesizer-dense", key_size=4), "not with key_size"),
+    (dict(family="xlnet", attention="lsra"), "not family xlnet"),
+    (dict(family="bert", attention="lsra", hidden_size=12, num_heads=4), "must be even, got 3"),
+    (dict(family="bert", attention="lsra", lsra_kernel=4), "lsra_kernel must be an odd"),
+    (dict(family="bert", attention="lsra", lsra_kernel=0), "lsra_kernel must be an odd"),
 ])
 def test_bad_values_are_one_line_errors(fields, message):
     with pytest.raises(ValueError, match=message) as err:

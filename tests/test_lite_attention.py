@@ -11,10 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from maskplay import preset
-from maskplay.config import ModelConfig
 from maskplay.masks import family_mask, materialize
 from maskplay.modeling import build_model
-from maskplay.train.config import ModelSection
 from tests.conftest import padded_batch
 from tests.test_arch_switches import model_of
 from tests.test_leak import jacobian_norms
@@ -134,20 +132,6 @@ def test_an_empty_row_has_no_nan_in_the_gradient():
     out = model(**model.training_batch(ids, mask, torch.Generator().manual_seed(0)))
     out.loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
-
-
-@pytest.mark.parametrize("fields, message", [
-    (dict(family="xlnet", attention="lsra"), "not family xlnet"),
-    (dict(family="bert", attention="lsra", hidden_size=12, num_heads=4), "must be even, got 3"),
-    (dict(family="bert", attention="lsra", lsra_kernel=4), "lsra_kernel must be an odd"),
-    (dict(family="bert", attention="lsra", lsra_kernel=0), "lsra_kernel must be an odd"),
-])
-def test_bad_values_are_one_line_errors(fields, message):
-    with pytest.raises(ValueError, match=message) as err:
-        ModelConfig(**fields)
-    assert "\n" not in str(err.value)
-    with pytest.raises(ValueError, match=message):
-        ModelSection(preset="tiny", **fields)
 
 
 def test_depth_growth_is_exact_and_width_growth_refused():

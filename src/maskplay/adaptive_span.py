@@ -44,6 +44,10 @@ class AdaptiveSpan(nn.Module):
         self.num_heads, self.max_span, self.ramp = num_heads, max_span, ramp
         self.span_fraction = nn.Parameter(torch.full((num_heads,), float(init_fraction)))
 
+    def no_weight_decay(self) -> list[nn.Parameter]:
+        """The spans have their own L1 penalty (long_attention.span_penalty), not weight decay."""
+        return [self.span_fraction]
+
     @property
     def z(self) -> Tensor:
         """(H,) spans in tokens."""

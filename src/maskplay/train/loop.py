@@ -490,7 +490,10 @@ class Trainer:
         with no_sync:
             out = forward_in(module, self.precision, **batch)
             total = out.loss.float() * n  # the family's loss is the mean over its n targets: n * mean is their sum
-            (total + span_penalty(self.model) * n).backward()  # + adaptive span's L1 term (0 without; long_attention)
+            if self.model_config.long.adaptive_span:  # + adaptive span's L1 term (long_attention.py)
+                (total + span_penalty(self.model) * n).backward()
+            else:
+                total.backward()
         return float(total.detach()), n, {k: float(v.detach()) * n for k, v in (out.parts or {}).items()}
 
     def evaluate(self) -> float | None:
@@ -588,7 +591,8 @@ class Trainer:
                 if not math.isfinite(float(grad_norm)):  # a finite loss whose gradient overflowed
                     self._diverged(f"the gradient norm is {float(grad_norm)}", last_path, bar)
                 self.optimizer.step()
-                clamp_spans(self.model)  # adaptive span: spans back into [0, max_span]
+                if self.model_config.long.adaptive_span:
+                    clamp_spans(self.model)  # spans back into [0, max_span]
                 self.optimizer.zero_grad(set_to_none=True)
                 self.step += 1
                 self.position += 1

@@ -7,7 +7,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..adaptive_span import AdaptiveSpan
 from .config import OptimSection
 
 
@@ -15,8 +14,9 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Two groups: decayed weights, and without decay (as BERT has it) biases and norm gains (LayerNorm and
     RMSNorm), plus what a module lists in its `no_weight_decay()`: parameters whose natural value is not zero
     (talking heads' identity-initialised mixing matrices) or that are biases by role (XLNet's u/v/segment
-    biases, T5's bucket table: HuggingFace's convention excludes every name with "bias" in it). Parameters are
-    given as (name, tensor) pairs, so every group carries torch's `param_names` and state is saved by name."""
+    biases, T5's bucket table: HuggingFace's convention excludes every name with "bias" in it) or that have a
+    penalty of their own (adaptive spans). Parameters are given as (name, tensor) pairs, so every group carries
+    torch's `param_names` and state is saved by name."""
     decay: list[tuple[str, nn.Parameter]] = []
     no_decay: list[tuple[str, nn.Parameter]] = []
     exempt = {id(p) for m in model.modules() if hasattr(m, "no_weight_decay") for p in m.no_weight_decay()}
@@ -25,8 +25,7 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             if not param.requires_grad:
                 continue
             full = f"{module_name}.{name}" if module_name else name
-            # adaptive spans have their own L1 penalty (long_attention.py), not weight decay
-            skip = isinstance(module, (nn.LayerNorm, nn.RMSNorm, AdaptiveSpan)) or name == "bias" or id(param) in exempt
+            skip = isinstance(module, (nn.LayerNorm, nn.RMSNorm)) or name == "bias" or id(param) in exempt
             (no_decay if skip else decay).append((full, param))
     return [
         {"params": decay, "weight_decay": weight_decay},
