@@ -78,15 +78,16 @@ def test_tta_loss_is_the_mean_over_real_tokens(tiny_model):
     torch.testing.assert_close(out.loss, want)
 
 
-def test_bert_corruption_statistics():
-    model = BertMLM(preset("tiny", family="bert", vocab_size=1000))
+@pytest.mark.parametrize("probability", [0.15, 0.4])
+def test_bert_corruption_statistics(probability):
+    model = BertMLM(preset("tiny", family="bert", vocab_size=1000, mask_probability=probability))
     ids, mask = padded_batch([100] * 1000, vocab=1000)
     ids[:, 0] = 3  # [SOS] is special and must never be selected
     batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
     selected = batch["labels"] != -100
     assert not selected[:, 0].any()
     rate = selected[:, 1:].float().mean().item()
-    assert 0.145 < rate < 0.155
+    assert probability - 0.005 < rate < probability + 0.005
     masked = (batch["input_ids"] == 4) & selected
     kept = (batch["input_ids"] == ids) & selected
     assert 0.79 < masked.sum() / selected.sum() < 0.81
@@ -110,6 +111,8 @@ def test_bad_inputs_get_clear_errors(tiny_model):
         ModelConfig(hidden_size=250, num_heads=4)
     with pytest.raises(ValueError, match="needs a config with family='bert'"):
         BertMLM(preset("tiny", family="tta"))
+    with pytest.raises(ValueError, match=r"mask_probability must be in \(0, 1\), got 1.5"):
+        ModelConfig(family="bert", mask_probability=1.5)
     with pytest.raises(ValueError, match="unknown preset"):
         preset("huge")
 

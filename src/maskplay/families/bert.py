@@ -1,5 +1,5 @@
-"""BERT masked LM: 15 % of real tokens selected, 80 % -> [MASK], 10 % -> random, 10 % kept; the head runs
-only at the selected positions."""
+"""BERT masked LM: 15 % of real tokens selected (config.mask_probability), 80 % -> [MASK], 10 % -> random,
+10 % kept; the head runs only at the selected positions."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ from ..outputs import ModelOutput
 
 class BertMLM(MaskplayModel):
     family = "bert"
-    mask_probability = 0.15
+
+    @property
+    def mask_probability(self) -> float:
+        return self.config.mask_probability
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 token_type_ids: Tensor | None = None, output_hidden_states: bool = False,
