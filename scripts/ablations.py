@@ -1,5 +1,6 @@
 """Issue 14's ablation study: every architecture switch against the default, T-TA and BERT at the mini size, equal
-token budget, several seeds; then depth 3/6/12. One JSON per (family, row, seed) in results/ablations/.
+token budget, several seeds; then depth 3/6/12; then issue 18's recipe changes (RECIPE_ROWS). One JSON per
+(family, row, seed) in results/ablations/.
 
     python scripts/ablations.py run --families tta bert --seeds 0 1 --workers 2      # trains + evaluates what is missing
     python scripts/ablations.py run --rows depth6 depth12 ...                        # the depth rows
@@ -61,6 +62,31 @@ ROWS: dict[str, list[str]] = {
 }
 DEPTH_ROWS = ("depth=6", "depth=12", "rotary+depth=6", "rotary+depth=12")
 
+# issue 18's recipe changes, each measured like a switch. "{half}" is half the run's steps: a warmup that long makes
+# the linear schedule a one-cycle (triangular) one, as Cramming's. Cramming (Geiping & Goldstein 2023): pre-LN, no
+# biases, a gated FFN, no dropout in pretraining, one-cycle learning rate, gradient clipping 0.5, BERT at 25 % masking.
+CRAMMING = ["model.norm_placement=pre", "model.attention_bias=false", "model.ffn_bias=false", "model.ffn=geglu",
+            "model.hidden_dropout=0", "model.attention_dropout=0", "optim.clip=0.5", "optim.warmup_steps={half}"]
+RECIPE_ROWS: dict[str, list[str]] = {
+    "mask=0.25": ["model.mask_probability=0.25"],
+    "mask=0.40": ["model.mask_probability=0.4"],
+    "dropout=0": ["model.hidden_dropout=0", "model.attention_dropout=0"],
+    "one-cycle": ["optim.warmup_steps={half}"],
+    "lr=2.5e-4": ["optim.lr=2.5e-4"],
+    "lr=1e-3": ["optim.lr=1e-3"],
+    "cramming": CRAMMING,
+    "rotary+cramming": ["model.positions=rotary", *CRAMMING],
+}
+ROWS.update(RECIPE_ROWS)
+# what a row adds for one family only (T-TA has no masking to change)
+FAMILY_ONLY = {"mask=0.25": ("bert",), "mask=0.40": ("bert",)}
+FAMILY_EXTRA = {("cramming", "bert"): ["model.mask_probability=0.25"],
+                ("rotary+cramming", "bert"): ["model.mask_probability=0.25"]}
+
+
+def overrides(family: str, row: str, steps: int) -> list[str]:
+    return [s.format(half=steps // 2) for s in ROWS[row] + FAMILY_EXTRA.get((row, family), [])]
+
 
 def slug(row: str) -> str:
     return row.replace("=", "-")
@@ -95,7 +121,7 @@ def train_and_eval(family: str, row: str, seed: int, args: argparse.Namespace) -
         resume = ["--resume"] if any(out.glob("ckpt-*")) else []  # exact resume after an interruption
         if out.exists() and not resume:
             shutil.rmtree(out)
-        sets = [f"--set={s}" for s in ROWS[row]]
+        sets = [f"--set={s}" for s in overrides(family, row, args.steps)]
         sh(py + ["pretrain", "--config", f"configs/mini-{family}.toml", "--data", args.data, "--out", str(out),
                  "--seed", str(seed), "--max-steps", str(args.steps), "--batch-size", str(args.batch_size),
                  "--lr", str(args.lr), "--precision", args.precision, "--max-minutes", "600",
@@ -116,9 +142,12 @@ def train_and_eval(family: str, row: str, seed: int, args: argparse.Namespace) -
     sts = json.loads((out / "sts.json").read_text())["results"]["stsb"]
     spelling = json.loads((out / "spelling.json").read_text())
     train_log = (out / "train.log").read_text()
+    sets = overrides(family, row, args.steps)
     record = {
-        "family": family, "row": row, "seed": seed, "overrides": ROWS[row], "steps": steps[-1]["step"],
-        "batch_size": args.batch_size, "lr": args.lr, "tokens": steps[-1]["tokens"],
+        "family": family, "row": row, "seed": seed, "overrides": sets, "steps": steps[-1]["step"],
+        "batch_size": args.batch_size,
+        "lr": next((float(o.split("=")[1]) for o in sets if o.startswith("optim.lr=")), args.lr),
+        "tokens": steps[-1]["tokens"],
         "precision": "bf16" if ", bf16;" in train_log else "fp32" if ", fp32;" in train_log else args.precision,
         "parameters": int(train_log.split(" parameters")[0].rsplit("model, ", 1)[1].replace(",", "")),
         "heldout_loss": evals[-1]["eval_loss"], "heldout_sentences": args.eval_batches * args.batch_size,
@@ -144,11 +173,11 @@ def train_and_eval(family: str, row: str, seed: int, args: argparse.Namespace) -
 
 def cmd_run(args: argparse.Namespace) -> None:
     RUNS.mkdir(parents=True, exist_ok=True)
-    rows = args.rows or [r for r in ROWS if r not in DEPTH_ROWS]
+    rows = args.rows or [r for r in ROWS if r not in DEPTH_ROWS and r not in RECIPE_ROWS]
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         raise SystemExit(f"unknown row {unknown[0]!r}; rows: {', '.join(ROWS)}")
-    jobs = [(f, r, s) for s in args.seeds for r in rows for f in args.families]
+    jobs = [(f, r, s) for s in args.seeds for r in rows for f in args.families if f in FAMILY_ONLY.get(r, (f,))]
     t0 = time.time()
 
     def one(job: tuple[str, str, int]) -> None:
@@ -178,7 +207,7 @@ def main() -> None:
     run = sub.add_parser("run")
     run.add_argument("--families", nargs="+", default=["tta", "bert"])
     run.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    run.add_argument("--rows", nargs="+", default=None, help="default: every row but the depth ones")
+    run.add_argument("--rows", nargs="+", default=None, help="default: every switch row (not depth, not recipe)")
     run.add_argument("--steps", type=int, default=600)
     run.add_argument("--batch-size", type=int, default=32)
     run.add_argument("--lr", type=float, default=5e-4)
