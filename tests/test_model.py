@@ -305,3 +305,18 @@ def test_left_padded_batches_run_packed_with_the_same_results(tiny_model):
     padded = model(ids, attention_mask=mask).last_hidden_state.detach()
     torch.testing.assert_close(packed[mask], padded[mask], rtol=1e-5, atol=1e-5)
     assert not packed[~mask].any()
+
+
+def test_mask_probability_through_set_and_toml(tmp_path):
+    from maskplay.config import apply_overrides
+    from maskplay.train.config import ModelSection, TrainConfig, load_train_config
+
+    cfg = apply_overrides(TrainConfig(model=ModelSection(family="bert", preset="tiny")), ["model.mask_probability=0.4"])
+    built = cfg.model.build({"vocab_size": 100})
+    assert built.mask_probability == 0.4
+    assert BertMLM(built).mask_probability == 0.4
+    path = tmp_path / "run.toml"
+    path.write_text(cfg.to_toml())
+    assert load_train_config(path).model.build({"vocab_size": 100}).mask_probability == 0.4
+    with pytest.raises(ValueError, match="mask_probability must be in"):
+        apply_overrides(TrainConfig(model=ModelSection(family="bert")), ["model.mask_probability=0"])

@@ -58,6 +58,7 @@ class ModelSection:
     lsra_kernel: int | None = None  # attention = "lsra": the convolution's kernel size; None: 7
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
+    mask_probability: float | None = None  # bert, unilm: the masked-LM share; None: 0.15
     layer_norm_eps: float | None = None
     initializer_range: float | None = None
     electra: ElectraConfig = field(default_factory=ElectraConfig)  # [model.electra], read by family = "electra"

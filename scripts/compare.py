@@ -1,0 +1,218 @@
+"""Issue 18's equal-budget comparison of every family: the same tokenizer, corpus, token budget (optimizer steps x
+sentences, the same sentences in the same order for every family of a seed), `mini` size, a learning-rate grid per
+family; then every dev evaluation the project has. One JSON per (family, lr, seed) in results/compare/.
+
+    python scripts/compare.py run --lrs 5e-4 1e-3 --seeds 0            # the grid (trains + evaluates what is missing)
+    python scripts/compare.py run --best --seeds 1                     # more seeds at each family's best lr
+    python scripts/compare.py summarize                                # table (docs/RESULTS.md) + plot
+
+Every run: `maskplay pretrain --family F --preset mini` on --data (runs/data-wikigut16k: the shared Wikipedia plus
+the Gutenberg subset, `maskplay prepare`, docs/RESULTS.md section 10) for --steps steps of --batch-size sentences,
+warmup a tenth, linear decay to --steps; held-out loss on run.eval_batches x batch-size held-out sentences (each
+family's own objective: comparable across learning rates and seeds of one family, not across families). Then
+`maskplay eval sts` (STS-B dev + SICK), `eval spelling` (RWSE, first --spelling-limit items per file), `eval cola`
+(zero-shot), `eval nbest` (first --nbest-limit utterances per split), all fp32, each family's default scoring method.
+The best lr of a family is the one with the lowest mean held-out loss over its seeds. A finished run is skipped; an
+unfinished one resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = Path("runs/compare")
+RESULTS = Path("results/compare")
+FAMILIES = ("tta", "bert", "gpt", "electra", "xlnet", "unilm")
+EVALS = ("sts", "spelling", "cola", "nbest")
+
+
+def name(family: str, lr: float, seed: int) -> str:
+    return f"{family}-lr{lr:g}-s{seed}"
+
+
+def sh(cmd: list[str], log: Path, env: dict[str, str]) -> None:
+    with log.open("a") as f:
+        f.write(f"$ {' '.join(cmd)}\n")
+        f.flush()
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(cmd[:5])} ... failed (exit {done.returncode}); see {log}")
+
+
+def train_flops_per_token(config: dict, seq_len: float) -> float:
+    """Training matmul FLOPs per input token at the run's mean sequence length (maskplay.flops)."""
+    from maskplay.config import ModelConfig, from_dict
+    from maskplay.flops import (
+        electra_training_flops_per_token,
+        predicted_fraction,
+        training_flops_per_token,
+        xlnet_training_flops_per_token,
+    )
+
+    cfg = from_dict(ModelConfig, config)
+    length = max(1, round(seq_len))
+    if cfg.family == "electra":
+        return electra_training_flops_per_token(cfg, length)
+    if cfg.family == "xlnet":
+        return xlnet_training_flops_per_token(cfg, length)
+    return training_flops_per_token(cfg, length, predicted_fraction(cfg.family))
+
+
+def train_and_eval(family: str, lr: float, seed: int, args: argparse.Namespace) -> Path:
+    out = RUNS / name(family, lr, seed)
+    result = RESULTS / f"{out.name}.json"
+    if result.exists():
+        return result
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(args.code).resolve() / "src")}
+    py = [sys.executable, "-m", "maskplay"]
+    log = RUNS / f"{out.name}.log"
+    if not (out / "final" / "model.safetensors").exists():
+        resume = ["--resume"] if any(out.glob("ckpt-*")) else []
+        if out.exists() and not resume:
+            shutil.rmtree(out)
+        sh(py + ["pretrain", "--family", family, "--preset", "mini", "--data", args.data, "--out", str(out),
+                 "--seed", str(seed), "--max-steps", str(args.steps), "--batch-size", str(args.batch_size),
+                 "--lr", str(lr), "--precision", args.precision, "--max-minutes", "600",
+                 f"--set=optim.warmup_steps={args.steps // 10}", f"--set=run.eval_every={args.steps // 4}",
+                 f"--set=run.eval_batches={args.eval_batches}", "--set=run.threads=1",
+                 f"--set=run.save_every={args.steps // 2}", "--set=run.keep_last=1", "--set=run.log_every=20",
+                 "--set=run.progress=false", *resume], log, env)
+    final = out / "final"
+    timing = {}
+    for task in EVALS:
+        extra = {"spelling": ["--limit", str(args.spelling_limit)], "nbest": ["--limit", str(args.nbest_limit)]}
+        if not (out / f"{task}.json").exists():
+            t0 = time.perf_counter()
+            sh(py + ["eval", task, str(final), "--precision", "fp32", *extra.get(task, []),
+                     "--out", str(out / f"{task}.json")], log, env)
+            timing[task] = time.perf_counter() - t0
+    ev = {task: json.loads((out / f"{task}.json").read_text()) for task in EVALS}
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [m for m in metrics if "tokens_per_s" in m]
+    evals = [m for m in metrics if "eval_loss" in m]
+    config = json.loads((final / "config.json").read_text())
+    tokens = steps[-1]["tokens"]
+    per_token = train_flops_per_token(config, tokens / (steps[-1]["step"] * args.batch_size))
+    nbest = ev["nbest"]["results"]
+    files = ev["spelling"]["results"]["files"]
+    record = {
+        "family": family, "lr": lr, "seed": seed, "steps": steps[-1]["step"], "batch_size": args.batch_size,
+        "tokens": tokens, "train_flops": per_token * tokens, "wall_s": steps[-1]["elapsed_s"],
+        "data": Path(args.data).name, "code": args.code_label,
+        "parameters": _parameters(out / "train.log"),
+        "heldout_loss": evals[-1]["eval_loss"],
+        "heldout_sentences": args.eval_batches * args.batch_size,
+        "stsb_dev_spearman": ev["sts"]["results"]["stsb"]["spearman"],
+        "sick_spearman": ev["sts"]["results"]["sick"]["spearman"],
+        "rwse_method": ev["spelling"].get("method"),
+        "rwse": {f: {"items": v["items"], "top1": v["top1"], "pair_accuracy": v["pair_accuracy"]}
+                 for f, v in files.items()},
+        "cola_method": ev["cola"].get("method"),
+        "cola_in_domain_mcc": ev["cola"]["results"]["in_domain_dev"]["mcc"],
+        "cola_out_of_domain_mcc": ev["cola"]["results"]["out_of_domain_dev"]["mcc"],
+        "nbest": {split: {"one_best_wer": v["one_best_wer"], "reranked_wer": v["reranked_wer"],
+                          "relative_change": (v["reranked_wer"] - v["one_best_wer"]) / v["one_best_wer"],
+                          "weight": v["weight"], "tuned_on": v["tuned_on"]} for split, v in nbest.items()},
+        "eval_seconds": timing,
+        "curve": [{"step": m["step"], "tokens": m.get("tokens"), "elapsed_s": m["elapsed_s"], "loss": m["loss"]}
+                  for m in steps],
+        "eval_curve": [{"step": m["step"], "elapsed_s": m["elapsed_s"], "loss": m["eval_loss"]} for m in evals],
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tmp = result.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(result)
+    return result
+
+
+def _parameters(train_log: Path) -> int:
+    text = train_log.read_text()
+    return int(text.split(" parameters")[0].rsplit("model, ", 1)[1].replace(",", ""))
+
+
+def load_results() -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*-lr*-s[0-9]*.json"))]
+
+
+def best_lrs(records: list[dict]) -> dict[str, float]:
+    """Each family's learning rate with the lowest mean held-out loss (its own objective) over its seeds."""
+    by: dict[tuple[str, float], list[float]] = {}
+    for r in records:
+        by.setdefault((r["family"], r["lr"]), []).append(r["heldout_loss"])
+    best: dict[str, tuple[float, float]] = {}
+    for (family, lr), losses in by.items():
+        mean = statistics.fmean(losses)
+        if family not in best or mean < best[family][1]:
+            best[family] = (lr, mean)
+    return {family: lr for family, (lr, _) in best.items()}
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    RUNS.mkdir(parents=True, exist_ok=True)
+    unknown = [f for f in args.families if f not in FAMILIES]
+    if unknown:
+        raise SystemExit(f"unknown family {unknown[0]!r}; families: {', '.join(FAMILIES)}")
+    if args.best:
+        best = best_lrs(load_results())
+        missing = [f for f in args.families if f not in best]
+        if missing:
+            raise SystemExit(f"--best: no finished run of {missing[0]} in {RESULTS} to choose its lr from")
+        jobs = [(f, best[f], s) for s in args.seeds for f in args.families]
+    else:
+        jobs = [(f, lr, s) for s in args.seeds for lr in args.lrs for f in args.families]
+    t0 = time.time()
+
+    def one(job: tuple[str, float, int]) -> None:
+        try:
+            path = train_and_eval(*job, args)
+            print(f"[{time.time() - t0:7.0f} s] done {path}", flush=True)
+        except Exception as err:  # one failed run must not stop the others; it is reported and rerun next time
+            print(f"[{time.time() - t0:7.0f} s] FAILED {job}: {err}", flush=True)
+
+    with ThreadPoolExecutor(args.workers) as pool:
+        list(pool.map(one, jobs))
+
+
+def cmd_summarize(args: argparse.Namespace) -> None:
+    from compare_report import write_report  # scripts/compare_report.py
+
+    write_report(load_results(), Path(args.table), Path(args.plot))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run")
+    run.add_argument("--families", nargs="+", default=list(FAMILIES))
+    run.add_argument("--seeds", nargs="+", type=int, default=[0])
+    run.add_argument("--lrs", nargs="+", type=float, default=[5e-4, 1e-3])
+    run.add_argument("--best", action="store_true", help="each family at its best lr so far (instead of --lrs)")
+    run.add_argument("--steps", type=int, default=600)
+    run.add_argument("--batch-size", type=int, default=32)
+    run.add_argument("--precision", default="auto")
+    run.add_argument("--eval-batches", type=int, default=40)
+    run.add_argument("--spelling-limit", type=int, default=200)
+    run.add_argument("--nbest-limit", type=int, default=200)
+    run.add_argument("--data", default="runs/data-wikigut16k")
+    run.add_argument("--workers", type=int, default=2)
+    run.add_argument("--code", default=".", help="the checkout whose src/ the runs import (a frozen copy)")
+    run.add_argument("--code-label", default="", help="the commit that checkout is, recorded in each JSON")
+    summ = sub.add_parser("summarize")
+    summ.add_argument("--table", default="results/compare/table.md")
+    summ.add_argument("--plot", default="docs/compare.png")
+    args = parser.parse_args()
+    {"run": cmd_run, "summarize": cmd_summarize}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
