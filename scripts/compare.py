@@ -4,6 +4,7 @@ family; then every dev evaluation the project has. One JSON per (family, lr, see
 
     python scripts/compare.py run --lrs 5e-4 1e-3 --seeds 0            # the grid (trains + evaluates what is missing)
     python scripts/compare.py run --best --seeds 1                     # more seeds at each family's best lr
+    python scripts/compare.py run --untrained --seeds 0 1             # each family at random init (STS only)
     python scripts/compare.py summarize                                # table (docs/RESULTS.md) + plot
 
 Every run: `maskplay pretrain --family F --preset mini` on --data (runs/data-wikigut16k: the shared Wikipedia plus
@@ -140,6 +141,39 @@ def _parameters(train_log: Path) -> int:
     return int(text.split(" parameters")[0].rsplit("model, ", 1)[1].replace(",", ""))
 
 
+def untrained(family: str, seed: int, args: argparse.Namespace) -> Path:
+    """The reference point of every embedding number: the family's `mini` model at its random initialisation
+    (mean-pooled random token vectors are a bag of words), evaluated on STS like the trained ones."""
+    import torch
+
+    from maskplay.modeling import build_model
+    from maskplay.tokenizer import load_tokenizer
+    from maskplay.train.config import ModelSection
+
+    out = RUNS / f"{family}-untrained-s{seed}"
+    result = RESULTS / f"{out.name}.json"
+    if result.exists():
+        return result
+    tokenizer = load_tokenizer(Path(args.data))
+    torch.manual_seed(seed)
+    model = build_model(ModelSection(family=family, preset="mini").build(tokenizer.model_config_ids()))
+    model.save_pretrained(out / "final")
+    tokenizer.save(out / "final")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(args.code).resolve() / "src")}
+    sh([sys.executable, "-m", "maskplay", "eval", "sts", str(out / "final"), "--precision", "fp32",
+        "--out", str(out / "sts.json")], RUNS / f"{out.name}.log", env)
+    sts = json.loads((out / "sts.json").read_text())["results"]
+    record = {"family": family, "seed": seed, "untrained": True, "stsb_dev_spearman": sts["stsb"]["spearman"],
+              "sick_spearman": sts["sick"]["spearman"], "code": args.code_label}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    result.write_text(json.dumps(record, indent=1) + "\n")
+    return result
+
+
+def load_untrained() -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*-untrained-s[0-9]*.json"))]
+
+
 def load_results() -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*-lr*-s[0-9]*.json"))]
 
@@ -162,7 +196,9 @@ def cmd_run(args: argparse.Namespace) -> None:
     unknown = [f for f in args.families if f not in FAMILIES]
     if unknown:
         raise SystemExit(f"unknown family {unknown[0]!r}; families: {', '.join(FAMILIES)}")
-    if args.best:
+    if args.untrained:
+        jobs = [(f, None, s) for s in args.seeds for f in args.families]
+    elif args.best:
         best = best_lrs(load_results())
         missing = [f for f in args.families if f not in best]
         if missing:
@@ -172,9 +208,9 @@ def cmd_run(args: argparse.Namespace) -> None:
         jobs = [(f, lr, s) for s in args.seeds for lr in args.lrs for f in args.families]
     t0 = time.time()
 
-    def one(job: tuple[str, float, int]) -> None:
+    def one(job: tuple[str, float | None, int]) -> None:
         try:
-            path = train_and_eval(*job, args)
+            path = untrained(job[0], job[2], args) if job[1] is None else train_and_eval(*job, args)
             print(f"[{time.time() - t0:7.0f} s] done {path}", flush=True)
         except Exception as err:  # one failed run must not stop the others; it is reported and rerun next time
             print(f"[{time.time() - t0:7.0f} s] FAILED {job}: {err}", flush=True)
@@ -186,7 +222,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 def cmd_summarize(args: argparse.Namespace) -> None:
     from compare_report import write_report  # scripts/compare_report.py
 
-    write_report(load_results(), Path(args.table), Path(args.plot))
+    write_report(load_results(), Path(args.table), Path(args.plot), load_untrained())
 
 
 def main() -> None:
@@ -197,6 +233,7 @@ def main() -> None:
     run.add_argument("--seeds", nargs="+", type=int, default=[0])
     run.add_argument("--lrs", nargs="+", type=float, default=[5e-4, 1e-3])
     run.add_argument("--best", action="store_true", help="each family at its best lr so far (instead of --lrs)")
+    run.add_argument("--untrained", action="store_true", help="only each family's untrained model, STS only")
     run.add_argument("--steps", type=int, default=600)
     run.add_argument("--batch-size", type=int, default=32)
     run.add_argument("--precision", default="auto")

@@ -31,7 +31,7 @@ def cell(values: list[float], decimals: int) -> str:
     return text
 
 
-def write_report(records: list[dict], table: Path, plot: Path) -> None:
+def write_report(records: list[dict], table: Path, plot: Path, untrained: list[dict] | None = None) -> None:
     if not records:
         raise SystemExit("no results in results/compare/ yet: run `python scripts/compare.py run` first")
     best = best_lrs(records)
@@ -54,6 +54,13 @@ def write_report(records: list[dict], table: Path, plot: Path) -> None:
             text = f"{statistics.fmean(losses):.3f} ({len(losses)})" if losses else "-"
             row.append(f"**{text}**" if lr == best[family] else text)
         lines.append("| " + " | ".join(row) + " |")
+    if untrained:
+        lines += ["", "The same families untrained (random initialisation, mean-pooled; mean over seeds):", "",
+                  "| family | seeds | STS-B dev Spearman | SICK Spearman |", "|---|---|---|---|"]
+        for family in [f for f in FAMILIES if any(u["family"] == f for u in untrained)]:
+            runs = [u for u in untrained if u["family"] == family]
+            lines.append(f"| {family} | {len(runs)} | {cell([u['stsb_dev_spearman'] for u in runs], 1)} | "
+                         f"{cell([u['sick_spearman'] for u in runs], 1)} |")
     text = "\n".join(lines) + "\n"
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text(text)
