@@ -68,6 +68,38 @@ def test_both_scores_match_huggingface(tok):
                     assert score.token_log_probs[t - 1] == pytest.approx(want, abs=ATOL)
 
 
+def test_causal_boundaries_matches_huggingface_under_the_boundaries_first_order(tok):
+    """Each piece from [SOS], [EOS] and the pieces before it: HuggingFace with a perm_mask built by a loop over
+    the order [SOS], [EOS], p1 .. pn (i may see j when j comes strictly earlier), one target per pass; the Scorer
+    batches padded rows of different lengths (batch_size=3) in one pass."""
+    model = tiny("xlnet", tok)
+    hf = _huggingface(model)
+    got = Scorer(model, tok, batch_size=3, method="causal-boundaries").score(SENTENCES[:5])
+    plain = Scorer(model, tok, batch_size=3).score(SENTENCES[:5])
+    assert got[0].method == "causal-boundaries"
+    for sentence, score, p in zip(SENTENCES[:5], got, plain, strict=True):
+        ids = torch.tensor([tok.encode(sentence)])
+        L = ids.shape[1]
+        order = [0, L - 1, *range(1, L - 1)]
+        rank = {pos: step for step, pos in enumerate(order)}
+        may = torch.tensor([[rank[j] < rank[i] for j in range(L)] for i in range(L)])
+        want = []
+        for t in range(1, L - 1):
+            mapping = torch.nn.functional.one_hot(torch.tensor([[t]]), L).float()
+            with torch.no_grad():
+                logits = hf(ids, perm_mask=to_perm_mask(may[None]), target_mapping=mapping).logits
+            want.append(logits[0, 0].log_softmax(-1)[ids[0, t]].item())
+        assert score.token_log_probs == pytest.approx(want, abs=ATOL)
+        assert score.token_log_probs != pytest.approx(p.token_log_probs, abs=ATOL)  # [EOS] in view changes them
+
+
+def test_causal_boundaries_is_for_xlnet_without_memory(tok):
+    with pytest.raises(ValueError, match="method 'causal-boundaries' does not apply to a 'gpt' model"):
+        Scorer(tiny("gpt", tok), tok, method="causal-boundaries")
+    with pytest.raises(ValueError, match="overflow='memory' scores with XLNet's method 'causal'"):
+        Scorer(tiny("xlnet", tok), tok, method="causal-boundaries", overflow="memory")
+
+
 def test_pll_word_hides_the_rest_of_the_word(tok):
     model = tiny("xlnet", tok)
     plain = Scorer(model, tok, method="pll").score(SENTENCES)

@@ -71,8 +71,8 @@ def check_memory(family: str, method: Method, max_position: int, segment_tokens:
                          f"has; this model is {family!r}: use overflow='window' (sliding windows)")
     if method is not Method.CAUSAL:
         raise ValueError(f"overflow='memory' scores with XLNet's method 'causal' (each piece from the text before "
-                         f"it); method {method.value!r} reads both sides of a piece, which memory of earlier segments "
-                         "cannot give: use overflow='window'")
+                         f"it); method {method.value!r} reads more than the text before a piece, which memory of earlier "
+                         "segments cannot give: use overflow='window'")
     segment = max_position if segment_tokens is None else segment_tokens
     if not 2 <= segment <= max_position:
         raise ValueError(f"segment_tokens must be 2..{max_position} (the model's positions), got {segment}")

@@ -13,6 +13,8 @@ Log-probabilities are natural logs (nats).
   the pieces of the same word to its right, so a word's later pieces cannot give its earlier ones away.
 - GPT (method causal): log p(token i | the tokens before it), [SOS] first. XLNet's causal is the same quantity
   from its query stream under the left-to-right factorization order: the exact sentence log-likelihood, one pass.
+- XLNet (method causal-boundaries): the same, one pass, under the order [SOS], [EOS], then left to right: each
+  piece from [SOS], [EOS] and the pieces before it (the pieces' likelihood given the sentence's boundaries).
 - XLNet (method pll): one pass per scored piece, that piece hidden from every stream by the mask (not replaced by
   [MASK]) and read by the query stream at its position; one pass per piece because XLNet's content streams read
   each other (docs/SCORING.md).
@@ -52,6 +54,9 @@ class Method(str, Enum):
     PLL = "pll"
     PLL_WORD = "pll-word"
     CAUSAL = "causal"
+    # XLNet: log p(piece i | [SOS], [EOS], pieces before it), the order [SOS], [EOS], then left to right (see
+    # boundaries_first_order): what its pretraining shows a query, where plain causal hides [EOS]
+    CAUSAL_BOUNDARIES = "causal-boundaries"
     DISCRIMINATOR = "discriminator"  # ELECTRA: log P(original) per piece, one pass
 
 
@@ -72,6 +77,7 @@ _ALLOWED = {
     Method.PLL: ("tta", "bert", "electra", "unilm", "xlnet"),
     Method.PLL_WORD: ("tta", "bert", "electra", "unilm", "xlnet"),
     Method.CAUSAL: ("gpt", "xlnet"),
+    Method.CAUSAL_BOUNDARIES: ("xlnet",),
     Method.DISCRIMINATOR: ("electra",),
 }
 
@@ -331,8 +337,17 @@ def _bf16_copies(model: MaskplayModel) -> tuple[dict[str, Tensor], Any]:
     return params, copy.deepcopy(model.head).to(torch.bfloat16)
 
 
+def boundaries_first_order(attention_mask: Tensor) -> Tensor:
+    """XLNet factorization orders (B, L) for right-padded rows [SOS] p1 .. pn [EOS]: [SOS], [EOS], p1, .., pn,
+    then the padding. Under it the query stream at p_i reads [SOS], [EOS] and p_1..p_(i-1): the pieces' exact
+    log-likelihood given the sentence's boundaries (and so its length)."""
+    n = attention_mask.long().sum(1, keepdim=True)  # [EOS] sits at n - 1
+    pos = torch.arange(attention_mask.shape[1], device=attention_mask.device)[None, :]
+    return torch.where(pos == 0, 0, torch.where(pos == 1, n - 1, torch.where(pos < n, pos - 1, pos)))
+
+
 def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
-                       targets: Tensor | None = None) -> Tensor:
+                       targets: Tensor | None = None, boundaries_first: bool = False) -> Tensor:
     """log p(targets) (default: ids[rows, cols]) under the model, the LM head applied only at those positions:
     for T-TA and BERT the head reads the output at the position itself, for GPT the output one position to the
     left (so cols must be >= 1 there). PLL passes the true tokens as targets, its ids holding [MASK] there.
@@ -340,7 +355,12 @@ def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows
     if rows.numel() == 0:
         return torch.zeros(0, device=ids.device)
     if runner.model.config.family == "xlnet":  # its query stream, left to right: position i predicts token i
-        hidden = runner.forward(ids, attention_mask=attention_mask, left_to_right=True).last_hidden_state
+        if boundaries_first:
+            everywhere = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape)
+            hidden = runner.forward(ids, attention_mask=attention_mask, order=boundaries_first_order(attention_mask),
+                                    target_positions=everywhere).last_hidden_state
+        else:
+            hidden = runner.forward(ids, attention_mask=attention_mask, left_to_right=True).last_hidden_state
         return runner.log_probs(hidden[rows, cols], ids[rows, cols] if targets is None else targets)
     hidden = runner.forward(ids, attention_mask=attention_mask).last_hidden_state
     if runner.model.config.family == "electra":  # the discriminator: how likely each token is the original
@@ -435,7 +455,7 @@ class Scorer:
         fits = sorted(set(range(len(encoded))) - set(long))
         segments = [replace(seg, sentence=fits[seg.sentence]) for seg in
                     make_segments([encoded[k] for k in fits], cfg.sos_token_id, cfg.eos_token_id, self.max_length,
-                                  self.overflow, causal=self.method is Method.CAUSAL)]
+                                  self.overflow, causal=self.method in (Method.CAUSAL, Method.CAUSAL_BOUNDARIES))]
         results = [[math.nan] * len(enc) for enc in encoded]
         windows = [0] * len(encoded)
         with torch.inference_mode():
@@ -494,7 +514,8 @@ class Scorer:
                 cols.extend(seg.position(j) for j in seg.scored)
                 keys.extend((seg.sentence, j) for j in seg.scored)
             values = position_log_probs(runner, ids, attn, torch.tensor(rows, device=self.device),
-                                        torch.tensor(cols, device=self.device)).tolist()
+                                        torch.tensor(cols, device=self.device),
+                                        boundaries_first=self.method is Method.CAUSAL_BOUNDARIES).tolist()
             found.extend(zip(keys, values, strict=True))
         return found
 
