@@ -179,7 +179,7 @@ def test_one_line_errors(tok, xlnet):
     cases = [
         (dict(model=tiny("gpt", tok)), "only XLNet has; this model is 'gpt': use overflow='window'"),
         (dict(model=tiny("bert", tok)), "only XLNet has; this model is 'bert'"),
-        (dict(method="pll"), "method 'pll' reads both sides"),
+        (dict(method="pll"), "method 'pll' reads more than the text before a piece"),
         (dict(segment_tokens=300), r"segment_tokens must be 2..256"),
         (dict(segment_tokens=1), r"segment_tokens must be 2..256"),
         (dict(memory_tokens=-1), "memory_tokens must be >= 0"),
