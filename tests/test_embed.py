@@ -96,3 +96,78 @@ def test_reduced_precision_embeddings_are_close(tok, precision):
     cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert cosine.min() > 0.995 and not np.array_equal(a, b)  # tiny() has peaked, large weights: a hard case
     assert all(p.dtype == torch.float32 for p in model.parameters())  # the model itself stays fp32
+
+
+# ---- SIF pooling, static vectors, principal-component removal ---------------------------------------------
+
+
+def _counts(vocab: int) -> np.ndarray:
+    return np.random.default_rng(0).integers(0, 1000, vocab).astype(np.float64)
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_sif_pooling_is_the_frequency_weighted_mean(tok, static):
+    model = tiny("bert", tok)
+    counts = _counts(model.config.vocab_size)
+    got = Embedder(model, tok, piece_counts=counts).encode(SENTENCES, pooling="sif", sif_a=1e-2, static=static,
+                                                           batch_size=3)
+    p = counts / counts.sum()
+    for row, sentence in zip(got, SENTENCES, strict=True):
+        ids = tok.encode(sentence)[1:-1]
+        w = torch.tensor([1e-2 / (1e-2 + p[i]) for i in ids], dtype=torch.float32)
+        vectors = model.embeddings.word.weight[ids] if static else naive(model, tok, sentence, -1)[1:-1]
+        want = (w[:, None] * vectors).sum(0) / w.sum()
+        np.testing.assert_allclose(row, want.detach().numpy(), atol=1e-5)
+    plain = Embedder(model, tok).encode(SENTENCES, static=static)
+    assert not np.allclose(got, plain, atol=1e-3)  # the weights really act
+
+
+def test_remove_components_takes_out_the_top_principal_directions(tok):
+    model = tiny("tta", tok)
+    embedder = Embedder(model, tok)
+    plain = embedder.encode(SENTENCES).astype(np.float64)
+    got = embedder.encode(SENTENCES, remove_components=2)
+    _, _, vt = np.linalg.svd(plain, full_matrices=False)
+    want = plain - plain @ vt[:2].T @ vt[:2]
+    np.testing.assert_allclose(got, want, atol=1e-4)
+    np.testing.assert_allclose(got @ vt[:2].T, 0.0, atol=1e-4)
+
+
+def test_piece_counts_from_a_prepared_corpus_a_file_and_the_model_directory(tok, tmp_path):
+    from maskplay.data.dataset import write_split
+    from maskplay.score import read_piece_counts
+    from tests.test_score_support import save_model_dir
+
+    model = tiny("bert", tok)
+    vocab = model.config.vocab_size
+    write_split(tmp_path / "corpus" / "train", [[5, 6, 6], [7, 6]], vocab)
+    counts = read_piece_counts(tmp_path / "corpus", vocab)
+    assert counts[6] == 3 and counts[5] == counts[7] == 1 and counts.sum() == 5
+    directory = save_model_dir(tmp_path / "model", model, tok)
+    np.save(directory / "piece_counts.npy", counts.astype(np.int64))
+    loaded = Embedder.from_pretrained(directory)
+    np.testing.assert_array_equal(loaded.piece_counts, counts)
+    np.testing.assert_allclose(loaded.encode(SENTENCES, pooling="sif"),
+                               Embedder(model, tok, piece_counts=counts).encode(SENTENCES, pooling="sif"), atol=1e-6)
+    np.save(tmp_path / "short.npy", np.ones(3))
+    with pytest.raises(ValueError, match=rf"short.npy: piece counts must be {vocab} non-negative numbers"):
+        read_piece_counts(tmp_path / "short.npy", vocab)
+    with pytest.raises(ValueError, match="piece counts come from a `maskplay prepare` directory"):
+        read_piece_counts(tmp_path, vocab)
+
+
+def test_sif_arguments_are_clear_errors(tok):
+    model = tiny("bert", tok)
+    with pytest.raises(ValueError, match="pooling 'sif' weighs pieces by their corpus frequency"):
+        Embedder(model, tok).encode(["a b"], pooling="sif")
+    with pytest.raises(ValueError, match="piece_counts must have one count per vocabulary entry"):
+        Embedder(model, tok, piece_counts=np.ones(3))
+    embedder = Embedder(model, tok, piece_counts=_counts(model.config.vocab_size))
+    with pytest.raises(ValueError, match="remove_components=2 needs more sentences than components"):
+        embedder.encode(["a", "b"], remove_components=2)
+    with pytest.raises(ValueError, match="static=True pools the word-piece embedding table: leave layer at -1"):
+        embedder.encode(["a"], static=True, layer=1)
+    with pytest.raises(ValueError, match="sif_a must be positive"):
+        embedder.encode(["a"], pooling="sif", sif_a=0)
+    with pytest.raises(ValueError, match="defines mean pooling only"):
+        embedder.encode(["a"], pooling="sif", overflow="window")

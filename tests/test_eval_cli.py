@@ -40,6 +40,19 @@ def test_eval_sts(model_dir, tmp_path, capsys):
     assert "STS-B dev" in printed and "Spearman" in printed
 
 
+def test_eval_sts_with_sif_pooling_records_its_settings(bert_dir, tmp_path, capsys):
+    import numpy as np
+
+    counts = tmp_path / "counts.npy"
+    np.save(counts, np.arange(1, load_tokenizer(shared_path("tta-vocab")).vocab_size + 1, dtype=np.int64))
+    result, printed = run(["eval", "sts", bert_dir, "--limit", "12", "--pooling", "sif", "--static",
+                           "--frequencies", str(counts), "--remove-components", "1"], tmp_path, capsys)
+    assert result["pooling"] == "sif" and result["static"] is True and result["remove_components"] == 1
+    assert result["sif_a"] == 1e-3 and result["frequencies"].endswith("counts.npy")
+    assert "the word-piece table, 1 component(s) removed" in printed
+    assert -100 <= result["results"]["stsb"]["spearman"] <= 100
+
+
 def test_eval_nbest(model_dir, tmp_path, capsys):
     result, printed = run(["eval", "nbest", model_dir, "--limit", "2", "--weights", "0", "0.5", "--batch-size", "64"],
                           tmp_path, capsys)

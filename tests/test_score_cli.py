@@ -112,3 +112,23 @@ def test_embed_to_npy_and_jsonl(model_dirs, tmp_path, capsys):
     assert "applies to T-TA only" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["embed", d, "--file", str(src), "--out", str(out), "--pooling", "max"])
+
+
+def test_embed_takes_sif_pooling(model_dirs, tmp_path, capsys):
+    from maskplay.score import Embedder
+
+    d = str(model_dirs["bert"])
+    src = tmp_path / "s.txt"
+    sentences = ["a dog ran", "the cat sat on the mat", "x y", "the dog sat"]
+    src.write_text("\n".join(sentences) + "\n")
+    vocab = Embedder.from_pretrained(d).model.config.vocab_size
+    counts = tmp_path / "counts.npy"
+    np.save(counts, np.arange(1, vocab + 1, dtype=np.int64))
+    out = tmp_path / "e.npy"
+    assert main(["embed", d, "--file", str(src), "--out", str(out), "--pooling", "sif", "--static",
+                 "--frequencies", str(counts), "--sif-a", "0.01", "--remove-components", "1"]) == 0
+    want = Embedder.from_pretrained(d, piece_counts=np.load(counts).astype(np.float64)).encode(
+        sentences, pooling="sif", static=True, sif_a=0.01, remove_components=1)
+    np.testing.assert_allclose(np.load(out, allow_pickle=False), want, atol=1e-6)
+    assert main(["embed", d, "--file", str(src), "--out", str(out), "--pooling", "sif"]) == 2
+    assert "pooling 'sif' weighs pieces by their corpus frequency" in capsys.readouterr().err

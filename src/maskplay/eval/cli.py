@@ -14,6 +14,7 @@ from ..devices import resolve_device
 from ..modeling import OutputLock, prepare_output_file
 from ..precision import Precision
 from ..precision_probe import AUTO, resolve_cli
+from ..score.cli import add_sif_arguments, sif_counts
 from ..score.scorer import Method, Overflow, Scorer
 
 
@@ -60,6 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="0 = the embedding output (the input of block 1), 1..N = the output of block N, -1 = last")
     s.add_argument("--diagonal-mask", action=argparse.BooleanOptionalAction, default=True,
                    help="T-TA only: --no-diagonal-mask lets each position see its own token")
+    add_sif_arguments(s)
     s.add_argument("--idf-from", default=None, metavar="FILE",
                    help="with --file: fit the TF-IDF baseline's IDF on this STS file's sentences (default: "
                         "sts-train.csv beside an STS-B file, a SICK file's TRAIN rows, else the evaluated sentences)")
@@ -178,14 +180,19 @@ def run_sts(args: argparse.Namespace) -> int:
                          "TRAIN rows)")
     given = _load_sts_files(args) if args.file else None
     embedder = Embedder.from_pretrained(args.model_dir, device=resolve_device(args.device),
-                                        precision=_precision(args))
+                                        precision=_precision(args), piece_counts=sif_counts(args))
     settings = {"pooling": args.pooling, "layer": args.layer, "diagonal_mask": args.diagonal_mask,
+                "static": args.static, "remove_components": args.remove_components,
                 "family": embedder.model.config.family}
+    if args.pooling == Pooling.SIF.value:
+        settings["sif_a"] = args.sif_a
+        settings["frequencies"] = portable(Path(args.frequencies)) if args.frequencies else "model directory"
 
     def embed(texts: list[str]):
         return embedder.encode(texts, pooling=Pooling(args.pooling), layer=args.layer,
                                diagonal_mask=args.diagonal_mask, batch_size=args.batch_size,
-                               overflow=Overflow.TRUNCATE, progress=True)
+                               overflow=Overflow.TRUNCATE, progress=True, static=args.static, sif_a=args.sif_a,
+                               remove_components=args.remove_components)
 
     done = _timed("sts")
     results = {}
@@ -200,7 +207,9 @@ def run_sts(args: argparse.Namespace) -> int:
         pairs = (load_stsb if name == "stsb" else load_sick)(path, args.limit)
         results[name] = {"file": portable(path), **evaluate_sts(pairs, embed),
                          "baselines": evaluate_baselines(pairs, baseline_idf(pairs, name, path))}
-    print(f"Unsupervised STS ({settings['family']}, {args.pooling} pooling, layer {args.layer}"
+    print(f"Unsupervised STS ({settings['family']}, {args.pooling} pooling, "
+          f"{'the word-piece table' if args.static else f'layer {args.layer}'}"
+          f"{f', {args.remove_components} component(s) removed' if args.remove_components else ''}"
           f"{', no diagonal mask' if not args.diagonal_mask else ''}): cosine vs gold, x 100")
     width = max(14, *(len(x) + 2 for x in labels))
     print(f"{'dataset':<{width}}{'pairs':>7}{'Spearman':>10}{'Pearson':>10}  |{'BoW':>7}{'TF-IDF':>8}")

@@ -112,12 +112,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--diagonal-mask", action=argparse.BooleanOptionalAction, default=True,
                    help="T-TA only: --no-diagonal-mask lets each position see its own token")
     e.add_argument("--normalize", action="store_true", help="unit-length rows")
+    add_sif_arguments(e)
     e.add_argument("--overflow", choices=[Overflow.ERROR.value, Overflow.TRUNCATE.value, Overflow.WINDOW.value],
                    default=Overflow.ERROR.value,
                    help="a sentence longer than the model: error; truncate = embed its first pieces; window = mean "
                         "pooling over overlapping windows, each piece taken once (--pooling mean only)")
     e.add_argument("--max-length", type=int, default=None, metavar="N", help=MAX_LENGTH_HELP)
     e.set_defaults(func=run_embed, sentences=None)
+
+
+def add_sif_arguments(p: argparse.ArgumentParser) -> None:
+    """--static, --frequencies, --sif-a, --remove-components: shared by `eval sts` and `embed`."""
+    p.add_argument("--static", action="store_true",
+                   help="pool the word-piece embedding table's vectors (no position, no context) instead of a layer")
+    p.add_argument("--frequencies", default=None, metavar="PATH",
+                   help="--pooling sif: piece counts from a `maskplay prepare` directory (its train split), a model "
+                        "directory with piece_counts.npy or such a .npy file (default: the model directory's)")
+    p.add_argument("--sif-a", type=float, default=1e-3, metavar="A", help="--pooling sif: weight a / (a + p(piece))")
+    p.add_argument("--remove-components", type=int, default=0, metavar="K",
+                   help="remove the projection on the first K principal components of the embedded set (SIF: 1)")
+
+
+def sif_counts(args: argparse.Namespace) -> Any:
+    """The piece counts --frequencies names (None: the Embedder looks in the model directory)."""
+    if args.frequencies is None:
+        return None
+    from ..modeling import read_model_config, resolve_model_dir
+    from ..score.embed import read_piece_counts
+
+    vocab = read_model_config(resolve_model_dir(args.model_dir)).vocab_size
+    return read_piece_counts(args.frequencies, vocab)
 
 
 MAX_LENGTH_HELP = ("tokens per pass, [SOS]/[EOS] included (default and most: the model's max_position); a longer "
@@ -358,13 +382,15 @@ def run_embed(args: argparse.Namespace) -> int:
     rows = _read_input(args)
     with OutputLock(out):
         precision = resolve_cli(args.precision, device, model_dir=args.model_dir, rows=args.batch_size * 32, command="embed")
-        embedder = Embedder.from_pretrained(args.model_dir, device=device, precision=precision)
+        embedder = Embedder.from_pretrained(args.model_dir, device=device, precision=precision,
+                                            piece_counts=sif_counts(args))
         positions = [k for k, (_, text) in enumerate(rows) if not is_empty(text)]
         try:
             vectors = embedder.encode([rows[k][1] for k in positions], pooling=Pooling(args.pooling), layer=args.layer,
                                       diagonal_mask=args.diagonal_mask, normalize=args.normalize,
                                       batch_size=args.batch_size, overflow=Overflow(args.overflow),
-                                      progress=True, max_length=args.max_length)
+                                      progress=True, max_length=args.max_length, static=args.static,
+                                      sif_a=args.sif_a, remove_components=args.remove_components)
         except ValueError as err:
             import re
 

@@ -9,7 +9,15 @@ A sentence longer than the model: overflow='error' (default), 'truncate' (its fi
 'window' (mean pooling only): windows of max_position - 2 pieces advancing by half a window, as scoring's, each
 framed by [SOS]/[EOS]; every piece's output is taken from one window - the one where it sits furthest from both
 edges (GPT: the earliest window holding it, the most left context) - and the embedding is the mean over all the
-pieces, each counted once."""
+pieces, each counted once.
+
+SIF pooling (Arora et al. 2017, "A simple but tough-to-beat baseline for sentence embeddings"): the mean weighted
+by a / (a + p(piece)), p the piece's frequency in a training corpus (`piece_counts`: read_piece_counts, or
+piece_counts.npy in the model directory), so that frequent pieces count less; SIF's second step is
+`remove_components=1`: the projection on the first principal component of the embedded set is removed (computed
+from the sentences being embedded, no labels). `static=True` pools the word-piece embedding table's vectors
+instead of a layer's outputs (no position, no context). At the mini size these are the project's best unsupervised
+STS embeddings (docs/RESULTS.md section 11)."""
 
 from __future__ import annotations
 
@@ -38,17 +46,46 @@ from .scorer import (
 )
 from .text import encode_ids
 
+PIECE_COUNTS = "piece_counts.npy"  # in a model directory: training-corpus piece counts, (vocab_size,) int64
+
 
 class Pooling(str, Enum):
     MEAN = "mean"  # mean over the pieces, [SOS]/[EOS] excluded (official T-TA protocol)
+    SIF = "sif"  # the mean weighted by a / (a + p(piece)) (Arora et al. 2017); needs piece counts
     FIRST = "first"  # the output at [SOS] (BERT's [CLS] position)
     LAST = "last"  # the output at [EOS] (the natural choice for a causal model: it has read everything)
 
 
+def read_piece_counts(path: str | Path, vocab_size: int) -> np.ndarray:
+    """Piece counts (vocab_size,) float64 from a `maskplay prepare` directory (its train split counted), a model
+    directory holding piece_counts.npy, or such a .npy file itself."""
+    path = Path(path)
+    if (path / "train").is_dir():
+        from ..data.dataset import TokenDataset
+
+        counts = np.bincount(np.asarray(TokenDataset(path / "train").tokens), minlength=vocab_size)
+    elif path.is_dir() and (path / PIECE_COUNTS).is_file():
+        counts = np.load(path / PIECE_COUNTS, allow_pickle=False)
+    elif path.is_file() and path.suffix == ".npy":
+        counts = np.load(path, allow_pickle=False)
+    else:
+        raise ValueError(f"{path}: piece counts come from a `maskplay prepare` directory (with train/), a model "
+                         f"directory with {PIECE_COUNTS}, or a .npy file")
+    if counts.shape != (vocab_size,) or not np.isfinite(counts).all() or (counts < 0).any() or counts.sum() <= 0:
+        raise ValueError(f"{path}: piece counts must be {vocab_size} non-negative numbers (the model's vocabulary), "
+                         f"not all zero; got shape {counts.shape}")
+    return counts.astype(np.float64)
+
+
 class Embedder:
     def __init__(self, model: MaskplayModel, tokenizer: Tokenizer, device: str | torch.device | None = None,
-                 precision: Precision | str = Precision.fp32) -> None:
+                 precision: Precision | str = Precision.fp32, piece_counts: np.ndarray | None = None) -> None:
+        """piece_counts (vocab_size,): a training corpus's piece counts, for pooling 'sif' (read_piece_counts)."""
         check_compatible(model, tokenizer)
+        if piece_counts is not None and np.shape(piece_counts) != (model.config.vocab_size,):
+            raise ValueError(f"piece_counts must have one count per vocabulary entry ({model.config.vocab_size}), "
+                             f"got shape {np.shape(piece_counts)}")
+        self.piece_counts = piece_counts
         if device is not None:
             model = model.to(device)
         self.model = model.eval()
@@ -57,23 +94,46 @@ class Embedder:
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, **kwargs: Any) -> Embedder:
+        """piece_counts default to the model directory's piece_counts.npy, when it has one."""
+        from ..modeling import resolve_model_dir
+
         model, tokenizer = load_model_dir(directory)
+        local = resolve_model_dir(directory) / PIECE_COUNTS
+        if kwargs.get("piece_counts") is None and local.is_file():
+            kwargs["piece_counts"] = read_piece_counts(local, model.config.vocab_size)
         return cls(model, tokenizer, **kwargs)
 
     def encode(self, sentences: Sequence[str], pooling: Pooling | str = Pooling.MEAN, layer: int = -1,
                diagonal_mask: bool = True, normalize: bool = False, batch_size: int = 32,
                overflow: Overflow | str = Overflow.ERROR, progress: bool = False,
-               max_length: int | None = None) -> np.ndarray:
+               max_length: int | None = None, static: bool = False, sif_a: float = 1e-3,
+               remove_components: int = 0) -> np.ndarray:
         """(len(sentences), hidden) float32. layer indexes the hidden states: 0 = the input of the first block
         (for T-TA the [MASK]+position query stream, which carries no information about the sentence), 1..N =
         the output of block 1..N, -1 = the last block. normalize=True scales every row to unit L2 norm.
-        max_length: tokens per pass with [SOS]/[EOS] (default and most: the model's max_position)."""
+        max_length: tokens per pass with [SOS]/[EOS] (default and most: the model's max_position).
+        static=True: the word-piece embedding table's vectors instead of a layer (no model pass; (n, embedding
+        width)). pooling 'sif': weights sif_a / (sif_a + p(piece)) from the Embedder's piece_counts.
+        remove_components=k: the projection on the first k principal components (uncentred, as SIF) of the
+        returned set is removed, before normalize."""
         if isinstance(sentences, str):
             raise ValueError("encode() takes a list of sentences, got a single str")
         pooling, overflow = Pooling(pooling), Overflow(overflow)
         if overflow is Overflow.MEMORY:
             raise ValueError("overflow='memory' applies to XLNet's causal score; for embeddings use 'error', "
                              "'truncate' or 'window'")
+        if pooling is Pooling.SIF and self.piece_counts is None:
+            raise ValueError("pooling 'sif' weighs pieces by their corpus frequency: give piece counts (--frequencies "
+                             f"DIR, a `maskplay prepare` directory; or {PIECE_COUNTS} in the model directory)")
+        if sif_a <= 0:
+            raise ValueError(f"sif_a must be positive, got {sif_a}")
+        if remove_components < 0:
+            raise ValueError(f"remove_components must be >= 0, got {remove_components}")
+        if remove_components and remove_components >= len(sentences):
+            raise ValueError(f"remove_components={remove_components} needs more sentences than components, got "
+                             f"{len(sentences)}")
+        if static and layer != -1:
+            raise ValueError("static=True pools the word-piece embedding table: leave layer at -1")
         if overflow is Overflow.WINDOW and pooling is not Pooling.MEAN:
             raise ValueError(f"overflow='window' pools each piece from one window, which defines mean pooling only; "
                              f"pooling {pooling.value!r} reads one position of one window: use 'mean' or 'truncate'")
@@ -112,9 +172,12 @@ class Embedder:
                 continue
             rows.append([cfg.sos_token_id, *enc[:width], cfg.eos_token_id])
             owners.append((index, None))
-        sums = np.zeros((len(encoded), cfg.hidden_size), dtype=np.float64)  # windows: the sum of the pieces' outputs
+        dim = cfg.embedding_width if static else cfg.hidden_size
+        sums = np.zeros((len(encoded), dim), dtype=np.float64)  # windows: the sum of the pieces' outputs
         counts = np.zeros(len(encoded), dtype=np.int64)
-        out = np.zeros((len(encoded), cfg.hidden_size), dtype=np.float32)
+        out = np.zeros((len(encoded), dim), dtype=np.float32)
+        probs = None if self.piece_counts is None else torch.tensor(self.piece_counts / self.piece_counts.sum(),
+                                                                     dtype=torch.float32)
         order = sorted(range(len(rows)), key=lambda k: -len(rows[k]))
         device = next(self.model.parameters()).device
         kwargs = {} if cfg.family != "tta" else {"diagonal_mask": diagonal_mask}
@@ -124,9 +187,11 @@ class Embedder:
                 ids, attn = pad_rows([rows[k] for k in batch], cfg.pad_token_id, device)
                 lengths = attn.sum(1)
                 r = torch.arange(len(batch), device=device)
-                # no labels: the LM head never runs (the model's logits are computed only when read)
-                result = runner.forward(ids, attention_mask=attn, output_hidden_states=layer != -1, **kwargs)
-                hidden = (result.last_hidden_state if layer == -1 else result.hidden_states[layer]).float()
+                if static:
+                    hidden = self.model.embeddings.word(ids).float()
+                else:  # no labels: the LM head never runs (the model's logits are computed only when read)
+                    result = runner.forward(ids, attention_mask=attn, output_hidden_states=layer != -1, **kwargs)
+                    hidden = (result.last_hidden_state if layer == -1 else result.hidden_states[layer]).float()
                 windowed = [(row, k) for row, k in enumerate(batch) if owners[k][1] is not None]
                 for row, k in windowed:
                     sentence, positions = owners[k]
@@ -138,10 +203,12 @@ class Embedder:
                         continue
                     hidden, attn, lengths, r = hidden[whole], attn[whole], lengths[whole], r[:len(whole)]
                     batch = [batch[row] for row in whole]
-                if pooling is Pooling.MEAN:
-                    inner = attn.clone()
-                    inner[:, 0] = False
-                    inner[r, lengths - 1] = False
+                if pooling in (Pooling.MEAN, Pooling.SIF):
+                    inner = attn.clone().float()
+                    inner[:, 0] = 0
+                    inner[r, lengths - 1] = 0
+                    if pooling is Pooling.SIF:
+                        inner = inner * (sif_a / (sif_a + probs.to(ids.device)[ids]))
                     pooled = (hidden * inner[..., None]).sum(1) / inner.sum(1, keepdim=True)
                 elif pooling is Pooling.FIRST:
                     pooled = hidden[:, 0]
@@ -150,6 +217,10 @@ class Embedder:
                 out[[owners[k][0] for k in batch]] = pooled.cpu().numpy()
         windowed = np.flatnonzero(counts)
         out[windowed] = (sums[windowed] / counts[windowed, None]).astype(np.float32)
+        if remove_components:
+            _, _, vt = np.linalg.svd(out.astype(np.float64), full_matrices=False)
+            top = vt[:remove_components]
+            out = (out - (out @ top.T) @ top).astype(np.float32)
         if normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
