@@ -6,8 +6,9 @@ of every layer, for models already trained (issue 18: the bundled models are bel
 
 Layers: `word` = the word-piece embedding table alone (no position, no norm: static word vectors), then the
 hidden states 0..N as `maskplay embed --layer` reads them (0 = the first block's input). Weights over a sentence's
-pieces ([SOS]/[EOS] excluded): `mean`; `sif-A` = A / (A + p(piece)), p from the piece counts of --frequencies's
-training split (Arora et al. 2017, "A simple but tough-to-beat baseline for sentence embeddings"); `idf` =
+pieces ([SOS]/[EOS] excluded): `mean`; `sif-A` = A / (A + p(piece)), p from the model directory's piece_counts.npy
+(the bundled models) or else the piece counts of --frequencies's training split (checked to be the model's
+vocabulary) (Arora et al. 2017, "A simple but tough-to-beat baseline for sentence embeddings"); `idf` =
 ln((1 + n) / (1 + df)) + 1 over the pieces of the dataset's own unlabelled train sentences (STS-B train; SICK:
 every SICK sentence), as the TF-IDF baseline's. Each with and without removing the first principal component of
 the dataset's sentence vectors (SIF's second step; no labels). T-TA runs with its diagonal mask, as `eval sts`.
@@ -23,8 +24,9 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from maskplay.data.dataset import TokenDataset
 from maskplay.eval.sts import SICK, STSB, load_sick, load_stsb
+from maskplay.modeling import resolve_model_dir
+from maskplay.score.embed import PIECE_COUNTS, read_piece_counts
 from maskplay.score.scorer import load_model_dir
 from maskplay.score.text import encode_ids
 
@@ -71,7 +73,9 @@ def study(model_dir: str, frequencies: Path) -> dict:
     model, tok = load_model_dir(model_dir)
     model.eval()
     vocab = model.config.vocab_size
-    counts = np.bincount(np.asarray(TokenDataset(frequencies / "train").tokens), minlength=vocab).astype(np.float64)
+    own = resolve_model_dir(model_dir) / PIECE_COUNTS  # a bundled model's own counts, by its own vocabulary
+    source = own if own.is_file() else frequencies
+    counts = read_piece_counts(source, vocab, tok)
     p = counts / counts.sum()
     sets = {"stsb": (load_stsb(SHARED.joinpath(*STSB), None),
                      load_stsb(SHARED / "stsbenchmark" / "sts-train.csv", None)),
@@ -99,7 +103,8 @@ def study(model_dir: str, frequencies: Path) -> dict:
                 table[f"{wname}/{layer}"] = {"plain": spearman(x, gold),
                                              "minus_pc1": spearman(without_first_component(x), gold)}
         out[name] = {"pairs": len(pairs), "layers": layers, "results": table}
-    return {"model": model_dir, "family": model.config.family, "frequencies": str(frequencies), "datasets": out}
+    frequencies_name = f"{model_dir}/{PIECE_COUNTS}" if own.is_file() else str(frequencies)
+    return {"model": model_dir, "family": model.config.family, "frequencies": frequencies_name, "datasets": out}
 
 
 def main() -> None:

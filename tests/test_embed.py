@@ -149,6 +149,17 @@ def test_piece_counts_from_a_prepared_corpus_a_file_and_the_model_directory(tok,
     np.testing.assert_array_equal(loaded.piece_counts, counts)
     np.testing.assert_allclose(loaded.encode(SENTENCES, pooling="sif"),
                                Embedder(model, tok, piece_counts=counts).encode(SENTENCES, pooling="sif"), atol=1e-6)
+    tok.save(tmp_path / "corpus")  # prepared with the model's vocabulary: accepted
+    assert read_piece_counts(tmp_path / "corpus", vocab, tok).sum() == 5
+    import json
+
+    spec = json.loads((tmp_path / "corpus" / "tokenizer.json").read_text())
+    words = spec["model"]["vocab"]
+    a, b = sorted(words)[-2:]
+    words[a], words[b] = words[b], words[a]  # another vocabulary: two pieces trade ids
+    (tmp_path / "corpus" / "tokenizer.json").write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match="corpus was prepared with another vocabulary than the model's"):
+        read_piece_counts(tmp_path / "corpus", vocab, tok)
     np.save(tmp_path / "short.npy", np.ones(3))
     with pytest.raises(ValueError, match=rf"short.npy: piece counts must be {vocab} non-negative numbers"):
         read_piece_counts(tmp_path / "short.npy", vocab)

@@ -137,11 +137,12 @@ def sif_counts(args: argparse.Namespace) -> Any:
     """The piece counts --frequencies names (None: the Embedder looks in the model directory)."""
     if args.frequencies is None:
         return None
-    from ..modeling import read_model_config, resolve_model_dir
-    from ..score.embed import read_piece_counts
+    from ..modeling import resolve_model_dir
+    from ..tokenizer import load_tokenizer
+    from .embed import read_piece_counts
 
-    vocab = read_model_config(resolve_model_dir(args.model_dir)).vocab_size
-    return read_piece_counts(args.frequencies, vocab)
+    tokenizer = load_tokenizer(resolve_model_dir(args.model_dir))
+    return read_piece_counts(args.frequencies, tokenizer.vocab_size, tokenizer)
 
 
 MAX_LENGTH_HELP = ("tokens per pass, [SOS]/[EOS] included (default and most: the model's max_position); a longer "

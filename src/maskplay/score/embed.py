@@ -56,12 +56,20 @@ class Pooling(str, Enum):
     LAST = "last"  # the output at [EOS] (the natural choice for a causal model: it has read everything)
 
 
-def read_piece_counts(path: str | Path, vocab_size: int) -> np.ndarray:
+def read_piece_counts(path: str | Path, vocab_size: int, tokenizer: Tokenizer | None = None) -> np.ndarray:
     """Piece counts (vocab_size,) float64 from a `maskplay prepare` directory (its train split counted), a model
-    directory holding piece_counts.npy, or such a .npy file itself."""
+    directory holding piece_counts.npy, or such a .npy file itself. With `tokenizer` (the model's), a prepared
+    directory must have been tokenized by the same vocabulary: counts by another one's ids weigh the wrong pieces."""
     path = Path(path)
     if (path / "train").is_dir():
         from ..data.dataset import TokenDataset
+        from ..tokenizer import load_tokenizer
+
+        if tokenizer is not None and (path / "tokenizer.json").is_file():
+            if load_tokenizer(path).backend.get_vocab() != tokenizer.backend.get_vocab():
+                raise ValueError(f"{path} was prepared with another vocabulary than the model's: its counts would "
+                                 "weigh the wrong pieces; prepare the corpus with the model's tokenizer "
+                                 "(maskplay prepare --tokenizer MODEL_DIR)")
 
         counts = np.bincount(np.asarray(TokenDataset(path / "train").tokens), minlength=vocab_size)
     elif path.is_dir() and (path / PIECE_COUNTS).is_file():
