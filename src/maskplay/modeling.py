@@ -244,8 +244,7 @@ def read_model_config(directory: str | Path, **overrides: Any) -> ModelConfig:
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 # Models shipped inside the package, usable by name anywhere a model directory is expected.
-BUNDLED_MODELS = {"tta-mini-wiki": ASSETS / "tta-mini-wiki", "unilm-titles-mini": ASSETS / "unilm-titles-mini",
-                  "electra-mini-wiki": ASSETS / "electra-mini-wiki"}
+BUNDLED_MODELS = {"tta-mini-wiki": ASSETS / "tta-mini-wiki", "unilm-titles-mini": ASSETS / "unilm-titles-mini"}
 
 
 def resolve_model_dir(name: str | Path) -> Path:
