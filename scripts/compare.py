@@ -5,6 +5,7 @@ family; then every dev evaluation the project has. One JSON per (family, lr, see
     python scripts/compare.py run --lrs 5e-4 1e-3 --seeds 0            # the grid (trains + evaluates what is missing)
     python scripts/compare.py run --best --seeds 1                     # more seeds at each family's best lr
     python scripts/compare.py run --untrained --seeds 0 1             # each family at random init (STS only)
+    python scripts/compare.py sif                                      # + SIF static STS (section 11)
     python scripts/compare.py summarize                                # table (docs/RESULTS.md) + plot
 
 Every run: `maskplay pretrain --family F --preset mini` on --data (runs/data-wikigut16k: the shared Wikipedia plus
@@ -35,6 +36,8 @@ RUNS = Path("runs/compare")
 RESULTS = Path("results/compare")
 FAMILIES = ("tta", "bert", "gpt", "electra", "xlnet", "unilm")
 EVALS = ("sts", "spelling", "cola", "nbest")
+# what a family needs to pretrain on plain sentences: UniLM's default objective is seq2seq (source [SEP] target)
+FAMILY_SETS = {"unilm": ["model.unilm.objective=mixed"]}
 
 
 def name(family: str, lr: float, seed: int) -> str:
@@ -87,7 +90,7 @@ def train_and_eval(family: str, lr: float, seed: int, args: argparse.Namespace) 
                  f"--set=optim.warmup_steps={args.steps // 10}", f"--set=run.eval_every={args.steps // 4}",
                  f"--set=run.eval_batches={args.eval_batches}", "--set=run.threads=1",
                  f"--set=run.save_every={args.steps // 2}", "--set=run.keep_last=1", "--set=run.log_every=20",
-                 "--set=run.progress=false", *resume], log, env)
+                 "--set=run.progress=false", *(f"--set={x}" for x in FAMILY_SETS.get(family, [])), *resume], log, env)
     final = out / "final"
     timing = {}
     for task in EVALS:
@@ -201,9 +204,10 @@ def cmd_run(args: argparse.Namespace) -> None:
     elif args.best:
         best = best_lrs(load_results())
         missing = [f for f in args.families if f not in best]
-        if missing:
-            raise SystemExit(f"--best: no finished run of {missing[0]} in {RESULTS} to choose its lr from")
-        jobs = [(f, best[f], s) for s in args.seeds for f in args.families]
+        if missing:  # reported, and the other families go on
+            print(f"--best: no finished run of {', '.join(missing)} in {RESULTS} to choose an lr from; skipped",
+                  flush=True)
+        jobs = [(f, best[f], s) for s in args.seeds for f in args.families if f in best]
     else:
         jobs = [(f, lr, s) for s in args.seeds for lr in args.lrs for f in args.families]
     t0 = time.time()
@@ -217,6 +221,26 @@ def cmd_run(args: argparse.Namespace) -> None:
 
     with ThreadPoolExecutor(args.workers) as pool:
         list(pool.map(one, jobs))
+
+
+def cmd_sif(args: argparse.Namespace) -> None:
+    """Add the SIF static STS (docs/RESULTS.md section 11: `--pooling sif --static --remove-components 1`, piece
+    counts from the run's own training corpus) to every finished run's JSON, with the checkout's own maskplay."""
+    for path in sorted(RESULTS.glob("*-lr*-s[0-9]*.json")):
+        record = json.loads(path.read_text())
+        if "stsb_sif_spearman" in record:
+            continue
+        out = RUNS / path.stem
+        sh([sys.executable, "-m", "maskplay", "eval", "sts", str(out / "final"), "--precision", "fp32",
+            "--pooling", "sif", "--static", "--remove-components", "1", "--frequencies", f"runs/{record['data']}",
+            "--out", str(out / "sts-sif.json")], RUNS / f"{path.stem}.log", {**os.environ, "OMP_NUM_THREADS": "1"})
+        sts = json.loads((out / "sts-sif.json").read_text())["results"]
+        record["stsb_sif_spearman"] = sts["stsb"]["spearman"]
+        record["sick_sif_spearman"] = sts["sick"]["spearman"]
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+        tmp.replace(path)
+        print(f"sif: {path}", flush=True)
 
 
 def cmd_summarize(args: argparse.Namespace) -> None:
@@ -244,11 +268,12 @@ def main() -> None:
     run.add_argument("--workers", type=int, default=2)
     run.add_argument("--code", default=".", help="the checkout whose src/ the runs import (a frozen copy)")
     run.add_argument("--code-label", default="", help="the commit that checkout is, recorded in each JSON")
+    sub.add_parser("sif", help="add SIF static STS to every finished run (this checkout's maskplay)")
     summ = sub.add_parser("summarize")
     summ.add_argument("--table", default="results/compare/table.md")
     summ.add_argument("--plot", default="docs/compare.png")
     args = parser.parse_args()
-    {"run": cmd_run, "summarize": cmd_summarize}[args.command](args)
+    {"run": cmd_run, "sif": cmd_sif, "summarize": cmd_summarize}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ START, END = "<!-- compare table: scripts/compare.py summarize -->", "<!-- end o
 COLUMNS = (
     (lambda r: r["stsb_dev_spearman"], "STS-B dev Spearman", 1),
     (lambda r: r["sick_spearman"], "SICK Spearman", 1),
+    (lambda r: r.get("stsb_sif_spearman", float("nan")), "STS-B dev, SIF static", 1),
+    (lambda r: r.get("sick_sif_spearman", float("nan")), "SICK, SIF static", 1),
     (lambda r: r["rwse"]["en_natural_train"]["top1"], "RWSE natural top-1", 1),
     (lambda r: r["rwse"]["en_natural_train"]["pair_accuracy"], "RWSE natural pair acc.", 1),
     (lambda r: r["cola_in_domain_mcc"], "CoLA in-domain MCC (zero-shot)", 1),
