@@ -14,7 +14,7 @@ warmup a tenth, linear decay to --steps; held-out loss on run.eval_batches x bat
 family's own objective: comparable across learning rates and seeds of one family, not across families). Then
 `maskplay eval sts` (STS-B dev + SICK), `eval spelling` (RWSE, first --spelling-limit items per file), `eval cola`
 (zero-shot), `eval nbest` (first --nbest-limit utterances per split), all fp32, each family's default scoring method.
-The best lr of a family is the one with the lowest mean held-out loss over its seeds. A finished run is skipped; an
+The best lr of a family is the one with the lowest held-out loss on the grid's seed (seed 0). A finished run is skipped; an
 unfinished one resumes from its last checkpoint.
 """
 
@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -182,15 +181,17 @@ def load_results() -> list[dict]:
 
 
 def best_lrs(records: list[dict]) -> dict[str, float]:
-    """Each family's learning rate with the lowest mean held-out loss (its own objective) over its seeds."""
-    by: dict[tuple[str, float], list[float]] = {}
+    """Each family's learning rate with the lowest held-out loss (its own objective) on the grid's seed (the
+    lowest seed the family has): later seeds, run at the chosen rate only, must not move the choice."""
+    grid_seed = {}
     for r in records:
-        by.setdefault((r["family"], r["lr"]), []).append(r["heldout_loss"])
+        grid_seed[r["family"]] = min(grid_seed.get(r["family"], r["seed"]), r["seed"])
     best: dict[str, tuple[float, float]] = {}
-    for (family, lr), losses in by.items():
-        mean = statistics.fmean(losses)
-        if family not in best or mean < best[family][1]:
-            best[family] = (lr, mean)
+    for r in records:
+        if r["seed"] != grid_seed[r["family"]]:
+            continue
+        if r["family"] not in best or r["heldout_loss"] < best[r["family"]][1]:
+            best[r["family"]] = (r["lr"], r["heldout_loss"])
     return {family: lr for family, (lr, _) in best.items()}
 
 
