@@ -24,13 +24,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from ablations import sh  # scripts/ablations.py: run one command, its output appended to a log
+
 RUNS = Path("runs/compare")
 RESULTS = Path("results/compare")
 FAMILIES = ("tta", "bert", "gpt", "electra", "xlnet", "unilm")
@@ -41,15 +41,6 @@ FAMILY_SETS = {"unilm": ["model.unilm.objective=mixed"]}
 
 def name(family: str, lr: float, seed: int) -> str:
     return f"{family}-lr{lr:g}-s{seed}"
-
-
-def sh(cmd: list[str], log: Path, env: dict[str, str]) -> None:
-    with log.open("a") as f:
-        f.write(f"$ {' '.join(cmd)}\n")
-        f.flush()
-        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(cmd[:5])} ... failed (exit {done.returncode}); see {log}")
 
 
 def train_flops_per_token(config: dict, seq_len: float) -> float:
