@@ -109,47 +109,74 @@ def sh(cmd: list[str], log: Path, env: dict[str, str]) -> None:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed (exit {done.returncode}); see {log}")
 
 
+def runner_env(code: str) -> dict[str, str]:
+    """One thread per run, the frozen checkout's src/ imported."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(code).resolve() / "src")}
+
+
+def pretrain(out: Path, options: list[str], log: Path, env: dict[str, str]) -> None:
+    """`maskplay pretrain --out OUT OPTIONS` unless OUT/final is there: an exact resume from OUT's last checkpoint
+    after an interruption, else a fresh start (what an interrupted start left is removed)."""
+    if (out / "final" / "model.safetensors").exists():
+        return
+    resume = ["--resume"] if any(out.glob("ckpt-*")) else []
+    if out.exists() and not resume:
+        shutil.rmtree(out)
+    sh([sys.executable, "-m", "maskplay", "pretrain", "--out", str(out), *options, *resume], log, env)
+
+
+def run_metrics(out: Path) -> tuple[list[dict], list[dict], int]:
+    """A finished run's logged training steps, its held-out evaluations and its parameter count."""
+    from maskplay.train.loop import read_metrics
+
+    metrics = read_metrics(out)
+    train_log = (out / "train.log").read_text()
+    parameters = int(train_log.split(" parameters")[0].rsplit("model, ", 1)[1].replace(",", ""))
+    return [m for m in metrics if "tokens_per_s" in m], [m for m in metrics if "eval_loss" in m], parameters
+
+
+def write_json(path: Path, record: dict) -> None:
+    """Atomically: a reader never sees half a result."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(path)
+
+
 def train_and_eval(family: str, row: str, seed: int, args: argparse.Namespace) -> Path:
     out = run_dir(family, row, seed)
     result = result_path(family, row, seed)
     if result.exists():
         return result
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(args.code).resolve() / "src")}
+    env = runner_env(args.code)
     py = [sys.executable, "-m", "maskplay"]
     log = RUNS / f"{out.name}.log"
-    if not (out / "final" / "model.safetensors").exists():
-        resume = ["--resume"] if any(out.glob("ckpt-*")) else []  # exact resume after an interruption
-        if out.exists() and not resume:
-            shutil.rmtree(out)
-        sets = [f"--set={s}" for s in overrides(family, row, args.steps)]
-        sh(py + ["pretrain", "--config", f"configs/mini-{family}.toml", "--data", args.data, "--out", str(out),
-                 "--seed", str(seed), "--max-steps", str(args.steps), "--batch-size", str(args.batch_size),
-                 "--lr", str(args.lr), "--precision", args.precision, "--max-minutes", "600",
-                 f"--set=optim.warmup_steps={args.steps // 10}", f"--set=run.eval_every={args.steps // 2}",
-                 f"--set=run.eval_batches={args.eval_batches}", "--set=run.threads=1",
-                 f"--set=run.save_every={args.steps}", "--set=run.keep_last=1", "--set=run.log_every=20",
-                 "--set=run.progress=false", *sets, *resume], log, env)
+    sets = overrides(family, row, args.steps)
+    pretrain(out, ["--config", f"configs/mini-{family}.toml", "--data", args.data,
+                   "--seed", str(seed), "--max-steps", str(args.steps), "--batch-size", str(args.batch_size),
+                   "--lr", str(args.lr), "--precision", args.precision, "--max-minutes", "600",
+                   f"--set=optim.warmup_steps={args.steps // 10}", f"--set=run.eval_every={args.steps // 2}",
+                   f"--set=run.eval_batches={args.eval_batches}", "--set=run.threads=1",
+                   f"--set=run.save_every={args.steps}", "--set=run.keep_last=1", "--set=run.log_every=20",
+                   "--set=run.progress=false", *(f"--set={x}" for x in sets)], log, env)
     final = out / "final"
     sh(py + ["eval", "sts", str(final), "--datasets", "stsb", "--precision", "fp32",
              "--out", str(out / "sts.json")], log, env)
     sh(py + ["eval", "spelling", str(final), "--precision", "fp32", "--limit", str(args.spelling_limit),
              "--out", str(out / "spelling.json")], log, env)
-    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    steps = [m for m in metrics if "tokens_per_s" in m]
-    evals = [m for m in metrics if "eval_loss" in m]
+    steps, evals, parameters = run_metrics(out)
     warm = [m["tokens_per_s"] for m in steps if m["step"] > args.steps // 10] or [m["tokens_per_s"] for m in steps]
     config = json.loads((final / "config.json").read_text())
     sts = json.loads((out / "sts.json").read_text())["results"]["stsb"]
     spelling = json.loads((out / "spelling.json").read_text())
     train_log = (out / "train.log").read_text()
-    sets = overrides(family, row, args.steps)
     record = {
         "family": family, "row": row, "seed": seed, "overrides": sets, "steps": steps[-1]["step"],
         "batch_size": args.batch_size,
         "lr": next((float(o.split("=")[1]) for o in sets if o.startswith("optim.lr=")), args.lr),
         "tokens": steps[-1]["tokens"],
         "precision": "bf16" if ", bf16;" in train_log else "fp32" if ", fp32;" in train_log else args.precision,
-        "parameters": int(train_log.split(" parameters")[0].rsplit("model, ", 1)[1].replace(",", "")),
+        "parameters": parameters,
         "heldout_loss": evals[-1]["eval_loss"], "heldout_sentences": args.eval_batches * args.batch_size,
         "train_loss_last": steps[-1]["loss"], "tokens_per_s": statistics.median(warm),
         "wall_s": steps[-1]["elapsed_s"],
@@ -164,10 +191,7 @@ def train_and_eval(family: str, row: str, seed: int, args: argparse.Namespace) -
         "eval_curve": [{"step": m["step"], "loss": m["eval_loss"]} for m in evals],
         "code": args.code_label,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    tmp = result.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(result)
+    write_json(result, record)
     return result
 
 

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ablations import sh  # scripts/ablations.py: run one command, its output appended to a log
+# scripts/ablations.py: one command into a log, a run started or resumed, its metrics, an atomic JSON write
+from ablations import pretrain, run_metrics, runner_env, sh, write_json
 
 RUNS = Path("runs/compare")
 RESULTS = Path("results/compare")
@@ -67,20 +66,16 @@ def train_and_eval(family: str, lr: float, seed: int, args: argparse.Namespace) 
     result = RESULTS / f"{out.name}.json"
     if result.exists():
         return result
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(args.code).resolve() / "src")}
+    env = runner_env(args.code)
     py = [sys.executable, "-m", "maskplay"]
     log = RUNS / f"{out.name}.log"
-    if not (out / "final" / "model.safetensors").exists():
-        resume = ["--resume"] if any(out.glob("ckpt-*")) else []
-        if out.exists() and not resume:
-            shutil.rmtree(out)
-        sh(py + ["pretrain", "--family", family, "--preset", "mini", "--data", args.data, "--out", str(out),
-                 "--seed", str(seed), "--max-steps", str(args.steps), "--batch-size", str(args.batch_size),
-                 "--lr", str(lr), "--precision", args.precision, "--max-minutes", "600",
-                 f"--set=optim.warmup_steps={args.steps // 10}", f"--set=run.eval_every={args.steps // 4}",
-                 f"--set=run.eval_batches={args.eval_batches}", "--set=run.threads=1",
-                 f"--set=run.save_every={args.steps // 2}", "--set=run.keep_last=1", "--set=run.log_every=20",
-                 "--set=run.progress=false", *(f"--set={x}" for x in FAMILY_SETS.get(family, [])), *resume], log, env)
+    pretrain(out, ["--family", family, "--preset", "mini", "--data", args.data,
+                   "--seed", str(seed), "--max-steps", str(args.steps), "--batch-size", str(args.batch_size),
+                   "--lr", str(lr), "--precision", args.precision, "--max-minutes", "600",
+                   f"--set=optim.warmup_steps={args.steps // 10}", f"--set=run.eval_every={args.steps // 4}",
+                   f"--set=run.eval_batches={args.eval_batches}", "--set=run.threads=1",
+                   f"--set=run.save_every={args.steps // 2}", "--set=run.keep_last=1", "--set=run.log_every=20",
+                   "--set=run.progress=false", *(f"--set={x}" for x in FAMILY_SETS.get(family, []))], log, env)
     final = out / "final"
     timing = {}
     for task in EVALS:
@@ -91,9 +86,7 @@ def train_and_eval(family: str, lr: float, seed: int, args: argparse.Namespace) 
                      "--out", str(out / f"{task}.json")], log, env)
             timing[task] = time.perf_counter() - t0
     ev = {task: json.loads((out / f"{task}.json").read_text()) for task in EVALS}
-    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    steps = [m for m in metrics if "tokens_per_s" in m]
-    evals = [m for m in metrics if "eval_loss" in m]
+    steps, evals, parameters = run_metrics(out)
     config = json.loads((final / "config.json").read_text())
     tokens = steps[-1]["tokens"]
     per_token = train_flops_per_token(config, tokens / (steps[-1]["step"] * args.batch_size))
@@ -103,7 +96,7 @@ def train_and_eval(family: str, lr: float, seed: int, args: argparse.Namespace) 
         "family": family, "lr": lr, "seed": seed, "steps": steps[-1]["step"], "batch_size": args.batch_size,
         "tokens": tokens, "train_flops": per_token * tokens, "wall_s": steps[-1]["elapsed_s"],
         "data": Path(args.data).name, "code": args.code_label,
-        "parameters": _parameters(out / "train.log"),
+        "parameters": parameters,
         "heldout_loss": evals[-1]["eval_loss"],
         "heldout_sentences": args.eval_batches * args.batch_size,
         "stsb_dev_spearman": ev["sts"]["results"]["stsb"]["spearman"],
@@ -122,16 +115,8 @@ def train_and_eval(family: str, lr: float, seed: int, args: argparse.Namespace) 
                   for m in steps],
         "eval_curve": [{"step": m["step"], "elapsed_s": m["elapsed_s"], "loss": m["eval_loss"]} for m in evals],
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    tmp = result.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(result)
+    write_json(result, record)
     return result
-
-
-def _parameters(train_log: Path) -> int:
-    text = train_log.read_text()
-    return int(text.split(" parameters")[0].rsplit("model, ", 1)[1].replace(",", ""))
 
 
 def untrained(family: str, seed: int, args: argparse.Namespace) -> Path:
@@ -152,14 +137,12 @@ def untrained(family: str, seed: int, args: argparse.Namespace) -> Path:
     model = build_model(ModelSection(family=family, preset="mini").build(tokenizer.model_config_ids()))
     model.save_pretrained(out / "final")
     tokenizer.save(out / "final")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(args.code).resolve() / "src")}
     sh([sys.executable, "-m", "maskplay", "eval", "sts", str(out / "final"), "--precision", "fp32",
-        "--out", str(out / "sts.json")], RUNS / f"{out.name}.log", env)
+        "--out", str(out / "sts.json")], RUNS / f"{out.name}.log", runner_env(args.code))
     sts = json.loads((out / "sts.json").read_text())["results"]
     record = {"family": family, "seed": seed, "untrained": True, "stsb_dev_spearman": sts["stsb"]["spearman"],
               "sick_spearman": sts["sick"]["spearman"], "code": args.code_label}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    result.write_text(json.dumps(record, indent=1) + "\n")
+    write_json(result, record)
     return result
 
 
@@ -225,13 +208,11 @@ def cmd_sif(args: argparse.Namespace) -> None:
         out = RUNS / path.stem
         sh([sys.executable, "-m", "maskplay", "eval", "sts", str(out / "final"), "--precision", "fp32",
             "--pooling", "sif", "--static", "--remove-components", "1", "--frequencies", f"runs/{record['data']}",
-            "--out", str(out / "sts-sif.json")], RUNS / f"{path.stem}.log", {**os.environ, "OMP_NUM_THREADS": "1"})
+            "--out", str(out / "sts-sif.json")], RUNS / f"{path.stem}.log", runner_env("."))
         sts = json.loads((out / "sts-sif.json").read_text())["results"]
         record["stsb_sif_spearman"] = sts["stsb"]["spearman"]
         record["sick_sif_spearman"] = sts["sick"]["spearman"]
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        tmp.replace(path)
+        write_json(path, record)
         print(f"sif: {path}", flush=True)
 
 
