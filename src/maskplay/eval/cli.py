@@ -14,7 +14,7 @@ from ..devices import resolve_device
 from ..modeling import OutputLock, prepare_output_file
 from ..precision import Precision
 from ..precision_probe import AUTO, resolve_cli
-from ..score.cli import add_sif_arguments, sif_counts
+from ..score.cli import add_sif_arguments
 from ..score.scorer import Method, Overflow, Scorer
 
 
@@ -180,7 +180,7 @@ def run_sts(args: argparse.Namespace) -> int:
                          "TRAIN rows)")
     given = _load_sts_files(args) if args.file else None
     embedder = Embedder.from_pretrained(args.model_dir, device=resolve_device(args.device),
-                                        precision=_precision(args), piece_counts=sif_counts(args))
+                                        precision=_precision(args), frequencies=args.frequencies)
     settings = {"pooling": args.pooling, "layer": args.layer, "diagonal_mask": args.diagonal_mask,
                 "static": args.static, "remove_components": args.remove_components,
                 "family": embedder.model.config.family}

@@ -133,18 +133,6 @@ def add_sif_arguments(p: argparse.ArgumentParser) -> None:
                    help="remove the projection on the first K principal components of the embedded set (SIF: 1)")
 
 
-def sif_counts(args: argparse.Namespace) -> Any:
-    """The piece counts --frequencies names (None: the Embedder looks in the model directory)."""
-    if args.frequencies is None:
-        return None
-    from ..modeling import resolve_model_dir
-    from ..tokenizer import load_tokenizer
-    from .embed import read_piece_counts
-
-    tokenizer = load_tokenizer(resolve_model_dir(args.model_dir))
-    return read_piece_counts(args.frequencies, tokenizer.vocab_size, tokenizer)
-
-
 MAX_LENGTH_HELP = ("tokens per pass, [SOS]/[EOS] included (default and most: the model's max_position); a longer "
                    "line goes to --overflow. A long-attention model (docs/LONG_TEXT.md) reads up to max_position "
                    "tokens in one pass")
@@ -384,7 +372,7 @@ def run_embed(args: argparse.Namespace) -> int:
     with OutputLock(out):
         precision = resolve_cli(args.precision, device, model_dir=args.model_dir, rows=args.batch_size * 32, command="embed")
         embedder = Embedder.from_pretrained(args.model_dir, device=device, precision=precision,
-                                            piece_counts=sif_counts(args))
+                                            frequencies=args.frequencies)
         positions = [k for k, (_, text) in enumerate(rows) if not is_empty(text)]
         try:
             vectors = embedder.encode([rows[k][1] for k in positions], pooling=Pooling(args.pooling), layer=args.layer,

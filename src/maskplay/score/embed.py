@@ -101,14 +101,18 @@ class Embedder:
         self.precision = resolve_precision(model, precision)  # "auto" too
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, **kwargs: Any) -> Embedder:
-        """piece_counts default to the model directory's piece_counts.npy, when it has one."""
+    def from_pretrained(cls, directory: str | Path, frequencies: str | Path | None = None,
+                        **kwargs: Any) -> Embedder:
+        """piece_counts, unless given: from `frequencies` (read_piece_counts, checked against the model's own
+        vocabulary), else the model directory's piece_counts.npy when it has one."""
         from ..modeling import resolve_model_dir
 
         model, tokenizer = load_model_dir(directory)
-        local = resolve_model_dir(directory) / PIECE_COUNTS
-        if kwargs.get("piece_counts") is None and local.is_file():
-            kwargs["piece_counts"] = read_piece_counts(local, model.config.vocab_size)
+        if kwargs.get("piece_counts") is None:
+            local = resolve_model_dir(directory) / PIECE_COUNTS
+            if frequencies is not None or local.is_file():
+                source = local if frequencies is None else frequencies
+                kwargs["piece_counts"] = read_piece_counts(source, model.config.vocab_size, tokenizer)
         return cls(model, tokenizer, **kwargs)
 
     def encode(self, sentences: Sequence[str], pooling: Pooling | str = Pooling.MEAN, layer: int = -1,
