@@ -188,10 +188,10 @@ class Embedder:
         sums = np.zeros((len(encoded), dim), dtype=np.float64)  # windows: the sum of the pieces' outputs
         counts = np.zeros(len(encoded), dtype=np.int64)
         out = np.zeros((len(encoded), dim), dtype=np.float32)
-        probs = None if self.piece_counts is None else torch.tensor(self.piece_counts / self.piece_counts.sum(),
-                                                                     dtype=torch.float32)
         order = sorted(range(len(rows)), key=lambda k: -len(rows[k]))
         device = next(self.model.parameters()).device
+        probs = None if self.piece_counts is None else torch.tensor(self.piece_counts / self.piece_counts.sum(),
+                                                                     dtype=torch.float32, device=device)
         kwargs = {} if cfg.family != "tta" else {"diagonal_mask": diagonal_mask}
         with torch.inference_mode():
             runner = Runner(self.model, self.precision)
@@ -220,7 +220,7 @@ class Embedder:
                     inner[:, 0] = 0
                     inner[r, lengths - 1] = 0
                     if pooling is Pooling.SIF:
-                        inner = inner * (sif_a / (sif_a + probs.to(ids.device)[ids]))
+                        inner = inner * (sif_a / (sif_a + probs[ids]))
                     pooled = (hidden * inner[..., None]).sum(1) / inner.sum(1, keepdim=True)
                 elif pooling is Pooling.FIRST:
                     pooled = hidden[:, 0]
