@@ -11,9 +11,9 @@ from pathlib import Path
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("finetune", help="fine-tune a model on a classification / regression / pair task",
-                       description="Fine-tune MODEL (tta, bert, electra, unilm, gpt) with a small head on --train, "
-                                   "keep the weights of the best --dev evaluation, and save a model directory that "
-                                   "`maskplay predict` and maskplay.finetune.FineTuned.from_pretrained load.")
+                       description="Fine-tune MODEL (any family: tta, bert, gpt, electra, xlnet, unilm) with a small "
+                                   "head on --train, keep the weights of the best --dev evaluation, and save a model "
+                                   "directory that `maskplay predict` and maskplay.finetune.FineTuned.from_pretrained load.")
     p.add_argument("model", help="a model directory (config.json, model.safetensors, tokenizer.json) or bundled name; "
                                  "or a fine-tuned directory, whose encoder is fine-tuned again with a new head")
     p.add_argument("--task", choices=["classify", "regress", "pairs"], required=True,
@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--text-pair-column", default=None)
     p.add_argument("--label-column", default=None)
     p.add_argument("--pooling", choices=["first", "mean", "last"], default=None,
-                   help="default: first for bert/electra/unilm, mean for tta, last for gpt")
+                   help="default: first for bert/electra/unilm, mean for tta, last for gpt/xlnet")
     p.add_argument("--head", choices=["linear", "bert", "electra"], default="linear",
                    help="linear: Dropout + Linear; bert: HuggingFace's pooler (Dense + tanh) first, as "
                         "BertForSequenceClassification; electra: ElectraClassificationHead")
