@@ -6,6 +6,8 @@ family; then every dev evaluation the project has. One JSON per (family, lr, see
     python scripts/compare.py run --best --seeds 1                     # more seeds at each family's best lr
     python scripts/compare.py run --untrained --seeds 0 1             # each family at random init (STS only)
     python scripts/compare.py sif                                      # + SIF static STS (section 11)
+    python scripts/compare.py finetune --code runs/frozen-X --code-label X  # + CoLA fine-tuned (best-lr runs)
+    python scripts/compare.py simcse --code runs/frozen-X --code-label X    # + SimCSE, then STS (best-lr runs)
     python scripts/compare.py summarize                                # table (docs/RESULTS.md) + plot
 
 Every run: `maskplay pretrain --family F --preset mini` on --data (runs/data-wikigut16k: the shared Wikipedia plus
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -216,6 +219,77 @@ def cmd_sif(args: argparse.Namespace) -> None:
         print(f"sif: {path}", flush=True)
 
 
+def best_runs(families: list[str]) -> list[Path]:
+    """The result JSON of every seed at each family's best learning rate: the runs the table reports."""
+    records = load_results()
+    best = best_lrs(records)
+    return [RESULTS / f"{name(f, best[f], s)}.json" for f in families if f in best
+            for s in sorted({r["seed"] for r in records if r["family"] == f and r["lr"] == best[f]})]
+
+
+def finetune_cola(path: Path, args: argparse.Namespace) -> None:
+    """Section 6's CoLA recipe on one run: 3 epochs of the in-domain train split, batch 32, lr 1e-4, 10 %
+    warmup, a linear head on the family's default pooling, dev MCC every 100 steps; best (optimistic, the GLUE-dev
+    convention) and last evaluation recorded."""
+    record = json.loads(path.read_text())
+    if "cola_finetuned" in record:
+        return
+    out = RUNS / path.stem
+    cola = Path(args.shared) / "cola" / "raw"
+    sh([sys.executable, "-m", "maskplay", "finetune", str(out / "final"), "--task", "classify",
+        "--train", str(cola / "in_domain_train.tsv"), "--dev", str(cola / "in_domain_dev.tsv"),
+        "--out", str(out / "cola-ft"), "--epochs", "3", "--batch-size", "32", "--lr", "1e-4", "--eval-every", "100",
+        "--threads", "1", "--seed", str(record["seed"]), "--results", str(out / "cola-ft.json")],
+        RUNS / f"{path.stem}.log", runner_env(args.code))
+    ft = json.loads((out / "cola-ft.json").read_text())
+    record["cola_finetuned"] = {"best_mcc": ft["best"]["dev_mcc"] * 100, "best_step": ft["best"]["step"],
+                                "last_mcc": ft["history"][-1]["dev_mcc"] * 100, "steps": ft["steps"],
+                                "pooling": ft["head"]["pooling"], "seconds": ft["seconds"],
+                                "recipe": "3 epochs, batch 32, lr 1e-4, warmup 10 %, linear head, dev every 100",
+                                "code": args.code_label}
+    write_json(path, record)
+    shutil.rmtree(out / "cola-ft", ignore_errors=True)  # the fine-tuned weights: only the numbers are kept
+
+
+def simcse(path: Path, args: argparse.Namespace) -> None:
+    """Section 7's unsupervised SimCSE on one run at a fixed step budget (the same sentences for every family
+    of a seed), then `eval sts` (mean pooling, fp32) on the result."""
+    record = json.loads(path.read_text())
+    if "simcse" in record:
+        return
+    out = RUNS / path.stem
+    log, env = RUNS / f"{path.stem}.log", runner_env(args.code)
+    sh([sys.executable, "-m", "maskplay", "simcse", str(out / "final"), "--out", str(out / "simcse"),
+        "--max-steps", str(args.steps), "--batch-size", "64", "--lr", str(args.lr), "--sentences",
+        str(args.steps * 64), "--max-length", "32", "--threads", "1", "--precision", "auto",
+        "--seed", str(record["seed"]), "--overwrite"], log, env)
+    sh([sys.executable, "-m", "maskplay", "eval", "sts", str(out / "simcse"), "--precision", "fp32",
+        "--out", str(out / "sts-simcse.json")], log, env)
+    sts = json.loads((out / "sts-simcse.json").read_text())["results"]
+    trained = json.loads((out / "simcse" / "simcse.json").read_text())
+    record["simcse"] = {"stsb_dev_spearman": sts["stsb"]["spearman"], "sick_spearman": sts["sick"]["spearman"],
+                        "steps": args.steps, "batch_size": 64, "lr": args.lr,
+                        "precision": trained["options"]["precision"], "seconds": trained["seconds"],
+                        "code": args.code_label}
+    write_json(path, record)
+    shutil.rmtree(out / "simcse", ignore_errors=True)
+
+
+def cmd_stage(args: argparse.Namespace) -> None:
+    stage = {"finetune": finetune_cola, "simcse": simcse}[args.command]
+    t0 = time.time()
+
+    def one(path: Path) -> None:
+        try:
+            stage(path, args)
+            print(f"[{time.time() - t0:7.0f} s] {args.command} done {path}", flush=True)
+        except Exception as err:  # reported; the others go on, and a rerun does what is missing
+            print(f"[{time.time() - t0:7.0f} s] {args.command} FAILED {path}: {err}", flush=True)
+
+    with ThreadPoolExecutor(args.workers) as pool:
+        list(pool.map(one, best_runs(args.families)))
+
+
 def cmd_summarize(args: argparse.Namespace) -> None:
     from compare_report import write_report  # scripts/compare_report.py
 
@@ -242,11 +316,22 @@ def main() -> None:
     run.add_argument("--code", default=".", help="the checkout whose src/ the runs import (a frozen copy)")
     run.add_argument("--code-label", default="", help="the commit that checkout is, recorded in each JSON")
     sub.add_parser("sif", help="add SIF static STS to every finished run (this checkout's maskplay)")
+    for stage, what in (("finetune", "CoLA fine-tuning (section 6's recipe)"), ("simcse", "unsupervised SimCSE")):
+        p = sub.add_parser(stage, help=f"add {what} to every seed of each family's best-lr run")
+        p.add_argument("--families", nargs="+", default=list(FAMILIES))
+        p.add_argument("--workers", type=int, default=2)
+        p.add_argument("--code", default=".")
+        p.add_argument("--code-label", default="")
+        p.add_argument("--shared", default="../shared/data")
+        if stage == "simcse":
+            p.add_argument("--steps", type=int, default=300)
+            p.add_argument("--lr", type=float, default=3e-5)
     summ = sub.add_parser("summarize")
     summ.add_argument("--table", default="results/compare/table.md")
     summ.add_argument("--plot", default="docs/compare.png")
     args = parser.parse_args()
-    {"run": cmd_run, "sif": cmd_sif, "summarize": cmd_summarize}[args.command](args)
+    {"run": cmd_run, "sif": cmd_sif, "finetune": cmd_stage, "simcse": cmd_stage,
+     "summarize": cmd_summarize}[args.command](args)
 
 
 if __name__ == "__main__":
