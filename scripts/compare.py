@@ -23,6 +23,7 @@ unfinished one resumes from its last checkpoint.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import shutil
 import sys
@@ -227,6 +228,16 @@ def best_runs(families: list[str]) -> list[Path]:
             for s in sorted({r["seed"] for r in records if r["family"] == f and r["lr"] == best[f]})]
 
 
+def update_record(path: Path, key: str, value: dict) -> None:
+    """Add one stage's numbers to a run's JSON under a file lock: the stages run side by side, each reading the
+    record, working for minutes, then writing it; without the lock one would write back what the other replaced."""
+    with open(RUNS / f"{path.stem}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = json.loads(path.read_text())
+        record[key] = value
+        write_json(path, record)
+
+
 def finetune_cola(path: Path, args: argparse.Namespace) -> None:
     """Section 6's CoLA recipe on one run: 3 epochs of the in-domain train split, batch 32, lr 1e-4, 10 %
     warmup, a linear head on the family's default pooling, dev MCC every 100 steps; best (optimistic, the GLUE-dev
@@ -242,12 +253,11 @@ def finetune_cola(path: Path, args: argparse.Namespace) -> None:
         "--threads", "1", "--seed", str(record["seed"]), "--results", str(out / "cola-ft.json")],
         RUNS / f"{path.stem}.log", runner_env(args.code))
     ft = json.loads((out / "cola-ft.json").read_text())
-    record["cola_finetuned"] = {"best_mcc": ft["best"]["dev_mcc"] * 100, "best_step": ft["best"]["step"],
-                                "last_mcc": ft["history"][-1]["dev_mcc"] * 100, "steps": ft["steps"],
-                                "pooling": ft["head"]["pooling"], "seconds": ft["seconds"],
-                                "recipe": "3 epochs, batch 32, lr 1e-4, warmup 10 %, linear head, dev every 100",
-                                "code": args.code_label}
-    write_json(path, record)
+    update_record(path, "cola_finetuned", {
+        "best_mcc": ft["best"]["dev_mcc"] * 100, "best_step": ft["best"]["step"],
+        "last_mcc": ft["history"][-1]["dev_mcc"] * 100, "steps": ft["steps"], "pooling": ft["head"]["pooling"],
+        "seconds": ft["seconds"], "recipe": "3 epochs, batch 32, lr 1e-4, warmup 10 %, linear head, dev every 100",
+        "code": args.code_label})
     shutil.rmtree(out / "cola-ft", ignore_errors=True)  # the fine-tuned weights: only the numbers are kept
 
 
@@ -267,11 +277,10 @@ def simcse(path: Path, args: argparse.Namespace) -> None:
         "--out", str(out / "sts-simcse.json")], log, env)
     sts = json.loads((out / "sts-simcse.json").read_text())["results"]
     trained = json.loads((out / "simcse" / "simcse.json").read_text())
-    record["simcse"] = {"stsb_dev_spearman": sts["stsb"]["spearman"], "sick_spearman": sts["sick"]["spearman"],
-                        "steps": args.steps, "batch_size": 64, "lr": args.lr,
-                        "precision": trained["options"]["precision"], "seconds": trained["seconds"],
-                        "code": args.code_label}
-    write_json(path, record)
+    update_record(path, "simcse", {
+        "stsb_dev_spearman": sts["stsb"]["spearman"], "sick_spearman": sts["sick"]["spearman"], "steps": args.steps,
+        "batch_size": 64, "lr": args.lr, "precision": trained["options"]["precision"], "seconds": trained["seconds"],
+        "code": args.code_label})
     shutil.rmtree(out / "simcse", ignore_errors=True)
 
 
