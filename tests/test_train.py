@@ -26,7 +26,7 @@ from maskplay.modeling import build_model
 from maskplay.tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer
 from maskplay.train import TrainConfig, load_train_config, train
 from maskplay.train import checkpoint as ckpt
-from maskplay.train.batches import epoch_batches, sequence_lengths
+from maskplay.train.batches import StepBatches, epoch_batches, pack_groups, packed_lengths, sequence_lengths
 from maskplay.train.config import TOKENIZER_FIELDS, ModelSection, OptimSection
 from maskplay.train.loop import count_targets
 from maskplay.train.schedule import learning_rate, parameter_groups
@@ -225,6 +225,78 @@ def test_epoch_batches_are_seeded_complete_and_bucketed(data):
     assert padding(a) < 0.6 * padding(plain)
     with pytest.raises(ValueError, match="fewer than one batch"):
         epoch_batches(lengths[:5], 16, seed=0, epoch=0, window=1)
+
+
+def test_pack_groups_joins_consecutive_sequences_greedily():
+    lengths = np.array([5, 4, 3, 9, 2, 12, 1])
+    bounds = pack_groups(lengths, 10)
+    # rows: [5, 4] (a 3 would make 12), [3], [9], [2], [12] alone (longer than 10: truncated later), [1]
+    assert bounds.tolist() == [0, 2, 3, 4, 5, 6, 7]
+    assert packed_lengths(lengths, bounds, 10).tolist() == [9, 3, 9, 2, 10, 1]
+    assert pack_groups(lengths, 100).tolist() == [0, 7] and pack_groups(np.array([], dtype=int), 8).tolist() == [0]
+    # every sequence in exactly one row, in order, and no row over max_length unless it is one sequence
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 40, 500)
+    bounds = pack_groups(lengths, 64)
+    assert bounds[0] == 0 and bounds[-1] == 500 and np.all(np.diff(bounds) >= 1)
+    sums = np.add.reduceat(lengths, bounds[:-1])
+    assert np.all((sums <= 64) | (np.diff(bounds) == 1))
+    # greedy: the next sequence would not have fitted in the row before it
+    assert np.all(sums[:-1] + lengths[bounds[1:-1]] > 64)
+
+
+def test_curriculum_orders_the_same_batches_shortest_first(data):
+    lengths = sequence_lengths(TokenDataset(data / "train"))
+    plain = epoch_batches(lengths, 16, seed=1, epoch=0, window=1)
+    ordered = epoch_batches(lengths, 16, seed=1, epoch=0, window=1, curriculum_steps=6)
+    means = lengths[ordered].mean(axis=1)
+    assert np.all(np.diff(means[:6]) >= 0) and np.array_equal(ordered[6:], plain[6:])
+    assert sorted(map(tuple, ordered[:6])) == sorted(map(tuple, plain[:6]))  # the same batches, reordered
+    assert not np.array_equal(ordered, plain)
+    # later epochs are not touched
+    assert np.array_equal(epoch_batches(lengths, 16, seed=1, epoch=1, window=1, curriculum_steps=6),
+                          epoch_batches(lengths, 16, seed=1, epoch=1, window=1))
+    with pytest.raises(ValueError, match="curriculum_steps"):
+        epoch_batches(lengths, 16, seed=1, epoch=0, window=1, curriculum_steps=-1)
+    with pytest.raises(ValueError, match="data.curriculum_steps must be >= 0"):
+        small_config(data, data / "unused", "data.curriculum_steps=-2")
+
+
+def test_packed_rows_are_the_concatenated_sequences(data):
+    dataset = TokenDataset(data / "train")
+    lengths = sequence_lengths(dataset)
+    bounds = pack_groups(lengths, 32)
+    rows_lengths = packed_lengths(lengths, bounds, 32)
+    batches = epoch_batches(rows_lengths, 4, seed=0, epoch=0, window=1)
+    steps = StepBatches(data / "train", batches, rank=0, world_size=1, grad_accum=2, max_length=32, pad_id=0,
+                        packed=bounds)
+    (ids_a, mask_a), (ids_b, mask_b) = steps[0]
+    for ids, mask, rows in ((ids_a, mask_a, batches[0][:2]), (ids_b, mask_b, batches[0][2:])):
+        for r, row in enumerate(rows):
+            expected = np.concatenate([dataset[j] for j in range(bounds[row], bounds[row + 1])])[:32]
+            assert ids[r][mask[r]].tolist() == expected.tolist()
+            assert int(mask[r].sum()) == rows_lengths[row]
+
+
+def test_packing_and_curriculum_train_and_resume_exactly(data, tmp_path):
+    """A packed run with a curriculum trains on fewer, fuller rows and resumes bitwise (the rows and their order
+    are a pure function of the split and the seed)."""
+    extra = ["data.pack=true", "data.batch_size=4", "data.curriculum_steps=8"]
+    whole = train(small_config(data, tmp_path / "whole", *extra, family="bert"))
+    log = (whole.run_dir / "train.log").read_text()
+    assert "packed into" in log and "mean" in log
+    part = train(small_config(data, tmp_path / "part", *extra, "run.max_minutes=1e-9", family="bert"))
+    assert part.step == 1
+    rest = train(small_config(data, tmp_path / "part", *extra, family="bert"), resume=True)
+    assert_same_weights(weights(whole.run_dir), weights(rest.run_dir))
+    # the tokens it counted are those of the packed rows its batches name, shortest batches first
+    lengths = sequence_lengths(TokenDataset(data / "train"))
+    rows = packed_lengths(lengths, pack_groups(lengths, 32), 32)
+    batches = epoch_batches(rows, 4, seed=0, epoch=0, window=4, curriculum_steps=8)[:8]
+    logged = [json.loads(line) for line in (whole.run_dir / "metrics.jsonl").read_text().splitlines()]
+    tokens = {m["step"]: m["tokens"] for m in logged if "tokens" in m}
+    assert tokens[8] == int(rows[batches].sum()) and tokens[1] == int(rows[batches[0]].sum())
+    assert rows[batches].mean() > 1.3 * lengths.mean()
 
 
 # ---- the loop -------------------------------------------------------------------------------------------------

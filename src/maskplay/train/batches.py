@@ -19,10 +19,42 @@ def sequence_lengths(dataset: TokenDataset) -> np.ndarray:
     return np.diff(np.asarray(dataset.offsets, dtype=np.int64))
 
 
-def epoch_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, window: int) -> np.ndarray:
+def pack_groups(lengths: np.ndarray, max_length: int) -> np.ndarray:
+    """Sequence packing: consecutive sequences of the split (sentences of one document follow each other) joined
+    greedily into rows of at most max_length pieces, each sequence keeping its own [SOS] / [EOS]. Returns the
+    row boundaries, (n_rows + 1,): row r is sequences bounds[r] .. bounds[r + 1] - 1. A sequence longer than
+    max_length is a row of its own (and truncated, as without packing)."""
+    if max_length <= 0:
+        raise ValueError(f"max_length must be positive, got {max_length}")
+    bounds = [0]
+    used = 0
+    for i, n in enumerate(np.asarray(lengths, dtype=np.int64).tolist()):
+        if used and used + n > max_length:
+            bounds.append(i)
+            used = 0
+        used += n
+    if len(lengths):
+        bounds.append(len(lengths))
+    return np.asarray(bounds, dtype=np.int64)
+
+
+def packed_lengths(lengths: np.ndarray, bounds: np.ndarray, max_length: int) -> np.ndarray:
+    """Each packed row's length in pieces (after truncation to max_length)."""
+    sums = np.add.reduceat(np.asarray(lengths, dtype=np.int64), bounds[:-1]) if len(bounds) > 1 else np.zeros(0)
+    return np.minimum(sums, max_length).astype(np.int64)
+
+
+def epoch_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, window: int,
+                  curriculum_steps: int = 0) -> np.ndarray:
     """(n_batches, batch_size) sequence indices for one epoch: a seeded shuffle; with window > 1 the shuffled
     order is sorted by length within chunks of `window` batches (less padding) and the batches are shuffled
-    again. The last incomplete batch is dropped, so every step sees exactly batch_size sequences."""
+    again. The last incomplete batch is dropped, so every step sees exactly batch_size sequences.
+
+    curriculum_steps > 0 (a sentence-length curriculum): in epoch 0 the first curriculum_steps batches of that
+    order are put in order of their mean length, shortest first, so training starts on short sentences and moves
+    to long ones while seeing exactly the batches it would have seen without the curriculum."""
+    if curriculum_steps < 0:
+        raise ValueError(f"curriculum_steps must be >= 0, got {curriculum_steps}")
     n_batches = len(lengths) // batch_size
     if n_batches == 0:
         raise ValueError(f"the training split has {len(lengths)} sequences, fewer than one batch of {batch_size}")
@@ -33,18 +65,25 @@ def epoch_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, w
         for start in range(0, len(order), chunk):
             part = order[start:start + chunk]
             order[start:start + chunk] = part[np.argsort(lengths[part], kind="stable")]
-        return order.reshape(n_batches, batch_size)[rng.permutation(n_batches)]
-    return order.reshape(n_batches, batch_size)
+        batches = order.reshape(n_batches, batch_size)[rng.permutation(n_batches)]
+    else:
+        batches = order.reshape(n_batches, batch_size)
+    if curriculum_steps and epoch == 0:
+        head = batches[:curriculum_steps]
+        batches[:curriculum_steps] = head[np.argsort(lengths[head].mean(axis=1), kind="stable")]
+    return batches
 
 
 class StepBatches(torch.utils.data.Dataset):
     """Item k: this process's micro-batches of step k of an epoch, each (input_ids, attention_mask) padded.
-    Opens the split lazily, so DataLoader workers each map it themselves instead of copying it."""
+    Opens the split lazily, so DataLoader workers each map it themselves instead of copying it. With `packed`
+    (pack_groups' bounds) the batches index packed rows, each the concatenation of its sequences."""
 
     def __init__(self, directory: str | Path, batches: np.ndarray, rank: int, world_size: int, grad_accum: int,
-                 max_length: int, pad_id: int) -> None:
+                 max_length: int, pad_id: int, packed: np.ndarray | None = None) -> None:
         self.directory = Path(directory)
         self.batches = batches
+        self.packed = packed
         self.rank, self.world_size, self.grad_accum = rank, world_size, grad_accum
         self.max_length, self.pad_id = max_length, pad_id
         self.micro = batches.shape[1] // (world_size * grad_accum)
@@ -60,9 +99,15 @@ class StepBatches(torch.utils.data.Dataset):
         out = []
         for m in range(self.grad_accum):
             first = (self.rank * self.grad_accum + m) * self.micro
-            seqs = [self._data[int(i)][: self.max_length] for i in rows[first:first + self.micro]]
+            seqs = [self._row(int(i))[: self.max_length] for i in rows[first:first + self.micro]]
             out.append(pad_batch(seqs, self.pad_id))
         return out
+
+    def _row(self, i: int) -> np.ndarray:
+        assert self._data is not None
+        if self.packed is None:
+            return self._data[i]
+        return np.concatenate([self._data[j] for j in range(int(self.packed[i]), int(self.packed[i + 1]))])
 
     def __getstate__(self) -> dict:
         # a worker process reopens the memory map rather than receiving a copy of it

@@ -157,13 +157,19 @@ class DataSection:
     seed: int = 0
     num_workers: int = 0  # DataLoader worker processes building batches; 0 = in the training process
     bucket_window: int = 100  # sort by length within windows of this many batches (1 = plain shuffle)
+    # sequence packing: consecutive training sequences joined into rows of at most max_length pieces, each keeping
+    # its [SOS] / [EOS]; batch_size then counts packed rows (held-out evaluation stays on single sequences)
+    pack: bool = False
+    # a sentence-length curriculum: epoch 0's first N steps ordered shortest first (the same batches); 0 = off
+    curriculum_steps: int = 0
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_length", "bucket_window"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"data.{name} must be positive, got {getattr(self, name)}")
-        if self.num_workers < 0:
-            raise ValueError(f"data.num_workers must be >= 0, got {self.num_workers}")
+        for name in ("num_workers", "curriculum_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"data.{name} must be >= 0, got {getattr(self, name)}")
 
 
 @dataclass

@@ -39,7 +39,7 @@ from ..precision_probe import resolve as resolve_precision
 from ..tokenizer import Tokenizer, load_tokenizer
 from . import checkpoint as ckpt
 from . import distributed
-from .batches import StepBatches, epoch_batches, eval_batches, sequence_lengths
+from .batches import StepBatches, epoch_batches, eval_batches, pack_groups, packed_lengths, sequence_lengths
 from .config import RESUMABLE_CHANGES, TrainConfig, config_differences, train_config_from_dict
 from .distributed import Dist
 from .metrics import Metrics
@@ -198,7 +198,11 @@ class Trainer:
         cfg = config
         self.micro = cfg.data.batch_size // (cfg.optim.grad_accum * d.world_size)
         self.lengths = sequence_lengths(self.train_data)
-        self.batches_per_epoch = len(self.lengths) // cfg.data.batch_size
+        # what a batch indexes: the sequences, or with data.pack the packed rows of consecutive sequences
+        self.packed = pack_groups(self.lengths, cfg.data.max_length) if cfg.data.pack else None
+        self.item_lengths = (self.lengths if self.packed is None
+                             else packed_lengths(self.lengths, self.packed, cfg.data.max_length))
+        self.batches_per_epoch = len(self.item_lengths) // cfg.data.batch_size
         self.device = d.device
         self.precision = self._resolve_precision()
 
@@ -455,10 +459,10 @@ class Trainer:
         while True:
             if self.position >= self.batches_per_epoch:
                 self.epoch, self.position = self.epoch + 1, 0
-            order = epoch_batches(self.lengths, cfg.data.batch_size, cfg.data.seed, self.epoch,
-                                  cfg.data.bucket_window)
+            order = epoch_batches(self.item_lengths, cfg.data.batch_size, cfg.data.seed, self.epoch,
+                                  cfg.data.bucket_window, cfg.data.curriculum_steps)
             steps = StepBatches(self.train_data.directory, order, d.rank, d.world_size, cfg.optim.grad_accum,
-                                cfg.data.max_length, self.tokenizer.special.pad)
+                                cfg.data.max_length, self.tokenizer.special.pad, self.packed)
             remaining = range(self.position, len(steps))
             if cfg.data.num_workers:
                 # its own generator: a DataLoader otherwise draws its workers' seed from the global RNG, which
@@ -532,7 +536,10 @@ class Trainer:
                          f"data.max_length={cfg.data.max_length} and are truncated")
             self.log(f"{self.model_config.family} model, {self.model.num_parameters():,} parameters, "
                      f"vocabulary {self.model_config.vocab_size}; {len(self.train_data):,} training sequences "
-                     f"({self.train_data.num_tokens:,} tokens), {self.batches_per_epoch} steps per epoch; "
+                     f"({self.train_data.num_tokens:,} tokens)"
+                     + (f" packed into {len(self.item_lengths):,} rows of at most {cfg.data.max_length} pieces "
+                        f"(mean {self.item_lengths.mean():.1f})" if self.packed is not None else "")
+                     + f", {self.batches_per_epoch} steps per epoch; "
                      f"{d.world_size} process(es) x {cfg.optim.grad_accum} micro-batch(es) of {self.micro}; "
                      f"device {self.device}, {self.precision.value}; run directory {self.run_dir}")
         self.model.train()
