@@ -76,6 +76,16 @@ RECIPE_ROWS: dict[str, list[str]] = {
     "lr=1e-3": ["optim.lr=1e-3"],
     "cramming": CRAMMING,
     "rotary+cramming": ["model.positions=rotary", *CRAMMING],
+    # the same tokens in fuller rows: ~4 sentences per 128-piece row, so 8 rows a step carry what 32 sentences do
+    # (runs/data-wiki16k: 26.6 pieces a sentence, 110.1 a packed row); the held-out set stays the same 1,280 sentences
+    "packing": ["data.pack=true", "data.batch_size={batch_quarter}", "run.eval_batches={eval_x4}"],
+    # the same batches, shortest first over the whole run
+    "curriculum": ["data.curriculum_steps={steps}"],
+    # 4x the batch through gradient accumulation at the same tokens: a quarter of the steps
+    "batch=128": ["data.batch_size={batch_x4}", "optim.grad_accum=4", "optim.max_steps={quarter}",
+                  "optim.warmup_steps={quarter_warmup}", "run.eval_batches={eval_quarter}"],
+    "batch=128+lr=1e-3": ["data.batch_size={batch_x4}", "optim.grad_accum=4", "optim.max_steps={quarter}",
+                          "optim.warmup_steps={quarter_warmup}", "run.eval_batches={eval_quarter}", "optim.lr=1e-3"],
 }
 ROWS.update(RECIPE_ROWS)
 # what a row adds for one family only (T-TA has no masking to change)
@@ -84,8 +94,13 @@ FAMILY_EXTRA = {("cramming", "bert"): ["model.mask_probability=0.25"],
                 ("rotary+cramming", "bert"): ["model.mask_probability=0.25"]}
 
 
-def overrides(family: str, row: str, steps: int) -> list[str]:
-    return [s.format(half=steps // 2) for s in ROWS[row] + FAMILY_EXTRA.get((row, family), [])]
+def overrides(family: str, row: str, steps: int, batch_size: int = 32, eval_batches: int = 40) -> list[str]:
+    """A row's --set overrides for a run of `steps` steps of `batch_size` sentences (rows that change the batch
+    keep the tokens and the held-out sentences equal)."""
+    keys = {"half": steps // 2, "steps": steps, "quarter": steps // 4, "quarter_warmup": steps // 40,
+            "batch_x4": batch_size * 4, "batch_quarter": batch_size // 4, "eval_x4": eval_batches * 4,
+            "eval_quarter": eval_batches // 4}
+    return [s.format(**keys) for s in ROWS[row] + FAMILY_EXTRA.get((row, family), [])]
 
 
 def slug(row: str) -> str:
@@ -144,6 +159,8 @@ def write_json(path: Path, record: dict) -> None:
 
 
 def train_and_eval(family: str, row: str, seed: int, args: argparse.Namespace) -> Path:
+    from maskplay.train.loop import saved_run_config
+
     out = run_dir(family, row, seed)
     result = result_path(family, row, seed)
     if result.exists():
@@ -151,7 +168,7 @@ def train_and_eval(family: str, row: str, seed: int, args: argparse.Namespace) -
     env = runner_env(args.code)
     py = [sys.executable, "-m", "maskplay"]
     log = RUNS / f"{out.name}.log"
-    sets = overrides(family, row, args.steps)
+    sets = overrides(family, row, args.steps, args.batch_size, args.eval_batches)
     pretrain(out, ["--config", f"configs/mini-{family}.toml", "--data", args.data,
                    "--seed", str(seed), "--max-steps", str(args.steps), "--batch-size", str(args.batch_size),
                    "--lr", str(args.lr), "--precision", args.precision, "--max-minutes", "600",
@@ -170,14 +187,17 @@ def train_and_eval(family: str, row: str, seed: int, args: argparse.Namespace) -
     sts = json.loads((out / "sts.json").read_text())["results"]["stsb"]
     spelling = json.loads((out / "spelling.json").read_text())
     train_log = (out / "train.log").read_text()
+    run_config = saved_run_config(out)
     record = {
         "family": family, "row": row, "seed": seed, "overrides": sets, "steps": steps[-1]["step"],
-        "batch_size": args.batch_size,
+        "batch_size": run_config.data.batch_size, "grad_accum": run_config.optim.grad_accum,
+        "pack": run_config.data.pack, "curriculum_steps": run_config.data.curriculum_steps,
         "lr": next((float(o.split("=")[1]) for o in sets if o.startswith("optim.lr=")), args.lr),
         "tokens": steps[-1]["tokens"],
         "precision": "bf16" if ", bf16;" in train_log else "fp32" if ", fp32;" in train_log else args.precision,
         "parameters": parameters,
-        "heldout_loss": evals[-1]["eval_loss"], "heldout_sentences": args.eval_batches * args.batch_size,
+        "heldout_loss": evals[-1]["eval_loss"],
+        "heldout_sentences": run_config.run.eval_batches * run_config.data.batch_size,
         "train_loss_last": steps[-1]["loss"], "tokens_per_s": statistics.median(warm),
         "wall_s": steps[-1]["elapsed_s"],
         "stsb_dev_spearman": sts["spearman"],
