@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test test-avx2 lint demo clean
+.PHONY: venv test test-avx2 lint demo bundle-tta clean
 
 $(BIN)/maskplay: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,16 @@ test-avx2: venv
 
 demo: venv
 	$(BIN)/python -m maskplay.demo
+
+# Retrain the bundled scorer from the shared Wikipedia and export it (about 2 hours on 2 CPU cores; the command,
+# config and training log of the shipped model: configs/bundle-tta-mini-wiki.toml, results/bundle/tta-mini-wiki-train.*)
+SHARED ?= ../shared/data
+bundle-tta: venv
+	test -d runs/data-wiki16k || $(BIN)/maskplay prepare --corpus $(SHARED)/enwiki-wikiextractor \
+		--tokenizer src/maskplay/assets/tta-mini-wiki/tokenizer.json --out runs/data-wiki16k
+	$(BIN)/maskplay pretrain --config configs/bundle-tta-mini-wiki.toml $(if $(wildcard runs/bundle/tta-mini-wiki/ckpt-*),--resume)
+	$(BIN)/python scripts/bundle.py runs/bundle/tta-mini-wiki/final src/maskplay/assets/tta-mini-wiki \
+		--piece-counts runs/data-wiki16k
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
