@@ -1,5 +1,6 @@
 """The table and plot of scripts/compare.py: every family at its best learning rate (mean over seeds, ± half the
-seed range), the learning-rate grid, and the training loss of every family against tokens and wall-clock."""
+seed range), the second stages (CoLA fine-tuning, SimCSE), the learning-rate grid, and the training loss of every
+family against tokens, FLOPs and wall-clock."""
 
 from __future__ import annotations
 
@@ -22,6 +23,17 @@ COLUMNS = (
     (lambda r: r["heldout_loss"], "held-out loss (own objective)", 2),
     (lambda r: r["train_flops"] / 1e12, "training TFLOPs", 1),
     (lambda r: r["wall_s"] / 60, "training minutes", 1),
+)
+NAN = float("nan")
+# the second stages on each best-lr run (scripts/compare.py finetune / simcse)
+STAGE_COLUMNS = (
+    (lambda r: r["cola_in_domain_mcc"], "CoLA in-domain MCC, zero-shot", 1),
+    (lambda r: r.get("cola_finetuned", {}).get("best_mcc", NAN), "CoLA MCC fine-tuned: best dev evaluation", 1),
+    (lambda r: r.get("cola_finetuned", {}).get("last_mcc", NAN), "fine-tuned: last evaluation", 1),
+    (lambda r: r["stsb_dev_spearman"], "STS-B dev, mean-pooled", 1),
+    (lambda r: r.get("simcse", {}).get("stsb_dev_spearman", NAN), "STS-B dev after SimCSE", 1),
+    (lambda r: r["sick_spearman"], "SICK, mean-pooled", 1),
+    (lambda r: r.get("simcse", {}).get("sick_spearman", NAN), "SICK after SimCSE", 1),
 )
 
 
@@ -46,6 +58,15 @@ def write_report(records: list[dict], table: Path, plot: Path, untrained: list[d
                  f"{statistics.fmean(r['tokens'] for r in runs) / 1e6:.2f}"]
         cells += [cell([get(r) for r in runs], d) for get, _, d in COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
+    if any("cola_finetuned" in r or "simcse" in r for r in records):
+        lines += ["", "Second stages on the same runs (every seed at the best lr; section 6's CoLA fine-tuning recipe, "
+                  "section 7's SimCSE recipe for 300 steps of 64 Wikipedia sentences):", "",
+                  "| family | seeds | " + " | ".join(c[1] for c in STAGE_COLUMNS) + " |",
+                  "|---|---|" + "---|" * len(STAGE_COLUMNS)]
+        for family in families:
+            runs = [r for r in records if r["family"] == family and r["lr"] == best[family]]
+            cells = [family, str(len(runs))] + [cell([get(r) for r in runs], d) for get, _, d in STAGE_COLUMNS]
+            lines.append("| " + " | ".join(cells) + " |")
     lrs = sorted({r["lr"] for r in records})
     lines += ["", "Learning-rate grid: held-out loss (each family's own objective), seed 0; in bold the rate chosen "
               "(then run with a second seed)",
@@ -85,7 +106,7 @@ def _plot(records: list[dict], best: dict[str, float], families: list[str], path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5), sharey=True)
     for k, family in enumerate(families):
         runs = sorted((r for r in records if r["family"] == family and r["lr"] == best[family]),
                       key=lambda r: r["seed"])
@@ -95,10 +116,13 @@ def _plot(records: list[dict], best: dict[str, float], families: list[str], path
             loss = [p["loss"] for p in r["curve"]]
             style = {"color": f"C{k}", "lw": 1.2, "alpha": 1.0 if j == 0 else 0.5,
                      "label": f"{family} (lr {best[family]:g})" if j == 0 else None}
+            flops = [t * r["train_flops"] / r["tokens"] / 1e6 for t in tokens]  # TFLOPs: per-token cost x tokens
             axes[0].plot(tokens, loss, **style)
-            axes[1].plot(minutes, loss, **style)
+            axes[1].plot(flops, loss, **style)
+            axes[2].plot(minutes, loss, **style)
     axes[0].set_xlabel("training tokens (M)")
-    axes[1].set_xlabel("wall-clock minutes (one thread of a shared 2-core CPU)")
+    axes[1].set_xlabel("training TFLOPs (matmuls, maskplay.flops)")
+    axes[2].set_xlabel("wall-clock minutes (one thread of a shared 2-core CPU)")
     axes[0].set_ylabel("training loss (each family's own objective)")
     axes[0].set_yscale("log")
     axes[0].legend(fontsize=8)
