@@ -84,12 +84,14 @@ RECIPE_ROWS: dict[str, list[str]] = {
     # 4x the batch through gradient accumulation at the same tokens: a quarter of the steps
     "batch=128": ["data.batch_size={batch_x4}", "optim.grad_accum=4", "optim.max_steps={quarter}",
                   "optim.warmup_steps={quarter_warmup}", "run.eval_batches={eval_quarter}"],
+    # issue 18's question whether width lifts T-TA's plateau: twice the width (8 heads of 64, FFN 2048)
+    "width=512": ["model.hidden_size=512", "model.num_heads=8", "model.intermediate_size=2048"],
     "batch=128+lr=1e-3": ["data.batch_size={batch_x4}", "optim.grad_accum=4", "optim.max_steps={quarter}",
                           "optim.warmup_steps={quarter_warmup}", "run.eval_batches={eval_quarter}", "optim.lr=1e-3"],
 }
 ROWS.update(RECIPE_ROWS)
 # what a row adds for one family only (T-TA has no masking to change)
-FAMILY_ONLY = {"mask=0.25": ("bert",), "mask=0.40": ("bert",)}
+FAMILY_ONLY = {"mask=0.25": ("bert",), "mask=0.40": ("bert",), "width=512": ("tta",)}
 FAMILY_EXTRA = {("cramming", "bert"): ["model.mask_probability=0.25"],
                 ("rotary+cramming", "bert"): ["model.mask_probability=0.25"]}
 

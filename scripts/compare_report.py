@@ -9,6 +9,7 @@ from pathlib import Path
 
 from compare import FAMILIES, best_lrs
 
+NAN = float("nan")
 START, END = "<!-- compare table: scripts/compare.py summarize -->", "<!-- end of compare table -->"
 # (key or function, label, decimals)
 COLUMNS = (
@@ -19,12 +20,12 @@ COLUMNS = (
     (lambda r: r["rwse"]["en_natural_train"]["top1"], "RWSE natural top-1", 1),
     (lambda r: r["rwse"]["en_natural_train"]["pair_accuracy"], "RWSE natural pair acc.", 1),
     (lambda r: r["cola_in_domain_mcc"], "CoLA in-domain MCC (zero-shot)", 1),
+    (lambda r: r.get("cola_finetuned", {}).get("best_mcc", NAN), "CoLA MCC, fine-tuned (best dev eval.)", 1),
     (lambda r: 100 * r["nbest"]["dev_other"]["relative_change"], "N-best dev-other WER change %", 1),
     (lambda r: r["heldout_loss"], "held-out loss (own objective)", 2),
     (lambda r: r["train_flops"] / 1e12, "training TFLOPs", 1),
     (lambda r: r["wall_s"] / 60, "training minutes", 1),
 )
-NAN = float("nan")
 # the second stages on each best-lr run (scripts/compare.py finetune / simcse)
 STAGE_COLUMNS = (
     (lambda r: r["cola_in_domain_mcc"], "CoLA in-domain MCC, zero-shot", 1),
