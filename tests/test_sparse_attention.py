@@ -148,6 +148,22 @@ def test_flex_refuses_a_training_call_on_cpu_with_the_reason():
         flex_sliding_window_attention(q, k, v, 3)
 
 
+def test_block_mask_mod_is_safe_at_the_padding_of_the_last_block():
+    """FlexAttention may evaluate the mask at indices up to the padded length (300 -> 384 in blocks of 128); the
+    padding and global-token mods index (B, 300) tensors, so without a guard that reads out of bounds."""
+    am = torch.arange(300)[None, :] < torch.tensor([[300], [250]])
+    glob = torch.tensor([[0, 140], [5, -1]])
+    block_mask = band_block_mask(300, 20, and_masks(no_diagonal(), padding(am)), glob, batch=2)
+    b, h = torch.tensor(1), torch.tensor(0)
+    for q, kv in ((10, 350), (383, 5), (383, 383), (299, 383)):
+        assert not bool(block_mask.mask_mod(b, h, torch.tensor(q), torch.tensor(kv)))
+    # inside the sequence it is the band mask itself
+    dense = band_mask(20, and_masks(no_diagonal(), padding(am)), glob, 300)
+    for q, kv in ((10, 12), (10, 10), (5, 200), (100, 5), (260, 255), (100, 240)):
+        args = (b, h, torch.tensor(q), torch.tensor(kv))
+        assert bool(block_mask.mask_mod(*args)) == bool(dense(*args)), (q, kv)
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # torch.compile's own
 def test_flex_forward_equals_dense():

@@ -173,8 +173,16 @@ def band_block_mask(seq_len: int, window: int, mask_mod: MaskMod | None = None,
     # listed blocks first, in order: a stable sort of "not listed"
     indices = (~table).to(torch.int8).argsort(dim=-1, stable=True).to(torch.int32)
     return BlockMask.from_kv_blocks(counts, indices, BLOCK_SIZE=block_size,
-                                    mask_mod=band_mask(window, mask_mod, global_positions, seq_len),
+                                    mask_mod=in_range(band_mask(window, mask_mod, global_positions, seq_len), seq_len),
                                     seq_lengths=(seq_len, seq_len))
+
+
+def in_range(mask_mod: MaskMod, seq_len: int) -> MaskMod:
+    """mask_mod made safe at the padding of the last block: FlexAttention may evaluate it at indices up to a
+    multiple of the block size, where a mod that indexes a (B, seq_len) tensor (padding, global tokens) would read
+    out of bounds (a compiled kernel's "index out of bounds"). Such indices are clamped and their pairs hidden."""
+    last = seq_len - 1
+    return lambda b, h, q, kv: mask_mod(b, h, q.clamp(max=last), kv.clamp(max=last)) & (q <= last) & (kv <= last)
 
 
 @lru_cache(maxsize=1)
