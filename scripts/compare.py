@@ -9,6 +9,8 @@ family; then every dev evaluation the project has. One JSON per (family, lr, see
     python scripts/compare.py finetune --code runs/frozen-X --code-label X  # + CoLA fine-tuned (best-lr runs)
     python scripts/compare.py simcse --code runs/frozen-X --code-label X    # + SimCSE, then STS (best-lr runs)
     python scripts/compare.py summarize                                # table (docs/RESULTS.md) + plot
+    python scripts/compare.py --tier 2400 run --best-from results/compare --steps 2400 --nbest-limit 100
+                                                       # a longer tier in runs/ and results/compare-2400/
 
 Every run: `maskplay pretrain --family F --preset mini` on --data (runs/data-wikigut16k: the shared Wikipedia plus
 the Gutenberg subset, `maskplay prepare`, docs/RESULTS.md section 10) for --steps steps of --batch-size sentences,
@@ -154,8 +156,8 @@ def load_untrained() -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*-untrained-s[0-9]*.json"))]
 
 
-def load_results() -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*-lr*-s[0-9]*.json"))]
+def load_results(directory: Path | None = None) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((directory or RESULTS).glob("*-lr*-s[0-9]*.json"))]
 
 
 def best_lrs(records: list[dict]) -> dict[str, float]:
@@ -180,8 +182,8 @@ def cmd_run(args: argparse.Namespace) -> None:
         raise SystemExit(f"unknown family {unknown[0]!r}; families: {', '.join(FAMILIES)}")
     if args.untrained:
         jobs = [(f, None, s) for s in args.seeds for f in args.families]
-    elif args.best:
-        best = best_lrs(load_results())
+    elif args.best or args.best_from:
+        best = best_lrs(load_results(Path(args.best_from) if args.best_from else RESULTS))
         missing = [f for f in args.families if f not in best]
         if missing:  # reported, and the other families go on
             print(f"--best: no finished run of {', '.join(missing)} in {RESULTS} to choose an lr from; skipped",
@@ -302,17 +304,21 @@ def cmd_stage(args: argparse.Namespace) -> None:
 def cmd_summarize(args: argparse.Namespace) -> None:
     from compare_report import write_report  # scripts/compare_report.py
 
-    write_report(load_results(), Path(args.table), Path(args.plot), load_untrained())
+    write_report(load_results(), Path(args.table or RESULTS / "table.md"),
+                 Path(args.plot or f"docs/{RESULTS.name}.png"), load_untrained(), tier=RESULTS.name)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tier", default="", help="a budget tier of its own: runs/compare-TIER, results/compare-TIER")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run")
     run.add_argument("--families", nargs="+", default=list(FAMILIES))
     run.add_argument("--seeds", nargs="+", type=int, default=[0])
     run.add_argument("--lrs", nargs="+", type=float, default=[5e-4, 1e-3])
     run.add_argument("--best", action="store_true", help="each family at its best lr so far (instead of --lrs)")
+    run.add_argument("--best-from", default="", help="each family at the best lr of the runs in this results "
+                     "directory (another tier's grid)")
     run.add_argument("--untrained", action="store_true", help="only each family's untrained model, STS only")
     run.add_argument("--steps", type=int, default=600)
     run.add_argument("--batch-size", type=int, default=32)
@@ -336,9 +342,12 @@ def main() -> None:
             p.add_argument("--steps", type=int, default=300)
             p.add_argument("--lr", type=float, default=3e-5)
     summ = sub.add_parser("summarize")
-    summ.add_argument("--table", default="results/compare/table.md")
-    summ.add_argument("--plot", default="docs/compare.png")
+    summ.add_argument("--table", default=None, help="default: RESULTS_DIR/table.md")
+    summ.add_argument("--plot", default=None, help="default: docs/compare[-TIER].png")
     args = parser.parse_args()
+    if args.tier:
+        global RUNS, RESULTS
+        RUNS, RESULTS = Path(f"runs/compare-{args.tier}"), Path(f"results/compare-{args.tier}")
     {"run": cmd_run, "sif": cmd_sif, "finetune": cmd_stage, "simcse": cmd_stage,
      "summarize": cmd_summarize}[args.command](args)
 

@@ -11,6 +11,14 @@ from compare import FAMILIES, best_lrs
 
 NAN = float("nan")
 START, END = "<!-- compare table: scripts/compare.py summarize -->", "<!-- end of compare table -->"
+
+
+def markers(tier: str) -> tuple[str, str]:
+    """The doc markers of one tier's table: the default tier's as they were, another tier's named after it."""
+    if tier in ("", "compare"):
+        return START, END
+    return START.replace("summarize", f"--tier {tier.removeprefix('compare-')} summarize"), END.replace(
+        "table", f"table ({tier})")
 # (key or function, label, decimals)
 COLUMNS = (
     (lambda r: r["stsb_dev_spearman"], "STS-B dev Spearman", 1),
@@ -46,7 +54,8 @@ def cell(values: list[float], decimals: int) -> str:
     return text
 
 
-def write_report(records: list[dict], table: Path, plot: Path, untrained: list[dict] | None = None) -> None:
+def write_report(records: list[dict], table: Path, plot: Path, untrained: list[dict] | None = None,
+                 tier: str = "") -> None:
     if not records:
         raise SystemExit("no results in results/compare/ yet: run `python scripts/compare.py run` first")
     best = best_lrs(records)
@@ -89,16 +98,16 @@ def write_report(records: list[dict], table: Path, plot: Path, untrained: list[d
     text = "\n".join(lines) + "\n"
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text(text)
-    _into_doc(Path("docs/RESULTS.md"), text)
+    _into_doc(Path("docs/RESULTS.md"), text, *markers(tier))
     _plot(records, best, families, plot)
 
 
-def _into_doc(doc: Path, text: str) -> None:
+def _into_doc(doc: Path, text: str, start: str = START, end: str = END) -> None:
     """Replace what stands between the table markers, so the doc shows the JSON's numbers."""
-    if not doc.exists() or START not in doc.read_text():
+    if not doc.exists() or start not in doc.read_text():
         return
-    head, rest = doc.read_text().split(START, 1)
-    doc.write_text(head + START + "\n\n" + text + "\n" + END + rest.split(END, 1)[1])
+    head, rest = doc.read_text().split(start, 1)
+    doc.write_text(head + start + "\n\n" + text + "\n" + end + rest.split(end, 1)[1])
 
 
 def _plot(records: list[dict], best: dict[str, float], families: list[str], path: Path) -> None:
