@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test test-avx2 lint demo bundle-tta clean
+.PHONY: venv test test-avx2 lint demo bundle-tta bundle-unilm clean
 
 $(BIN)/maskplay: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,18 @@ bundle-tta: venv
 		--tokenizer src/maskplay/assets/tta-mini-wiki/tokenizer.json --out runs/data-wiki16k
 	$(BIN)/maskplay pretrain --config configs/bundle-tta-mini-wiki.toml $(if $(wildcard runs/bundle/tta-mini-wiki/ckpt-*),--resume)
 	$(BIN)/python scripts/bundle.py runs/bundle/tta-mini-wiki/final src/maskplay/assets/tta-mini-wiki \
+		--piece-counts runs/data-wiki16k
+
+# Retrain the bundled titler: the 40-minute BERT-MLM, then UniLM's seq2seq mask on Wikipedia titles (about 1.2 hours;
+# configs/bundle-{bert-mini-wiki,unilm-titles-mini}.toml, logs in results/bundle/unilm-titles-mini-*)
+bundle-unilm: venv
+	test -d runs/data-wiki16k || $(BIN)/maskplay prepare --corpus $(SHARED)/enwiki-wikiextractor \
+		--tokenizer src/maskplay/assets/unilm-titles-mini/tokenizer.json --out runs/data-wiki16k
+	test -d runs/titles || $(BIN)/maskplay data titles --corpus $(SHARED)/enwiki-wikiextractor \
+		--tokenizer runs/data-wiki16k --out runs/titles
+	$(BIN)/maskplay pretrain --config configs/bundle-bert-mini-wiki.toml $(if $(wildcard runs/bundle/bert-mini-wiki/ckpt-*),--resume)
+	$(BIN)/maskplay seq2seq train --config configs/bundle-unilm-titles-mini.toml $(if $(wildcard runs/bundle/unilm-titles-mini/ckpt-*),--resume)
+	$(BIN)/python scripts/bundle.py runs/bundle/unilm-titles-mini/final src/maskplay/assets/unilm-titles-mini \
 		--piece-counts runs/data-wiki16k
 
 clean:
