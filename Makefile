@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test test-avx2 lint demo bundle-tta bundle-unilm clean
+.PHONY: venv test test-avx2 lint demo bundle-tta bundle-gpt bundle-unilm clean
 
 $(BIN)/maskplay: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,14 @@ bundle-tta: venv
 		--tokenizer src/maskplay/assets/tta-mini-wiki/tokenizer.json --out runs/data-wiki16k
 	$(BIN)/maskplay pretrain --config configs/bundle-tta-mini-wiki.toml $(if $(wildcard runs/bundle/tta-mini-wiki/ckpt-*),--resume)
 	$(BIN)/python scripts/bundle.py runs/bundle/tta-mini-wiki/final src/maskplay/assets/tta-mini-wiki \
+		--piece-counts runs/data-wiki16k
+
+# Retrain the bundled sentence scorer / generator (about 2 hours on one core; configs/bundle-gpt-mini-wiki.toml)
+bundle-gpt: venv
+	test -d runs/data-wiki16k || $(BIN)/maskplay prepare --corpus $(SHARED)/enwiki-wikiextractor \
+		--tokenizer src/maskplay/assets/gpt-mini-wiki/tokenizer.json --out runs/data-wiki16k
+	$(BIN)/maskplay pretrain --config configs/bundle-gpt-mini-wiki.toml $(if $(wildcard runs/bundle/gpt-mini-wiki/ckpt-*),--resume)
+	$(BIN)/python scripts/bundle.py runs/bundle/gpt-mini-wiki/final src/maskplay/assets/gpt-mini-wiki \
 		--piece-counts runs/data-wiki16k
 
 # Retrain the bundled titler: the 40-minute BERT-MLM, then UniLM's seq2seq mask on Wikipedia titles (about 1.2 hours;

@@ -51,6 +51,25 @@ def test_bundled_unilm_is_small_fp16_and_generates_a_title():
     assert title.finish_reason == "stop" and "kilimanjaro" in title.text, title
 
 
+def test_bundled_gpt_is_small_fp16_and_prefers_the_corrected_sentence():
+    from safetensors import safe_open
+
+    from maskplay.score import Scorer
+
+    bundle = BUNDLED_MODELS["gpt-mini-wiki"]
+    weights = bundle / "model.safetensors"
+    assert weights.stat().st_size + (bundle / "tokenizer.json").stat().st_size <= 15 * 2**20
+    with safe_open(str(weights), framework="pt") as f:
+        assert {str(f.get_slice(k).get_dtype()) for k in f.keys()} == {"F16"}
+    model = MaskplayModel.from_pretrained("gpt-mini-wiki")
+    assert model.family == "gpt" and model.config.hidden_size == 256
+    scores = Scorer.from_pretrained("gpt-mini-wiki").score(
+        ["He took a piece of cake from the plate.", "He took a peace of cake from the plate.",
+         "The church was built in the twelfth century.", "The church was build in the twelfth century."])
+    totals = [s.log_prob for s in scores]
+    assert totals[0] > totals[1] and totals[2] > totals[3], totals
+
+
 @pytest.mark.slow
 def test_demo_finds_the_odd_word_and_ranks_pairs(capsys):
     from maskplay.demo import main
