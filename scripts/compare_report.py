@@ -47,6 +47,9 @@ STAGE_COLUMNS = (
 
 
 def cell(values: list[float], decimals: int) -> str:
+    values = [v for v in values if v == v]  # a stage not run on a run (NaN) is left out
+    if not values:
+        return "-"
     mean = statistics.fmean(values)
     text = f"{mean:.{decimals}f}"
     if len(values) > 1:
