@@ -182,7 +182,11 @@ def in_range(mask_mod: MaskMod, seq_len: int) -> MaskMod:
     multiple of the block size, where a mod that indexes a (B, seq_len) tensor (padding, global tokens) would read
     out of bounds (a compiled kernel's "index out of bounds"). Such indices are clamped and their pairs hidden."""
     last = seq_len - 1
-    return lambda b, h, q, kv: mask_mod(b, h, q.clamp(max=last), kv.clamp(max=last)) & (q <= last) & (kv <= last)
+    def safe(b, h, q, kv):
+        inside = (q <= last) & (kv <= last)
+        return inside & mask_mod(b, h, torch.where(q <= last, q, 0), torch.where(kv <= last, kv, 0))
+
+    return safe
 
 
 @lru_cache(maxsize=1)
