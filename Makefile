@@ -30,35 +30,38 @@ test-avx2: venv
 demo: venv
 	$(BIN)/python -m maskplay.demo
 
-# Retrain the bundled scorer from the shared Wikipedia and export it (about 2 hours on 2 CPU cores; the command,
-# config and training log of the shipped model: configs/bundle-tta-mini-wiki.toml, results/bundle/tta-mini-wiki-train.*)
+# Retrain a bundled model from the shared Wikipedia and export it: configs/bundle-NAME.toml trains runs/bundle/NAME
+# (a started run resumes), scripts/bundle.py writes src/maskplay/assets/NAME. The shipped models' logs, metrics and
+# resolved configs: results/bundle/*-train.*; docs/RESULTS.md section 3.
 SHARED ?= ../shared/data
+DATA := runs/data-wiki16k
+# $(1): the bundled model whose tokenizer prepares $(DATA) when it is missing (the same tokenizer for all three)
+prepare_wiki = test -d $(DATA) || $(BIN)/maskplay prepare --corpus $(SHARED)/enwiki-wikiextractor \
+	--tokenizer src/maskplay/assets/$(1)/tokenizer.json --out $(DATA)
+# $(1): pretrain | seq2seq train; $(2): NAME
+train_bundle = $(BIN)/maskplay $(1) --config configs/bundle-$(2).toml $(if $(wildcard runs/bundle/$(2)/ckpt-*),--resume)
+export_bundle = $(BIN)/python scripts/bundle.py runs/bundle/$(1)/final src/maskplay/assets/$(1) --piece-counts $(DATA)
+
+# the one-pass scorer (about 2 hours on one core)
 bundle-tta: venv
-	test -d runs/data-wiki16k || $(BIN)/maskplay prepare --corpus $(SHARED)/enwiki-wikiextractor \
-		--tokenizer src/maskplay/assets/tta-mini-wiki/tokenizer.json --out runs/data-wiki16k
-	$(BIN)/maskplay pretrain --config configs/bundle-tta-mini-wiki.toml $(if $(wildcard runs/bundle/tta-mini-wiki/ckpt-*),--resume)
-	$(BIN)/python scripts/bundle.py runs/bundle/tta-mini-wiki/final src/maskplay/assets/tta-mini-wiki \
-		--piece-counts runs/data-wiki16k
+	$(call prepare_wiki,tta-mini-wiki)
+	$(call train_bundle,pretrain,tta-mini-wiki)
+	$(call export_bundle,tta-mini-wiki)
 
-# Retrain the bundled sentence scorer / generator (about 2 hours on one core; configs/bundle-gpt-mini-wiki.toml)
+# the whole-sentence scorer / generator (about 2 hours on one core)
 bundle-gpt: venv
-	test -d runs/data-wiki16k || $(BIN)/maskplay prepare --corpus $(SHARED)/enwiki-wikiextractor \
-		--tokenizer src/maskplay/assets/gpt-mini-wiki/tokenizer.json --out runs/data-wiki16k
-	$(BIN)/maskplay pretrain --config configs/bundle-gpt-mini-wiki.toml $(if $(wildcard runs/bundle/gpt-mini-wiki/ckpt-*),--resume)
-	$(BIN)/python scripts/bundle.py runs/bundle/gpt-mini-wiki/final src/maskplay/assets/gpt-mini-wiki \
-		--piece-counts runs/data-wiki16k
+	$(call prepare_wiki,gpt-mini-wiki)
+	$(call train_bundle,pretrain,gpt-mini-wiki)
+	$(call export_bundle,gpt-mini-wiki)
 
-# Retrain the bundled titler: the 40-minute BERT-MLM, then UniLM's seq2seq mask on Wikipedia titles (about 1.2 hours;
-# configs/bundle-{bert-mini-wiki,unilm-titles-mini}.toml, logs in results/bundle/unilm-titles-mini-*)
+# the titler: the 40-minute BERT-MLM, then UniLM's seq2seq mask on Wikipedia titles (about 1.2 hours)
 bundle-unilm: venv
-	test -d runs/data-wiki16k || $(BIN)/maskplay prepare --corpus $(SHARED)/enwiki-wikiextractor \
-		--tokenizer src/maskplay/assets/unilm-titles-mini/tokenizer.json --out runs/data-wiki16k
+	$(call prepare_wiki,unilm-titles-mini)
 	test -d runs/titles || $(BIN)/maskplay data titles --corpus $(SHARED)/enwiki-wikiextractor \
-		--tokenizer runs/data-wiki16k --out runs/titles
-	$(BIN)/maskplay pretrain --config configs/bundle-bert-mini-wiki.toml $(if $(wildcard runs/bundle/bert-mini-wiki/ckpt-*),--resume)
-	$(BIN)/maskplay seq2seq train --config configs/bundle-unilm-titles-mini.toml $(if $(wildcard runs/bundle/unilm-titles-mini/ckpt-*),--resume)
-	$(BIN)/python scripts/bundle.py runs/bundle/unilm-titles-mini/final src/maskplay/assets/unilm-titles-mini \
-		--piece-counts runs/data-wiki16k
+		--tokenizer $(DATA) --out runs/titles
+	$(call train_bundle,pretrain,bert-mini-wiki)
+	$(call train_bundle,seq2seq train,unilm-titles-mini)
+	$(call export_bundle,unilm-titles-mini)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
