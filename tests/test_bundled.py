@@ -7,13 +7,18 @@ from maskplay.modeling import BUNDLED_MODELS, MaskplayModel, resolve_model_dir
 BUNDLE = BUNDLED_MODELS["tta-mini-wiki"]
 
 
-def test_bundled_model_is_small_fp16_and_loads_by_name():
+def assert_small_and_fp16(bundle) -> None:
+    """Weights + tokenizer within 15 MB, every tensor stored in fp16."""
     from safetensors import safe_open
 
-    weights = BUNDLE / "model.safetensors"
-    assert weights.stat().st_size + (BUNDLE / "tokenizer.json").stat().st_size <= 15 * 2**20
+    weights = bundle / "model.safetensors"
+    assert weights.stat().st_size + (bundle / "tokenizer.json").stat().st_size <= 15 * 2**20
     with safe_open(str(weights), framework="pt") as f:
         assert {str(f.get_slice(k).get_dtype()) for k in f.keys()} == {"F16"}
+
+
+def test_bundled_model_is_small_fp16_and_loads_by_name():
+    assert_small_and_fp16(BUNDLE)
     assert resolve_model_dir("tta-mini-wiki") == BUNDLE
     model = MaskplayModel.from_pretrained("tta-mini-wiki")
     assert model.family == "tta" and model.config.hidden_size == 256
@@ -35,15 +40,9 @@ def test_bundled_piece_counts_fit_the_vocabulary_and_sif_works_out_of_the_box():
 
 
 def test_bundled_unilm_is_small_fp16_and_generates_a_title():
-    from safetensors import safe_open
-
     from maskplay.score.scorer import load_model_dir
 
-    bundle = BUNDLED_MODELS["unilm-titles-mini"]
-    weights = bundle / "model.safetensors"
-    assert weights.stat().st_size + (bundle / "tokenizer.json").stat().st_size <= 15 * 2**20
-    with safe_open(str(weights), framework="pt") as f:
-        assert {str(f.get_slice(k).get_dtype()) for k in f.keys()} == {"F16"}
+    assert_small_and_fp16(BUNDLED_MODELS["unilm-titles-mini"])
     model, tok = load_model_dir("unilm-titles-mini")
     assert model.family == "unilm" and model.config.unilm.objective == "seq2seq"
     [title] = model.generate(["Mount Kilimanjaro is a dormant volcano in Tanzania. It is the highest mountain in "
@@ -52,15 +51,9 @@ def test_bundled_unilm_is_small_fp16_and_generates_a_title():
 
 
 def test_bundled_gpt_is_small_fp16_and_prefers_the_corrected_sentence():
-    from safetensors import safe_open
-
     from maskplay.score import Scorer
 
-    bundle = BUNDLED_MODELS["gpt-mini-wiki"]
-    weights = bundle / "model.safetensors"
-    assert weights.stat().st_size + (bundle / "tokenizer.json").stat().st_size <= 15 * 2**20
-    with safe_open(str(weights), framework="pt") as f:
-        assert {str(f.get_slice(k).get_dtype()) for k in f.keys()} == {"F16"}
+    assert_small_and_fp16(BUNDLED_MODELS["gpt-mini-wiki"])
     model = MaskplayModel.from_pretrained("gpt-mini-wiki")
     assert model.family == "gpt" and model.config.hidden_size == 256
     scores = Scorer.from_pretrained("gpt-mini-wiki").score(
