@@ -180,7 +180,7 @@ def band_block_mask(seq_len: int, window: int, mask_mod: MaskMod | None = None,
 def in_range(mask_mod: MaskMod, seq_len: int) -> MaskMod:
     """mask_mod made safe at the padding of the last block: FlexAttention may evaluate it at indices up to a
     multiple of the block size, where a mod that indexes a (B, seq_len) tensor (padding, global tokens) would read
-    out of bounds (a compiled kernel's "index out of bounds"). Such indices are clamped and their pairs hidden."""
+    out of bounds (a compiled kernel's "index out of bounds"). Such indices read position 0 and their pairs are hidden."""
     last = seq_len - 1
     def safe(b, h, q, kv):
         inside = (q <= last) & (kv <= last)
