@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved, machine, resolve_dtype  # noqa: E402
 
 from maskplay import preset  # noqa: E402
+from maskplay.cli.generate import for_precision  # noqa: E402
 from maskplay.convert import gpt_to_hf_bert_lm_head  # noqa: E402
-from maskplay.generate_cli import for_precision  # noqa: E402
 from maskplay.generation import generate  # noqa: E402
 from maskplay.modeling import build_model  # noqa: E402
 

@@ -44,16 +44,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
 
-from maskplay.long_masks import materialize_heads  # noqa: E402
-from maskplay.masks import and_masks, no_diagonal, padding  # noqa: E402
-from maskplay.reformer import lsh_attention, random_rotations  # noqa: E402
-from maskplay.sparse_attention import (  # noqa: E402
+from maskplay.attention.banded import (  # noqa: E402
     band_block_mask,
     band_mask,
     flex_sliding_window_attention,
     masked_attention,
     sliding_window_attention,
 )
+from maskplay.attention.long_masks import materialize_heads  # noqa: E402
+from maskplay.attention.reformer import lsh_attention, random_rotations  # noqa: E402
+from maskplay.masks import and_masks, no_diagonal, padding  # noqa: E402
 
 HIDDEN, HEADS, BATCH = 256, 4, 1
 CASES = ("dense", "banded", "flex", "lsh")

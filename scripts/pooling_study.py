@@ -25,7 +25,7 @@ import torch
 from scipy.stats import spearmanr
 
 from maskplay.eval.sts import SICK, STSB, load_sick, load_stsb
-from maskplay.modeling import resolve_model_dir
+from maskplay.model_dir import resolve_model_dir
 from maskplay.score.embed import PIECE_COUNTS, read_piece_counts
 from maskplay.score.scorer import load_model_dir
 from maskplay.score.text import encode_ids

@@ -1,4 +1,4 @@
-"""Adaptive span (maskplay.adaptive_span) against the paper's formula, its penalty's gradient, and its dense and
+"""Adaptive span (maskplay.attention.adaptive_span) against the paper's formula, its penalty's gradient, and its dense and
 banded attention paths against each other."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from maskplay.adaptive_span import AdaptiveSpan
+from maskplay.attention.adaptive_span import AdaptiveSpan
 from maskplay.masks import and_masks, no_diagonal, padding
 
 B, H, L, D = 2, 3, 20, 4

@@ -2,7 +2,8 @@
 
 import pytest
 
-from maskplay.modeling import BUNDLED_MODELS, MaskplayModel, resolve_model_dir
+from maskplay.model_dir import BUNDLED_MODELS, resolve_model_dir
+from maskplay.modeling import MaskplayModel
 
 BUNDLE = BUNDLED_MODELS["tta-mini-wiki"]
 

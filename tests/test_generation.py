@@ -424,7 +424,7 @@ def test_cli_errors_are_one_line(model_dir, tmp_path, capsys, tok):
 
 @pytest.mark.parametrize("precision,tolerance", [("bf16", 0.05), ("int8", 0.05)])
 def test_reduced_precision_copies_generate_close_to_fp32(gpt, precision, tolerance):
-    from maskplay.generate_cli import for_precision
+    from maskplay.cli.generate import for_precision
     from maskplay.quant import FULL_RANGE, kernel_weight_range
 
     if precision == "int8" and kernel_weight_range() < FULL_RANGE:

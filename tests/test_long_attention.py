@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from maskplay import MaskplayModel, preset
+from maskplay.attention.long import LongAttention, clamp_spans, learned_spans, span_penalty
 from maskplay.config import LongAttentionConfig, ModelConfig, apply_overrides
 from maskplay.convert import to_hf
-from maskplay.long_attention import LongAttention, clamp_spans, learned_spans, span_penalty
 from maskplay.modeling import build_model
 from maskplay.train import load_train_config, train
 from maskplay.train.config import ModelSection, TrainConfig

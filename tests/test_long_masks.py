@@ -1,4 +1,4 @@
-"""Long-text mask patterns (maskplay.long_masks) against brute-force Python loops, their composition with the
+"""Long-text mask patterns (maskplay.attention.long_masks) against brute-force Python loops, their composition with the
 family masks, and T-TA's no-leak property under each of them on a small two-stream attention stack."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from maskplay.long_masks import (
+from maskplay.attention.long_masks import (
     bigbird,
     block_window,
     dilated_sliding_window,

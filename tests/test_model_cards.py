@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from maskplay.modeling import BUNDLED_MODELS
+from maskplay.model_dir import BUNDLED_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("## Model", "## Data", "## Budget", "## Dev results", "## Intended use", "## Limits")

@@ -1,4 +1,4 @@
-"""Reformer pieces (maskplay.reformer): LSH attention against dense shared-QK attention, the family mask inside
+"""Reformer pieces (maskplay.attention.reformer): LSH attention against dense shared-QK attention, the family mask inside
 it, T-TA under it; reversible blocks and chunked feed-forward against their plain forms."""
 
 from __future__ import annotations
@@ -7,9 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from maskplay.long_masks import materialize_heads
-from maskplay.masks import and_masks, causal, no_diagonal, padding
-from maskplay.reformer import (
+from maskplay.attention.long_masks import materialize_heads
+from maskplay.attention.reformer import (
     ChunkedFeedForward,
     ReversibleBlock,
     ReversibleSequence,
@@ -19,6 +18,7 @@ from maskplay.reformer import (
     random_rotations,
     shared_qk_attention,
 )
+from maskplay.masks import and_masks, causal, no_diagonal, padding
 from tests.test_long_masks import self_gradients
 
 B, H, L, D = 2, 2, 30, 8

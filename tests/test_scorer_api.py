@@ -40,7 +40,7 @@ def hf_tokenizer(vocab_file):
 def hf_bert(tmp_path_factory):
     """(HF model, HF tokenizer, maskplay model directory): a random BertForMaskedLM saved as HuggingFace saves it,
     then `maskplay convert --from-hf` (convert_from_hf) into a maskplay directory."""
-    from maskplay.convert_cli import convert_from_hf
+    from maskplay.cli.convert import convert_from_hf
 
     root = tmp_path_factory.mktemp("hf-bert")
     pieces = [*BERT_SPECIALS, *WORDS, *string.ascii_lowercase, *(f"##{c}" for c in string.ascii_lowercase),

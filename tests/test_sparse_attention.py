@@ -1,4 +1,4 @@
-"""The banded kernel (maskplay.sparse_attention) against dense SDPA under the materialised mask, forward and
+"""The banded kernel (maskplay.attention.banded) against dense SDPA under the materialised mask, forward and
 gradient, in fp32; its memory linear in length; the FlexAttention path where this torch runs it."""
 
 from __future__ import annotations
@@ -6,9 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from maskplay.long_masks import materialize_heads
-from maskplay.masks import and_masks, causal, no_diagonal, padding
-from maskplay.sparse_attention import (
+from maskplay.attention.banded import (
     FLEX_CPU_NO_BACKWARD,
     band_block_mask,
     band_mask,
@@ -16,6 +14,8 @@ from maskplay.sparse_attention import (
     masked_attention,
     sliding_window_attention,
 )
+from maskplay.attention.long_masks import materialize_heads
+from maskplay.masks import and_masks, causal, no_diagonal, padding
 from tests.test_long_masks import self_gradients
 
 B, H, L, D = 2, 3, 37, 8

@@ -7,8 +7,8 @@ import shutil
 import pytest
 
 from maskplay.cli import main
+from maskplay.cli.tokenizer import train_tokenizer
 from maskplay.tokenizer import SPECIAL_TOKENS, load_tokenizer, train_wordpiece
-from maskplay.tokenizer_cli import train_tokenizer
 from tests.conftest import shared_path
 
 SENTENCE = "Jarred Shaw (born September 28, 1990) is an American professional basketball player for Trouville."

@@ -10,13 +10,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .adaptive_span import AdaptiveSpan
-from .attention_variants import Synthesizer, TalkingHeads
+from .attention.adaptive_span import AdaptiveSpan
+from .attention.long import BandedMask, LongAttention, span_mask
+from .attention.variants import Synthesizer, TalkingHeads
 from .cache import KVCache, LayerCache
 from .config import ModelConfig
 from .dropout import Dropout, dropout
 from .feedforward import make_feedforward
-from .long_attention import BandedMask, LongAttention, span_mask
 from .norms import deepnorm_alpha, make_norm
 from .positions import (
     IN_ATTENTION,
@@ -194,7 +194,7 @@ class Block(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         if config.attention == "lsra":  # Lite Transformer's attention + convolution (it imports this module)
-            from .lite_attention import LongShortAttention
+            from .attention.lsra import LongShortAttention
 
             self.attn: nn.Module = LongShortAttention(config)
         else:

@@ -35,20 +35,19 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from .config import ModelConfig, from_dict
-from .modeling import (
+from .files import atomic_path
+from .model_dir import (
     CONFIG_NAME,
+    HEAD_CONFIG_NAME,
     WEIGHTS_NAME,
-    MaskplayModel,
-    atomic_path,
-    family_class,
     read_weights,
     resolve_model_dir,
     write_model_manifest,
 )
+from .modeling import MaskplayModel, family_class
 from .progress import Progress, track
 from .tokenizer import Tokenizer, load_tokenizer
 
-HEAD_CONFIG_NAME = "head_config.json"
 TASKS = ("classify", "regress", "pairs")
 POOLINGS = ("first", "mean", "last")
 HEADS = ("linear", "bert", "electra")
@@ -217,26 +216,6 @@ def _read_json(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"{path} is damaged: a JSON object was expected")
     return data
-
-
-def not_a_language_model(directory: str | Path) -> str:
-    """The one-line error for a fine-tuned model directory given where a pretrained (language) model is expected
-    (score, embed, eval, generate, MaskplayModel.from_pretrained, pretrain --init): what it is, what to use."""
-    directory = Path(directory)
-    what = "model"
-    try:
-        head = json.loads((directory / HEAD_CONFIG_NAME).read_text())
-        family = json.loads((directory / CONFIG_NAME).read_text()).get("family", "")
-        labels = head.get("labels") or []
-        kind = (f"classifier ({len(labels)} labels: {', '.join(map(str, labels[:5]))}{', ...' if len(labels) > 5 else ''})"
-                if head.get("objective") == "classify" else "regressor (one score)")
-        what = f"{family} {kind}".strip() + (" of text pairs" if head.get("pair") else "")
-    except (OSError, ValueError, AttributeError, TypeError):  # a damaged file: the generic description will do
-        pass
-    return (f"{directory} is a fine-tuned {what} written by `maskplay finetune`, not a language model: its LM head "
-            "was replaced by the task's head, so it cannot score, embed, generate or start a pretraining; run it "
-            f"with `maskplay predict {directory} --file FILE` (Python: maskplay.finetune.load_finetuned), or give "
-            "the pretrained model it was fine-tuned from")
 
 
 def load_backbone(directory: str | Path) -> tuple[MaskplayModel, Tokenizer]:

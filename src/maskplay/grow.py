@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     import os
     import shutil
 
-    from .modeling import resolve_model_dir
+    from .model_dir import resolve_model_dir
 
     source = resolve_model_dir(args.model_dir)
     out = Path(args.out)

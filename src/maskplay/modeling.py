@@ -3,29 +3,25 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from .backbone import Embeddings, Encoder
-from .config import ModelConfig, from_dict
+from .config import ModelConfig
+from .files import atomic_path
 from .heads import LMHead
 from .masks import MaskMod, and_masks, materialize, padding
+from .model_dir import CONFIG_NAME, WEIGHTS_NAME, read_model_config, read_weights, resolve_model_dir, write_model_manifest
 from .outputs import ModelOutput
 from .positions import RelativePositions
 
 IGNORE_INDEX = -100
-WEIGHTS_NAME = "model.safetensors"
-CONFIG_NAME = "config.json"
 
 
 class MaskplayModel(nn.Module):
@@ -182,9 +178,9 @@ class MaskplayModel(nn.Module):
         directory.mkdir(parents=True, exist_ok=True)
         tensors = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).contiguous().cpu()
                    for k, v in self.state_dict().items()}
-        with _atomic_path(directory / WEIGHTS_NAME) as tmp:
+        with atomic_path(directory / WEIGHTS_NAME) as tmp:
             save_file(tensors, str(tmp), metadata={"format": "pt", "family": self.family})
-        with _atomic_path(directory / CONFIG_NAME) as tmp:
+        with atomic_path(directory / CONFIG_NAME) as tmp:
             tmp.write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
         write_model_manifest(directory)
 
@@ -220,227 +216,6 @@ class MaskplayModel(nn.Module):
             raise ValueError(f"{source} does not match {type(self).__name__}: missing {missing}, "
                              f"unexpected {unexpected}, wrong shapes {shapes}")
         self.load_state_dict(state, strict=True)
-
-
-def read_model_config(directory: str | Path, **overrides: Any) -> ModelConfig:
-    """The ModelConfig in a model directory (a bundled name or hub id resolved first); a missing or damaged
-    config.json is one error naming it."""
-    config_path = resolve_model_dir(directory) / CONFIG_NAME
-    if (config_path.parent / "head_config.json").is_file():  # `maskplay finetune` wrote it: no LM head to load
-        from .finetune import not_a_language_model
-
-        raise ValueError(not_a_language_model(config_path.parent))
-    if not config_path.is_file():
-        raise FileNotFoundError(f"{config_path} not found: is {config_path.parent} a directory written by "
-                                "save_pretrained?")
-    try:
-        data = json.loads(config_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{config_path} is damaged: not readable JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{config_path} is damaged: a JSON object was expected")
-    return from_dict(ModelConfig, {**data, **overrides}, source=str(config_path))
-
-
-ASSETS = Path(__file__).resolve().parent / "assets"
-# Models shipped inside the package, usable by name anywhere a model directory is expected.
-BUNDLED_MODELS = {"tta-mini-wiki": ASSETS / "tta-mini-wiki", "gpt-mini-wiki": ASSETS / "gpt-mini-wiki",
-                  "unilm-titles-mini": ASSETS / "unilm-titles-mini"}
-
-
-def resolve_model_dir(name: str | Path) -> Path:
-    """A local directory as it is; a bundled model's name (BUNDLED_MODELS); otherwise a hub repository id,
-    downloaded (or found in the local cache)."""
-    path = Path(name)
-    if str(name) in BUNDLED_MODELS and not path.exists():
-        return BUNDLED_MODELS[str(name)]
-    if path.exists() or str(name).count("/") != 1 or str(name).startswith((".", "/")):
-        return path
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError as err:
-        raise FileNotFoundError(f"{name} is not a local directory, and huggingface_hub (needed to fetch it from "
-                                "the hub) is not installed: pip install huggingface_hub") from err
-    try:
-        return Path(snapshot_download(repo_id=str(name), allow_patterns=[CONFIG_NAME, WEIGHTS_NAME, "tokenizer.json"]))
-    except Exception as err:  # offline, unknown repository, ...: say what was tried
-        raise FileNotFoundError(f"{name} is not a local directory and could not be fetched from the hub: {err}") from err
-
-
-# ---- integrity of a model directory ---------------------------------------------------------------------
-
-MODEL_MANIFEST = "manifest.json"
-
-
-def sha256(path: Path) -> str:
-    """The hex sha256 of a file, read in 1 MiB blocks (model manifests and training checkpoints)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def write_model_manifest(directory: str | Path) -> Path:
-    """manifest.json: the sha256 and size of model.safetensors, as training checkpoints carry for each of their
-    files, so that a truncated or corrupted copy is named before anything reads it. Only the weights are
-    covered: config.json and tokenizer.json are text a user may legitimately edit."""
-    directory = Path(directory)
-    weights = directory / WEIGHTS_NAME
-    manifest = {"format": 1, "files": {WEIGHTS_NAME: {"sha256": sha256(weights), "bytes": weights.stat().st_size}}}
-    with _atomic_path(directory / MODEL_MANIFEST) as tmp:
-        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    return directory / MODEL_MANIFEST
-
-
-def verify_model_files(directory: str | Path) -> None:
-    """Check the files a manifest.json lists (models written before manifests existed, or fetched from the hub,
-    have none: their weights are still checked by read_weights). Raises ValueError naming the damaged file."""
-    directory = Path(directory)
-    path = directory / MODEL_MANIFEST
-    if not path.is_file():
-        return
-    try:
-        files = json.loads(path.read_text())["files"]
-        entries = [(name, int(e["bytes"]), str(e["sha256"])) for name, e in files.items()]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AttributeError) as err:
-        raise ValueError(f"{path} is damaged: not a model manifest ({type(err).__name__})") from None
-    for name, size, digest in entries:
-        file = directory / name
-        if not file.is_file():
-            raise ValueError(f"{file} is missing (listed in {path})")
-        actual = file.stat().st_size
-        if actual != size:
-            raise ValueError(f"{file} is damaged: {actual} bytes, the manifest says {size} (truncated?)")
-        if sha256(file) != digest:
-            raise ValueError(f"{file} is damaged: its sha256 differs from the manifest's (corrupted)")
-
-
-def read_weights(path: str | Path) -> dict[str, Tensor]:
-    """A safetensors file's tensors, after the directory's manifest check; any damage is one ValueError that
-    names the file (safetensors' own errors are not meant for users and can span lines)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found")
-    verify_model_files(path.parent)
-    if path.stat().st_size == 0:
-        raise ValueError(f"{path} is damaged: the file is empty")
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"{path} is damaged: not a readable safetensors file ({detail})") from None
-
-
-# ---- output files -------------------------------------------------------------------------------------------
-
-def prepare_output_file(path: str | Path, what: str = "--out") -> Path:
-    """Check that `path` can be written as a file (it is not a directory, no parent is a file) and create its
-    parent directories, so that these mistakes are one-line errors naming the argument."""
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"{what} {path} is a directory; give a file name")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"{what} {path}: {parent} is a file, not a directory")
-            break
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def prepare_output_dir(path: str | Path, what: str = "--out") -> Path:
-    """The same for an output directory: it may exist as a directory, not as a file, nor below a file."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{what} {path} is a file; give a directory")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"{what} {path}: {parent} is a file, not a directory")
-            break
-    return path
-
-
-class OutputLock:
-    """An exclusive lock on an output file for as long as it is written (filelock, on the hidden file
-    .NAME.lock beside it), so that two processes never write the same --out: the second gets a one-line error
-    instead of silently overwriting the first's result."""
-
-    def __init__(self, path: str | Path, what: str = "--out") -> None:
-        from filelock import FileLock
-
-        self.path, self.what = Path(path), what
-        self.lock = FileLock(str(self.path.parent / f".{self.path.name}.lock"), timeout=0)
-
-    def __enter__(self) -> OutputLock:
-        from filelock import Timeout
-
-        try:
-            self.lock.acquire()
-        except Timeout:
-            raise ValueError(f"{self.what} {self.path} is being written by another process (it holds "
-                             f"{self.lock.lock_file}); wait for it to finish or choose another {self.what}") from None
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.lock.release()
-
-
-def _umask() -> int:
-    # os.umask can only be read by setting it; put it straight back
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-class _atomic_path:
-    """Write to a temporary file in the same directory, fsync, then rename over the target. The file gets the
-    permissions of any file the user creates (0666 less the umask), not mkstemp's private 0600."""
-
-    def __init__(self, target: Path) -> None:
-        self.target = target
-
-    def __enter__(self) -> Path:
-        if self.target.is_dir():
-            raise ValueError(f"{self.target} is a directory; give a file name")
-        if not self.target.parent.is_dir():
-            prepare_output_file(self.target, what="output")
-        fd, name = tempfile.mkstemp(prefix=f".{self.target.name}.", dir=self.target.parent)
-        try:
-            os.fchmod(fd, 0o666 & ~_umask())
-        finally:
-            os.close(fd)
-        self.tmp = Path(name)
-        return self.tmp
-
-    def __exit__(self, exc_type: object, *_: object) -> None:
-        if exc_type is not None:
-            self.tmp.unlink(missing_ok=True)
-            return
-        try:
-            # again here: a writer that recreates the file (safetensors' save_file does) drops the mode set above
-            os.chmod(self.tmp, 0o666 & ~_umask())
-            with open(self.tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(self.tmp, self.target)
-        except OSError as err:  # e.g. the target became a directory meanwhile: leave no temporary file behind
-            self.tmp.unlink(missing_ok=True)
-            raise ValueError(f"cannot write {self.target}: {err.strerror or err}") from None
-        fsync_dir(self.target.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new file in `path` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_path(target: str | Path) -> _atomic_path:
-    return _atomic_path(Path(target))
 
 
 def family_class(family: str) -> type[MaskplayModel]:

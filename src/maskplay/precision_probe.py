@@ -225,7 +225,7 @@ def model_dir_config(model_dir: str | Path) -> Any:
     """The ModelConfig in a model directory (or a bundled model's), or None when it cannot be read (the model's
     loading then reports the problem)."""
     try:
-        from .modeling import read_model_config
+        from .model_dir import read_model_config
 
         return read_model_config(model_dir)
     except Exception:  # noqa: BLE001 - any problem here is reported by the model's loading right after

@@ -35,7 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .modeling import MaskplayModel, atomic_path
+from .files import atomic_path
+from .modeling import MaskplayModel
 from .precision import Precision, forward_in
 from .progress import Progress
 from .tokenizer import Tokenizer

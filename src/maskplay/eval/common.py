@@ -13,7 +13,7 @@ import numpy as np
 from scipy import stats
 from sklearn.metrics import matthews_corrcoef
 
-from ..modeling import atomic_path
+from ..files import atomic_path
 
 DATA_ENV = "MASKPLAY_DATA"
 

@@ -205,7 +205,7 @@ def baseline_idf(pairs: list[Pair], fmt: str, path: str | Path | None = None,
     STS-B train sentences beside it (sts-train.csv); for a SICK file with a SemEval_set column, its TRAIN rows;
     else the evaluated sentences themselves (no gold score is read, but the IDF has seen the test sentences:
     the source says so)."""
-    from .cli import portable
+    from ..cli.eval import portable
     from .files import detect
 
     if idf_from is not None:

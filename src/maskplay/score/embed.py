@@ -105,7 +105,7 @@ class Embedder:
                         **kwargs: Any) -> Embedder:
         """piece_counts, unless given: from `frequencies` (read_piece_counts, checked against the model's own
         vocabulary), else the model directory's piece_counts.npy when it has one."""
-        from ..modeling import resolve_model_dir
+        from ..model_dir import resolve_model_dir
 
         model, tokenizer = load_model_dir(directory)
         if kwargs.get("piece_counts") is None:

@@ -42,7 +42,8 @@ from torch import Tensor
 from torch.func import functional_call
 
 from ..config import ModelConfig
-from ..modeling import MaskplayModel, resolve_model_dir
+from ..model_dir import resolve_model_dir
+from ..modeling import MaskplayModel
 from ..precision import Precision, quantize_int8
 from ..tokenizer import Tokenizer, load_tokenizer
 from .text import Encoded, encode_texts, require_nonempty
@@ -239,7 +240,7 @@ def check_compatible(model: MaskplayModel, tokenizer: Tokenizer) -> None:
 
 def load_model_dir(directory: str | Path) -> tuple[MaskplayModel, Tokenizer]:
     """A model directory as the trainer exports it: config.json + model.safetensors + tokenizer.json; or a
-    bundled model's name (e.g. "tta-mini-wiki") or a hub id, see modeling.resolve_model_dir."""
+    bundled model's name (e.g. "tta-mini-wiki") or a hub id, see model_dir.resolve_model_dir."""
     directory = resolve_model_dir(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"model directory {directory} not found")

@@ -31,7 +31,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from ..modeling import fsync_dir, sha256
+from ..files import fsync_dir, sha256
 
 MANIFEST = "manifest.json"
 MODEL_FILE = "model.safetensors"

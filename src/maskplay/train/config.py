@@ -97,7 +97,7 @@ class ModelSection:
 
     def _init_config(self, tokenizer_fields: dict[str, Any]) -> ModelConfig:
         """The architecture of the model in `init`, as this section's family, checked against the tokenizer."""
-        from ..modeling import read_model_config
+        from ..model_dir import read_model_config
 
         try:
             saved = read_model_config(self.init)

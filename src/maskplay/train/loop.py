@@ -29,10 +29,11 @@ from typing import Any, TextIO
 import torch
 from torch import Tensor
 
+from ..attention.long import clamp_spans, span_penalty, span_summary, write_spans
 from ..config import ModelConfig, from_dict
 from ..data.dataset import TokenDataset
-from ..long_attention import clamp_spans, span_penalty, span_summary, write_spans
-from ..modeling import IGNORE_INDEX, MaskplayModel, atomic_path, build_model, prepare_output_dir
+from ..files import atomic_path, prepare_output_dir
+from ..modeling import IGNORE_INDEX, MaskplayModel, build_model
 from ..precision import Precision, forward_in
 from ..precision_probe import AUTO
 from ..precision_probe import resolve as resolve_precision
@@ -277,7 +278,7 @@ class Trainer:
 
     def _initialise_from(self, directory: str) -> None:
         """Copy the weights of a saved model (strict: every weight of this model must be there, nothing else)."""
-        from ..modeling import WEIGHTS_NAME, resolve_model_dir
+        from ..model_dir import WEIGHTS_NAME, resolve_model_dir
 
         path = resolve_model_dir(directory) / WEIGHTS_NAME
         self.model.load_weights(path, source=f"model.init {path}")

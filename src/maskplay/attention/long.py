@@ -31,11 +31,11 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ..config import ModelConfig
+from ..masks import MaskMod
+from ..positions import PassPositions, PositionScheme, t5_bucket
 from .adaptive_span import AdaptiveSpan
-from .config import ModelConfig
-from .masks import MaskMod
-from .positions import PassPositions, PositionScheme, t5_bucket
-from .sparse_attention import sliding_window_attention
+from .banded import sliding_window_attention
 
 __all__ = ["LongAttention", "BandedMask", "span_mask", "span_penalty", "clamp_spans", "learned_spans", "write_spans"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from .prepare import MODES, OVERLONG, PrepareConfig, prepare_corpus
-from .readers import FORMATS, INVALID_UTF8_POLICIES
+from ..data.prepare import MODES, OVERLONG, PrepareConfig, prepare_corpus
+from ..data.readers import FORMATS, INVALID_UTF8_POLICIES
 
 
 def _prepare(args: argparse.Namespace) -> int:

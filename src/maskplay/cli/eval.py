@@ -11,20 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from ..devices import resolve_device
-from ..modeling import OutputLock, prepare_output_file
+from ..files import OutputLock, prepare_output_file
 from ..precision import Precision
 from ..precision_probe import AUTO, resolve_cli
-from ..score.cli import add_sif_arguments
 from ..score.scorer import Method, Overflow, Scorer
+from .score import add_sif_arguments
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate a model: sts, nbest, pairs, spelling, cola, seq2seq")
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
-    from ..seq2seq_cli import add_eval_parser
+    from .seq2seq import add_eval_parser
 
     add_eval_parser(tasks, "seq2seq")  # the same command as `maskplay seq2seq eval`
-    from .files import FORMATS
+    from ..eval.files import FORMATS
 
     def task(name: str, help_text: str, func: Callable[[argparse.Namespace], int], scoring: bool = True,
              data_help: str = "override the default data location") -> argparse.ArgumentParser:
@@ -66,7 +66,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --file: fit the TF-IDF baseline's IDF on this STS file's sentences (default: "
                         "sts-train.csv beside an STS-B file, a SICK file's TRAIN rows, else the evaluated sentences)")
 
-    from .nbest import DEFAULT_WEIGHTS, FirstPass
+    from ..eval.nbest import DEFAULT_WEIGHTS, FirstPass
 
     n = task("nbest", "LibriSpeech 30-best reranking: WER tuned on one dev split, reported on the other", run_nbest,
              data_help="folder with dev_clean.jsonl.gz and dev_other.jsonl.gz")
@@ -79,7 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--normalize", choices=["sum", "mean"], default="sum",
                     help="compare total log p (BLiMP) or the mean per piece")
 
-    from .spelling import FILES
+    from ..eval.spelling import FILES
 
     sp = task("spelling", "real-word spelling error detection (Zesch 2012): top-1, P/R/F1", run_spelling,
               data_help="folder with the en_*.txt files")
@@ -124,7 +124,7 @@ def _locked(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
 
 def _early_checks(args: argparse.Namespace) -> None:
     """The arguments that can be wrong, checked before any data or model is read."""
-    from .common import check_limit
+    from ..eval.common import check_limit
 
     check_limit(args.limit)
     resolve_device(args.device)
@@ -140,7 +140,7 @@ def _header(args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
 def _given_files(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
     """(result name, path, format) of each --file (directories expanded), every file read for its format before
     any model is loaded."""
-    from .files import FORMATS, detect, expand, unique_names
+    from ..eval.files import FORMATS, detect, expand, unique_names
 
     if args.data is not None:
         raise ValueError("give --file or --data, not both")
@@ -169,10 +169,10 @@ def _timed(label: str) -> Callable[[], None]:
 
 
 def run_sts(args: argparse.Namespace) -> int:
+    from ..eval.baselines import evaluate_baselines
+    from ..eval.common import data_path, write_results
+    from ..eval.sts import SICK, STSB, baseline_idf, evaluate_sts, load_sick, load_stsb
     from ..score.embed import Embedder, Pooling
-    from .baselines import evaluate_baselines
-    from .common import data_path, write_results
-    from .sts import SICK, STSB, baseline_idf, evaluate_sts, load_sick, load_stsb
 
     _early_checks(args)
     if args.idf_from is not None and not args.file:
@@ -233,9 +233,9 @@ def _number(value: float | None) -> str:
 
 
 def _load_sts_files(args: argparse.Namespace) -> dict[str, tuple[list, dict[str, Any]]]:
-    from .baselines import evaluate_baselines
-    from .files import semeval_pair
-    from .sts import baseline_idf, load_sts_file
+    from ..eval.baselines import evaluate_baselines
+    from ..eval.files import semeval_pair
+    from ..eval.sts import baseline_idf, load_sts_file
 
     out = {}
     for name, path, fmt in _given_files(args):
@@ -250,8 +250,8 @@ def _load_sts_files(args: argparse.Namespace) -> dict[str, tuple[list, dict[str,
 
 
 def run_nbest(args: argparse.Namespace) -> int:
-    from .common import data_path, write_results
-    from .nbest import FOLDER, SPLITS, FirstPass, check_grids, evaluate_nbest, load_nbest
+    from ..eval.common import data_path, write_results
+    from ..eval.nbest import FOLDER, SPLITS, FirstPass, check_grids, evaluate_nbest, load_nbest
 
     _early_checks(args)
     check_grids(args.weights, args.bonuses)
@@ -293,9 +293,9 @@ def _sentence_values(scorer: Scorer, normalize: str) -> Callable[[list[str]], li
 
 
 def run_pairs(args: argparse.Namespace) -> int:
-    from .common import write_results
-    from .files import base_name
-    from .pairs import evaluate_pairs, load_pairs, pair_files
+    from ..eval.common import write_results
+    from ..eval.files import base_name
+    from ..eval.pairs import evaluate_pairs, load_pairs, pair_files
 
     _early_checks(args)
     if args.file:
@@ -319,8 +319,8 @@ def run_pairs(args: argparse.Namespace) -> int:
 
 
 def run_spelling(args: argparse.Namespace) -> int:
-    from .common import data_path, write_results
-    from .spelling import FILES, FOLDER, evaluate_spelling, load_rwse
+    from ..eval.common import data_path, write_results
+    from ..eval.spelling import FILES, FOLDER, evaluate_spelling, load_rwse
 
     _early_checks(args)
     if args.file:
@@ -351,8 +351,8 @@ def run_spelling(args: argparse.Namespace) -> int:
 
 
 def run_cola(args: argparse.Namespace) -> int:
-    from .cola import DEVS, FOLDER, TRAIN, evaluate_cola, load_cola, sample
-    from .common import data_path, limit_rows, write_results
+    from ..eval.cola import DEVS, FOLDER, TRAIN, evaluate_cola, load_cola, sample
+    from ..eval.common import data_path, limit_rows, write_results
 
     _early_checks(args)
     if args.train_limit is not None and args.train_limit < 2:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .titles import TitlesConfig, build_titles
+from ..data.titles import TitlesConfig, build_titles
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from ..config import FAMILIES, PRESETS, apply_overrides
-from .config import PRECISIONS, TrainConfig, load_train_config
+from ..train.config import PRECISIONS, TrainConfig, load_train_config
 
 EPILOG = """\
 examples:
@@ -67,7 +67,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     if args.config:
         config = load_train_config(args.config)
     elif args.resume:
-        from .loop import saved_run_config
+        from ..train.loop import saved_run_config
 
         out = args.out or TrainConfig().run.out_dir
         config = saved_run_config(out)
@@ -91,7 +91,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .loop import train
+    from ..train.loop import train
 
     config = resolve_config(args)
     if args.export and config.model.family != "electra":
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             if args.export:
                 import shutil
 
-                from ..export_cli import export_part
+                from .export import export_part
 
                 target = Path(result.run_dir) / f"final-{args.export}"
                 shutil.rmtree(target, ignore_errors=True)  # the previous export of a resumed run

@@ -35,11 +35,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .backbone import Attention, Packing
-from .cache import LayerCache
-from .config import ModelConfig
-from .dropout import dropout
-from .positions import Frame, PassPositions
+from ..backbone import Attention, Packing
+from ..cache import LayerCache
+from ..config import ModelConfig
+from ..dropout import dropout
+from ..positions import Frame, PassPositions
 
 
 class LightweightConv(nn.Module):

@@ -23,9 +23,9 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..masks import MaskMod
+from .banded import masked_attention, sliding_window_attention
 from .long_masks import materialize_heads
-from .masks import MaskMod
-from .sparse_attention import masked_attention, sliding_window_attention
 
 __all__ = ["AdaptiveSpan"]
 

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masks import MaskMod
+from ..masks import MaskMod
 
 __all__ = ["random_rotations", "lsh_buckets", "lsh_attention", "lsh_union_mask", "shared_qk_attention", "ReversibleBlock",
            "ReversibleSequence", "chunked_feed_forward", "ChunkedFeedForward", "SELF_SCORE"]

@@ -75,7 +75,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _head(args: argparse.Namespace, family: str, train: list) -> object:
-    from .finetune import DEFAULT_POOLING, HeadConfig, _is_float, class_names
+    from ..finetune import DEFAULT_POOLING, HeadConfig, _is_float, class_names
 
     labels = [ex.label for ex in train]
     if args.task == "pairs":
@@ -90,9 +90,9 @@ def _head(args: argparse.Namespace, family: str, train: list) -> object:
 def run_finetune(args: argparse.Namespace) -> int:
     import torch
 
-    from .devices import resolve_device
-    from .finetune import FinetuneOptions, finetune, load_backbone, read_examples
-    from .modeling import prepare_output_dir, prepare_output_file
+    from ..devices import resolve_device
+    from ..files import prepare_output_dir, prepare_output_file
+    from ..finetune import FinetuneOptions, finetune, load_backbone, read_examples
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -129,9 +129,9 @@ def run_finetune(args: argparse.Namespace) -> int:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from .devices import resolve_device
-    from .finetune import encode_examples, label_values, load_finetuned, metrics, predict_rows, read_examples
-    from .modeling import prepare_output_file
+    from ..devices import resolve_device
+    from ..files import prepare_output_file
+    from ..finetune import encode_examples, label_values, load_finetuned, metrics, predict_rows, read_examples
 
     model, tokenizer = load_finetuned(args.model)
     model.to(resolve_device(args.device))
@@ -169,13 +169,13 @@ def run_predict(args: argparse.Namespace) -> int:
 def run_convert(args: argparse.Namespace) -> int:
     from types import SimpleNamespace
 
-    from . import convert_cli as cc
-    from .convert import (
+    from ..convert import (
         SEQUENCE_ARCHITECTURES,
         finetuned_from_hf_sequence_classification,
         finetuned_to_hf_sequence_classification,
     )
-    from .finetune import FineTuned
+    from ..finetune import FineTuned
+    from . import convert as cc
 
     out = Path(args.out)
     if args.to_hf is not None:

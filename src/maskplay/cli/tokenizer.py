@@ -6,9 +6,9 @@ import argparse
 import time
 from pathlib import Path
 
-from .data.readers import FORMATS, INVALID_UTF8_POLICIES, ReadStats, iter_paragraphs
-from .progress import track
-from .tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer, train_wordpiece
+from ..data.readers import FORMATS, INVALID_UTF8_POLICIES, ReadStats, iter_paragraphs
+from ..progress import track
+from ..tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer, train_wordpiece
 
 
 def train_tokenizer(corpus: list[str | Path], vocab_size: int, out_dir: str | Path, min_frequency: int = 2,

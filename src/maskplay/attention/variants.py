@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import ModelConfig
-from .dropout import dropout
-from .positions import PassPositions
+from ..config import ModelConfig
+from ..dropout import dropout
+from ..positions import PassPositions
 
 
 def _add_mask(scores: Tensor, mask: Tensor) -> Tensor:

@@ -6,14 +6,14 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from .masks import MASK_FAMILIES
+from ..masks import MASK_FAMILIES
 
 Command = Callable[[argparse.Namespace], int]
 
 
 def _masks(args: argparse.Namespace) -> int:
-    from .modeling import prepare_output_file
-    from .viz import draw_masks
+    from ..files import prepare_output_file
+    from ..viz import draw_masks
 
     families = list(MASK_FAMILIES[:-1]) if args.family == "all" else [args.family]
     prepare_output_file(args.out)
@@ -36,7 +36,7 @@ REGISTRY: list[Callable[[argparse._SubParsersAction], None]] = [add_masks_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
 
     parser = argparse.ArgumentParser(prog="maskplay", description="Transformer LMs whose family is set by the mask")
     parser.add_argument("--version", action="version", version=f"maskplay {__version__}")
@@ -51,10 +51,10 @@ def _register_optional(sub: argparse._SubParsersAction) -> None:
     """Subcommands whose modules may import heavy dependencies; each module exposes add_parser(sub)."""
     import importlib
 
-    for name in ("maskplay.tokenizer_cli", "maskplay.data.prepare_cli", "maskplay.train.cli",
-                 "maskplay.score.cli", "maskplay.eval.cli", "maskplay.report", "maskplay.export_cli",
-                 "maskplay.convert_cli", "maskplay.data.titles_cli", "maskplay.seq2seq_cli", "maskplay.generate_cli",
-                 "maskplay.finetune_cli", "maskplay.simcse_cli", "maskplay.grow"):
+    for name in ("maskplay.cli.tokenizer", "maskplay.cli.prepare", "maskplay.cli.pretrain",
+                 "maskplay.cli.score", "maskplay.cli.eval", "maskplay.report", "maskplay.cli.export",
+                 "maskplay.cli.convert", "maskplay.cli.titles", "maskplay.cli.seq2seq", "maskplay.cli.generate",
+                 "maskplay.cli.finetune", "maskplay.cli.simcse", "maskplay.grow"):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as err:
@@ -71,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command in INFERENCE_COMMANDS:
-        from .allocator import keep_freed_memory
+        from ..allocator import keep_freed_memory
 
         keep_freed_memory()  # batch after batch, the same large activations: reuse their memory
-    from .precision_probe import announce
+    from ..precision_probe import announce
 
     announce(show=False)
     try:

@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .generation import STRATEGIES, GenerationOutput, default_stop_ids, generate, require_generative
+from ..generation import STRATEGIES, GenerationOutput, default_stop_ids, generate, require_generative
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
@@ -53,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _read_prompts(args: argparse.Namespace) -> list[str]:
     """Prompt arguments, or the lines of --file / stdin with blank lines kept (as empty prompts)."""
-    from .score.text import decode_text
+    from ..score.text import decode_text
 
     if args.prompts and args.file is not None:
         raise ValueError("give prompts as arguments or with --file, not both")
@@ -85,7 +85,7 @@ def for_precision(model: Any, precision: str) -> Any:
     if precision == "bf16":
         return copy.deepcopy(model).to(torch.bfloat16).eval()
     if precision == "int8":
-        from .precision import quantize_int8
+        from ..precision import quantize_int8
 
         return quantize_int8(model)
     return model
@@ -93,7 +93,7 @@ def for_precision(model: Any, precision: str) -> Any:
 
 def resolved_precision(model: Any, precision: str, device: str | None, command: str) -> str:
     """--precision with auto resolved for this machine and model (logged on stderr)."""
-    from .precision_probe import resolve_cli
+    from ..precision_probe import resolve_cli
 
     return resolve_cli(precision, device or "cpu", model=model, command=command).value
 
@@ -125,7 +125,7 @@ class _Streamer:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from .score.scorer import load_model_dir
+    from ..score.scorer import load_model_dir
 
     prompts = _read_prompts(args)
     model, tokenizer = load_model_dir(args.model_dir)

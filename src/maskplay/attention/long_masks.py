@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .masks import MaskMod, or_masks
+from ..masks import MaskMod, or_masks
 
 __all__ = ["sliding_window", "dilated_sliding_window", "global_tokens", "global_flags", "block_window",
            "random_blocks", "bigbird", "materialize_heads"]

@@ -98,7 +98,7 @@ def read_hf_dir(directory: str | Path) -> tuple[str, SimpleNamespace, dict[str, 
 
 def _read_weights(directory: Path) -> dict[str, Tensor]:
     """A damaged (truncated, corrupted) file is one ValueError naming it, as for maskplay model directories."""
-    from .modeling import read_weights
+    from ..model_dir import read_weights
 
     if (directory / WEIGHTS).is_file():
         return read_weights(directory / WEIGHTS)
@@ -126,7 +126,7 @@ def _read_weights(directory: Path) -> dict[str, Tensor]:
 def _architecture(data: dict[str, Any], state: dict[str, Tensor], source: Path) -> str:
     """The class config.json names; without `architectures`, the model_type, is_decoder and the head's weights
     decide. is_decoder makes any BERT or ELECTRA causal, so only a BertLMHeadModel (maskplay's gpt) may have it."""
-    from .convert import ARCHITECTURES
+    from ..convert import ARCHITECTURES
 
     named = data.get("architectures") or []
     known = [a for a in named if a in ARCHITECTURES]
@@ -158,7 +158,7 @@ def _architecture(data: dict[str, Any], state: dict[str, Tensor], source: Path) 
 def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Path | None = None) -> list[str]:
     """Write the maskplay model of the HuggingFace directory `hf_dir` (with `generator_dir`: an ELECTRA pair)
     to `out`, whole or not at all; returns what to tell the user."""
-    from .convert import from_hf
+    from ..convert import from_hf
 
     hf_dir, out = Path(hf_dir), Path(out)
     _check_new(out, [hf_dir] + ([Path(generator_dir)] if generator_dir is not None else []))
@@ -202,7 +202,7 @@ def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Pa
 def _special_ids(hf_dir: Path, vocab_size: int) -> tuple[dict[str, Any], str | None]:
     """The special-token ids of the HuggingFace directory's own tokenizer (tokenizer.json, else vocab.txt), so that
     the model's [MASK], [PAD], ... are the tokenizer's; without one, the bert-base-uncased layout stays."""
-    from .tokenizer import load_tokenizer
+    from ..tokenizer import load_tokenizer
 
     if not any((hf_dir / name).is_file() for name in (TOKENIZER, "vocab.txt")):
         return {}, None
@@ -228,8 +228,8 @@ def _special_ids(hf_dir: Path, vocab_size: int) -> tuple[dict[str, Any], str | N
 def convert_to_hf(model_dir: str | Path, out: str | Path, generator_out: str | Path | None = None) -> list[str]:
     """Write the HuggingFace model(s) of the maskplay directory `model_dir`: one to `out`, an ELECTRA generator to
     `generator_out`; all or nothing. Returns what to tell the user."""
-    from .convert import to_hf
-    from .modeling import MaskplayModel
+    from ..convert import to_hf
+    from ..modeling import MaskplayModel
 
     model_dir, out = Path(model_dir), Path(out)
     targets = [out] + ([Path(generator_out)] if generator_out is not None else [])

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..masks import MaskMod, and_masks, or_masks
 from .long_masks import global_flags, global_tokens, sliding_window
-from .masks import MaskMod, and_masks, or_masks
 
 __all__ = ["sliding_window_attention", "masked_attention", "band_mask", "band_block_mask",
            "flex_sliding_window_attention", "FLEX_CPU_NO_BACKWARD"]

@@ -15,16 +15,16 @@ from typing import IO, Any
 import numpy as np
 
 from ..devices import resolve_device
-from ..modeling import OutputLock, atomic_path, prepare_output_file
+from ..files import OutputLock, atomic_path, prepare_output_file
 from ..precision import Precision
 from ..precision_probe import AUTO, resolve_cli
-from .scorer import Method, Overflow, SentenceScore
+from ..score.scorer import Method, Overflow, SentenceScore
 
 
 def _read_input(args: argparse.Namespace) -> list[tuple[int, str]]:
     """(index, sentence): index = line number for --file / stdin, argument position for SENTENCE args. Blank
     lines and empty arguments are kept (scored as empty rows) unless --empty error."""
-    from .text import is_empty, read_lines
+    from ..score.text import is_empty, read_lines
 
     sentences = getattr(args, "sentences", None) or []
     if sentences and args.file is not None:
@@ -43,7 +43,7 @@ def _read_input(args: argparse.Namespace) -> list[tuple[int, str]]:
 
 def _report_empty(rows: list[tuple[int, str]], args: argparse.Namespace) -> None:
     """The summary line on stderr: how many input lines were empty and kept as empty rows."""
-    from .text import is_empty
+    from ..score.text import is_empty
 
     empty = [index for index, text in rows if is_empty(text)]
     if empty:
@@ -103,7 +103,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser("embed", help="sentence embeddings to .npy or .jsonl")
     _add_common(e)
     e.add_argument("--out", required=True, help="X.npy (float32 matrix, one row per line) or X.jsonl")
-    from .embed import Pooling
+    from ..score.embed import Pooling
 
     e.add_argument("--pooling", choices=[p.value for p in Pooling], default=Pooling.MEAN.value)
     e.add_argument("--layer", type=int, default=-1,
@@ -144,8 +144,8 @@ LONG_LINE_WINDOWS = 50  # a line scored in more windows than this is announced o
 
 def run_score(args: argparse.Namespace) -> int:
     from ..progress import Progress
-    from .scorer import Scorer
-    from .text import is_empty
+    from ..score.scorer import Scorer
+    from ..score.text import is_empty
 
     device = resolve_device(args.device)
     if args.max_pieces < 1:
@@ -214,7 +214,7 @@ def _score_rows(scorer: Any, rows: list[tuple[int, str]], positions: list[int],
 def _check_lengths(scorer: Any, rows: list[tuple[int, str]], args: argparse.Namespace, start: int = 0) -> None:
     """Before any scoring: a line over --max-pieces is an error naming it (a 1 MB line is some 200k pieces, minutes
     of windows); a line that needs many windows is announced on stderr, so that a long wait is not silent."""
-    from .text import is_empty
+    from ..score.text import is_empty
 
     todo = [k for k in range(start, len(rows)) if not is_empty(rows[k][1])]
     if not todo:
@@ -240,8 +240,8 @@ def _check_lengths(scorer: Any, rows: list[tuple[int, str]], args: argparse.Name
 
 
 def _explain(scorer: Any, rows: list[tuple[int, str]], args: argparse.Namespace) -> int:
-    from .explain import explain, legend
-    from .text import is_empty
+    from ..score.explain import explain, legend
+    from ..score.text import is_empty
 
     out = sys.stdout
     positions = [k for k, (_, text) in enumerate(rows) if not is_empty(text)]
@@ -360,8 +360,8 @@ def resume_point(path: Path, rows: list[tuple[int, str]], fmt: str) -> int:
 
 
 def run_embed(args: argparse.Namespace) -> int:
-    from .embed import Embedder, Pooling
-    from .text import is_empty
+    from ..score.embed import Embedder, Pooling
+    from ..score.text import is_empty
 
     out = Path(args.out)
     if out.suffix not in (".npy", ".jsonl"):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from .precision import Precision
-    from .precision_probe import AUTO
+    from ..precision import Precision
+    from ..precision_probe import AUTO
 
     p = sub.add_parser(
         "simcse", help="unsupervised SimCSE: sentence embeddings from dropout noise (no labels)",
@@ -61,7 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _options(args: argparse.Namespace) -> object:
-    from .simcse import SimcseOptions
+    from ..simcse import SimcseOptions
 
     options = SimcseOptions(lr=args.lr, batch_size=args.batch_size, max_steps=args.max_steps, minutes=args.minutes,
                             temperature=args.temperature, pooling="first" if args.pooling == "cls" else args.pooling,
@@ -74,7 +74,8 @@ def _options(args: argparse.Namespace) -> object:
 
 
 def _check_out(out: Path, model: str, overwrite: bool) -> None:
-    from .modeling import CONFIG_NAME, WEIGHTS_NAME, prepare_output_dir, resolve_model_dir
+    from ..files import prepare_output_dir
+    from ..model_dir import CONFIG_NAME, WEIGHTS_NAME, resolve_model_dir
 
     prepare_output_dir(out)
     source = resolve_model_dir(model)
@@ -98,13 +99,13 @@ def cpu_name() -> str:
 def run_simcse(args: argparse.Namespace) -> int:
     import torch
 
-    from .devices import resolve_device
-    from .eval.cli import portable
-    from .eval.common import data_root
-    from .modeling import OutputLock
-    from .precision_probe import resolve
-    from .score.scorer import load_model_dir
-    from .simcse import SIMCSE_NAME, corpus_sentences, forward_kwargs, save_simcse, train_simcse
+    from ..devices import resolve_device
+    from ..eval.common import data_root
+    from ..files import OutputLock
+    from ..precision_probe import resolve
+    from ..score.scorer import load_model_dir
+    from ..simcse import SIMCSE_NAME, corpus_sentences, forward_kwargs, save_simcse, train_simcse
+    from .eval import portable
 
     options = _options(args)
     if args.min_words < 1:

@@ -14,7 +14,7 @@ SEQ2SEQ_FAMILIES = ("unilm", "gpt")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from .train import cli as train_cli
+    from . import pretrain as train_cli
 
     # pretrain's own options, copied (argparse parents) so that both commands always take the same ones
     holder = argparse.ArgumentParser(add_help=False).add_subparsers()
@@ -55,7 +55,7 @@ def add_eval_parser(tasks: argparse._SubParsersAction, name: str = "eval") -> No
 
 
 def run(args: argparse.Namespace) -> int:
-    from .train.cli import run as pretrain
+    from .pretrain import run as pretrain
 
     if args.family == "unilm":
         args.overrides = ["model.unilm.objective=seq2seq", *args.overrides]
@@ -66,8 +66,8 @@ def run_eval(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from .eval.seq2seq import first_words, generate_targets, read_pairs, scores, summary_line
-    from .modeling import atomic_path
+    from ..eval.seq2seq import first_words, generate_targets, read_pairs, scores, summary_line
+    from ..files import atomic_path
 
     pairs = read_pairs(args.data, args.limit)
     start = time.monotonic()
@@ -75,8 +75,8 @@ def run_eval(args: argparse.Namespace) -> int:
         k = int(args.model_dir.split(":", 1)[1])
         predictions = [first_words(p.source, k) for p in pairs]
     else:
-        from .generate_cli import for_precision, resolved_precision
-        from .score.scorer import load_model_dir
+        from ..score.scorer import load_model_dir
+        from .generate import for_precision, resolved_precision
 
         model, tokenizer = load_model_dir(args.model_dir)
         model = for_precision(model, resolved_precision(model, args.precision, None, "seq2seq eval"))

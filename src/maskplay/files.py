@@ -1,0 +1,127 @@
+"""File utilities every writer shares: atomic writes (temporary file, fsync, rename), one-writer locks on an
+output, checks that an output path can be written, and sha256 digests."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def sha256(path: Path) -> str:
+    """The hex sha256 of a file, read in 1 MiB blocks (model manifests and training checkpoints)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def prepare_output_file(path: str | Path, what: str = "--out") -> Path:
+    """Check that `path` can be written as a file (it is not a directory, no parent is a file) and create its
+    parent directories, so that these mistakes are one-line errors naming the argument."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {path} is a directory; give a file name")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{what} {path}: {parent} is a file, not a directory")
+            break
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def prepare_output_dir(path: str | Path, what: str = "--out") -> Path:
+    """The same for an output directory: it may exist as a directory, not as a file, nor below a file."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} {path} is a file; give a directory")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{what} {path}: {parent} is a file, not a directory")
+            break
+    return path
+
+
+class OutputLock:
+    """An exclusive lock on an output file for as long as it is written (filelock, on the hidden file
+    .NAME.lock beside it), so that two processes never write the same --out: the second gets a one-line error
+    instead of silently overwriting the first's result."""
+
+    def __init__(self, path: str | Path, what: str = "--out") -> None:
+        from filelock import FileLock
+
+        self.path, self.what = Path(path), what
+        self.lock = FileLock(str(self.path.parent / f".{self.path.name}.lock"), timeout=0)
+
+    def __enter__(self) -> OutputLock:
+        from filelock import Timeout
+
+        try:
+            self.lock.acquire()
+        except Timeout:
+            raise ValueError(f"{self.what} {self.path} is being written by another process (it holds "
+                             f"{self.lock.lock_file}); wait for it to finish or choose another {self.what}") from None
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.lock.release()
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; put it straight back
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class _atomic_path:
+    """Write to a temporary file in the same directory, fsync, then rename over the target. The file gets the
+    permissions of any file the user creates (0666 less the umask), not mkstemp's private 0600."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def __enter__(self) -> Path:
+        if self.target.is_dir():
+            raise ValueError(f"{self.target} is a directory; give a file name")
+        if not self.target.parent.is_dir():
+            prepare_output_file(self.target, what="output")
+        fd, name = tempfile.mkstemp(prefix=f".{self.target.name}.", dir=self.target.parent)
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())
+        finally:
+            os.close(fd)
+        self.tmp = Path(name)
+        return self.tmp
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is not None:
+            self.tmp.unlink(missing_ok=True)
+            return
+        try:
+            # again here: a writer that recreates the file (safetensors' save_file does) drops the mode set above
+            os.chmod(self.tmp, 0o666 & ~_umask())
+            with open(self.tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(self.tmp, self.target)
+        except OSError as err:  # e.g. the target became a directory meanwhile: leave no temporary file behind
+            self.tmp.unlink(missing_ok=True)
+            raise ValueError(f"cannot write {self.target}: {err.strerror or err}") from None
+        fsync_dir(self.target.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_path(target: str | Path) -> _atomic_path:
+    return _atomic_path(Path(target))

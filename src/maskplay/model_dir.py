@@ -1,0 +1,138 @@
+"""Model directories: config.json + model.safetensors (+ manifest.json, tokenizer.json), bundled model names,
+hub ids, and the integrity checks run before any weight is read (loading never unpickles)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from torch import Tensor
+
+from .config import ModelConfig, from_dict
+from .files import atomic_path, sha256
+
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+HEAD_CONFIG_NAME = "head_config.json"
+
+
+def read_model_config(directory: str | Path, **overrides: Any) -> ModelConfig:
+    """The ModelConfig in a model directory (a bundled name or hub id resolved first); a missing or damaged
+    config.json is one error naming it."""
+    config_path = resolve_model_dir(directory) / CONFIG_NAME
+    if (config_path.parent / "head_config.json").is_file():  # `maskplay finetune` wrote it: no LM head to load
+        raise ValueError(not_a_language_model(config_path.parent))
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path} not found: is {config_path.parent} a directory written by "
+                                "save_pretrained?")
+    try:
+        data = json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{config_path} is damaged: not readable JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{config_path} is damaged: a JSON object was expected")
+    return from_dict(ModelConfig, {**data, **overrides}, source=str(config_path))
+
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+# Models shipped inside the package, usable by name anywhere a model directory is expected.
+BUNDLED_MODELS = {"tta-mini-wiki": ASSETS / "tta-mini-wiki", "gpt-mini-wiki": ASSETS / "gpt-mini-wiki",
+                  "unilm-titles-mini": ASSETS / "unilm-titles-mini"}
+
+
+def resolve_model_dir(name: str | Path) -> Path:
+    """A local directory as it is; a bundled model's name (BUNDLED_MODELS); otherwise a hub repository id,
+    downloaded (or found in the local cache)."""
+    path = Path(name)
+    if str(name) in BUNDLED_MODELS and not path.exists():
+        return BUNDLED_MODELS[str(name)]
+    if path.exists() or str(name).count("/") != 1 or str(name).startswith((".", "/")):
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as err:
+        raise FileNotFoundError(f"{name} is not a local directory, and huggingface_hub (needed to fetch it from "
+                                "the hub) is not installed: pip install huggingface_hub") from err
+    try:
+        return Path(snapshot_download(repo_id=str(name), allow_patterns=[CONFIG_NAME, WEIGHTS_NAME, "tokenizer.json"]))
+    except Exception as err:  # offline, unknown repository, ...: say what was tried
+        raise FileNotFoundError(f"{name} is not a local directory and could not be fetched from the hub: {err}") from err
+
+
+# ---- integrity of a model directory ---------------------------------------------------------------------
+
+MODEL_MANIFEST = "manifest.json"
+
+
+def write_model_manifest(directory: str | Path) -> Path:
+    """manifest.json: the sha256 and size of model.safetensors, as training checkpoints carry for each of their
+    files, so that a truncated or corrupted copy is named before anything reads it. Only the weights are
+    covered: config.json and tokenizer.json are text a user may legitimately edit."""
+    directory = Path(directory)
+    weights = directory / WEIGHTS_NAME
+    manifest = {"format": 1, "files": {WEIGHTS_NAME: {"sha256": sha256(weights), "bytes": weights.stat().st_size}}}
+    with atomic_path(directory / MODEL_MANIFEST) as tmp:
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    return directory / MODEL_MANIFEST
+
+
+def verify_model_files(directory: str | Path) -> None:
+    """Check the files a manifest.json lists (models written before manifests existed, or fetched from the hub,
+    have none: their weights are still checked by read_weights). Raises ValueError naming the damaged file."""
+    directory = Path(directory)
+    path = directory / MODEL_MANIFEST
+    if not path.is_file():
+        return
+    try:
+        files = json.loads(path.read_text())["files"]
+        entries = [(name, int(e["bytes"]), str(e["sha256"])) for name, e in files.items()]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ValueError(f"{path} is damaged: not a model manifest ({type(err).__name__})") from None
+    for name, size, digest in entries:
+        file = directory / name
+        if not file.is_file():
+            raise ValueError(f"{file} is missing (listed in {path})")
+        actual = file.stat().st_size
+        if actual != size:
+            raise ValueError(f"{file} is damaged: {actual} bytes, the manifest says {size} (truncated?)")
+        if sha256(file) != digest:
+            raise ValueError(f"{file} is damaged: its sha256 differs from the manifest's (corrupted)")
+
+
+def read_weights(path: str | Path) -> dict[str, Tensor]:
+    """A safetensors file's tensors, after the directory's manifest check; any damage is one ValueError that
+    names the file (safetensors' own errors are not meant for users and can span lines)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found")
+    verify_model_files(path.parent)
+    if path.stat().st_size == 0:
+        raise ValueError(f"{path} is damaged: the file is empty")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{path} is damaged: not a readable safetensors file ({detail})") from None
+
+
+def not_a_language_model(directory: str | Path) -> str:
+    """The one-line error for a fine-tuned model directory given where a pretrained (language) model is expected
+    (score, embed, eval, generate, MaskplayModel.from_pretrained, pretrain --init): what it is, what to use."""
+    directory = Path(directory)
+    what = "model"
+    try:
+        head = json.loads((directory / HEAD_CONFIG_NAME).read_text())
+        family = json.loads((directory / CONFIG_NAME).read_text()).get("family", "")
+        labels = head.get("labels") or []
+        kind = (f"classifier ({len(labels)} labels: {', '.join(map(str, labels[:5]))}{', ...' if len(labels) > 5 else ''})"
+                if head.get("objective") == "classify" else "regressor (one score)")
+        what = f"{family} {kind}".strip() + (" of text pairs" if head.get("pair") else "")
+    except (OSError, ValueError, AttributeError, TypeError):  # a damaged file: the generic description will do
+        pass
+    return (f"{directory} is a fine-tuned {what} written by `maskplay finetune`, not a language model: its LM head "
+            "was replaced by the task's head, so it cannot score, embed, generate or start a pretraining; run it "
+            f"with `maskplay predict {directory} --file FILE` (Python: maskplay.finetune.load_finetuned), or give "
+            "the pretrained model it was fine-tuned from")
