@@ -19,7 +19,7 @@ from torch import Tensor
 from .config import ElectraConfig, ModelConfig
 
 if TYPE_CHECKING:
-    from .modeling import MaskplayModel
+    from .families import MaskplayModel
 
 # HuggingFace buffers that are not weights (present in some transformers versions' state dicts).
 _HF_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")

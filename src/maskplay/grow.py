@@ -26,9 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .modeling import MaskplayModel, build_model
-
-GROWABLE = ("bert", "gpt", "unilm", "tta")
+from .families import MaskplayModel, build_model, families
 
 
 @dataclass
@@ -45,8 +43,9 @@ def grow(model: MaskplayModel, layers: int | None = None, hidden: int | None = N
     """The model grown to `layers` blocks and `hidden` width with `heads` heads (each None: unchanged; heads default
     to the same factor as hidden). Raises ValueError, in one line, for what cannot be grown."""
     cfg = model.config
-    if cfg.family not in GROWABLE:
-        raise ValueError(f"grow is built for {', '.join(GROWABLE)}, not family {cfg.family!r}")
+    if not model.growable:
+        growable = [f.family for f in families() if f.growable]
+        raise ValueError(f"grow is built for {', '.join(growable)}, not family {cfg.family!r}")
     if cfg.embedding_size is not None:
         raise ValueError("grow does not widen factorised embeddings (embedding_size): leave it out")
     layers = cfg.num_layers if layers is None else layers

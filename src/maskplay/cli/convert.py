@@ -229,7 +229,7 @@ def convert_to_hf(model_dir: str | Path, out: str | Path, generator_out: str | P
     """Write the HuggingFace model(s) of the maskplay directory `model_dir`: one to `out`, an ELECTRA generator to
     `generator_out`; all or nothing. Returns what to tell the user."""
     from ..convert import to_hf
-    from ..modeling import MaskplayModel
+    from ..families import MaskplayModel
 
     model_dir, out = Path(model_dir), Path(out)
     targets = [out] + ([Path(generator_out)] if generator_out is not None else [])

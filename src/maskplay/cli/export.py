@@ -23,8 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def export_part(model_dir: str | Path, part: str, out: str | Path) -> Path:
     """Write `part` of the ELECTRA model in `model_dir` to `out` (config.json, model.safetensors and the
     tokenizer.json found next to the model), whole or not at all."""
+    from ..families import MaskplayModel
     from ..model_dir import resolve_model_dir
-    from ..modeling import MaskplayModel
 
     source = resolve_model_dir(model_dir)
     out = Path(out)

@@ -7,7 +7,8 @@ import dataclasses
 import os
 from pathlib import Path
 
-from ..config import FAMILIES, PRESETS, apply_overrides
+from ..config import PRESETS, apply_overrides
+from ..registry import family_names
 from ..train.config import PRECISIONS, TrainConfig, load_train_config
 
 EPILOG = """\
@@ -29,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config field, e.g. --set optim.lr=5e-4 --set model.hidden_dropout=0 "
                         "(repeatable)")
-    p.add_argument("--family", choices=FAMILIES, help="model.family")
+    p.add_argument("--family", choices=family_names(), help="model.family")
     p.add_argument("--preset", choices=sorted(PRESETS), help="model.preset")
     p.add_argument("--data", metavar="DIR", help="data.path: a directory prepared by `maskplay prepare`")
     p.add_argument("--corpus", nargs="+", metavar="FILE",

@@ -42,8 +42,8 @@ from torch import Tensor
 from torch.func import functional_call
 
 from ..config import ModelConfig
+from ..families import MaskplayModel, families, family_class
 from ..model_dir import resolve_model_dir
-from ..modeling import MaskplayModel
 from ..precision import Precision, quantize_int8
 from ..tokenizer import Tokenizer, load_tokenizer
 from .text import Encoded, encode_texts, require_nonempty
@@ -70,27 +70,17 @@ class Overflow(str, Enum):
     MEMORY = "memory"  # scoring, XLNet causal only: consecutive segments with Transformer-XL memory (score.long)
 
 
-# UniLM is a BERT under a mask: a sentence has no separator, so its mask is bidirectional and its PLL is BERT's
-_AUTO = {"tta": Method.ONE_PASS, "bert": Method.PLL, "gpt": Method.CAUSAL, "electra": Method.DISCRIMINATOR,
-         "unilm": Method.PLL, "xlnet": Method.CAUSAL}
-_ALLOWED = {
-    Method.ONE_PASS: ("tta",),
-    Method.PLL: ("tta", "bert", "electra", "unilm", "xlnet"),
-    Method.PLL_WORD: ("tta", "bert", "electra", "unilm", "xlnet"),
-    Method.CAUSAL: ("gpt", "xlnet"),
-    Method.CAUSAL_BOUNDARIES: ("xlnet",),
-    Method.DISCRIMINATOR: ("electra",),
-}
-
-
 def resolve_method(family: str, method: Method | str) -> Method:
+    """The family's own score for 'auto' (the first of its score_methods), else the method if the family has it.
+    UniLM is a BERT under a mask: a sentence has no separator, so its mask is bidirectional and its PLL is BERT's."""
     method = Method(method)
+    own = family_class(family).score_methods
     if method is Method.AUTO:
-        return _AUTO[family]
-    if family not in _ALLOWED[method]:
+        return Method(own[0])
+    if method.value not in own:
+        having = [cls.family for cls in families() if method.value in cls.score_methods]
         raise ValueError(f"method {method.value!r} does not apply to a {family!r} model; it needs one of "
-                         f"{list(_ALLOWED[method])} (use method 'auto' for this model's natural score: "
-                         f"{_AUTO[family].value!r})")
+                         f"{having} (use method 'auto' for this model's natural score: {own[0]!r})")
     return method
 
 
@@ -338,15 +328,6 @@ def _bf16_copies(model: MaskplayModel) -> tuple[dict[str, Tensor], Any]:
     return params, copy.deepcopy(model.head).to(torch.bfloat16)
 
 
-def boundaries_first_order(attention_mask: Tensor) -> Tensor:
-    """XLNet factorization orders (B, L) for right-padded rows [SOS] p1 .. pn [EOS]: [SOS], [EOS], p1, .., pn,
-    then the padding. Under it the query stream at p_i reads [SOS], [EOS] and p_1..p_(i-1): the pieces' exact
-    log-likelihood given the sentence's boundaries (and so its length)."""
-    n = attention_mask.long().sum(1, keepdim=True)  # [EOS] sits at n - 1
-    pos = torch.arange(attention_mask.shape[1], device=attention_mask.device)[None, :]
-    return torch.where(pos == 0, 0, torch.where(pos == 1, n - 1, torch.where(pos < n, pos - 1, pos)))
-
-
 def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
                        targets: Tensor | None = None, boundaries_first: bool = False) -> Tensor:
     """log p(targets) (default: ids[rows, cols]) under the model, the LM head applied only at those positions:
@@ -355,21 +336,8 @@ def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows
     The forward pass computes no logits of its own (they are lazy). Log-softmax always runs in fp32."""
     if rows.numel() == 0:
         return torch.zeros(0, device=ids.device)
-    if runner.model.config.family == "xlnet":  # its query stream, left to right: position i predicts token i
-        if boundaries_first:
-            everywhere = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape)
-            hidden = runner.forward(ids, attention_mask=attention_mask, order=boundaries_first_order(attention_mask),
-                                    target_positions=everywhere).last_hidden_state
-        else:
-            hidden = runner.forward(ids, attention_mask=attention_mask, left_to_right=True).last_hidden_state
-        return runner.log_probs(hidden[rows, cols], ids[rows, cols] if targets is None else targets)
-    hidden = runner.forward(ids, attention_mask=attention_mask).last_hidden_state
-    if runner.model.config.family == "electra":  # the discriminator: how likely each token is the original
-        return runner.original_log_probs(hidden[rows, cols])
-    source = cols - 1 if runner.model.config.family == "gpt" else cols
-    if targets is None:
-        targets = ids[rows, cols]
-    return runner.log_probs(hidden[rows, source], targets)
+    targets = ids[rows, cols] if targets is None else targets
+    return runner.model.score_positions(runner, ids, attention_mask, rows, cols, targets, boundaries_first)
 
 
 def pad_rows(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -419,9 +387,8 @@ class Scorer:
         self.segment_tokens = self.memory_tokens = None
         if self.overflow is Overflow.MEMORY:
             cfg = model.config
-            mem_len = cfg.xlnet.mem_len if cfg.family == "xlnet" else 0
-            self.segment_tokens, self.memory_tokens = check_memory(cfg.family, self.method, cfg.max_position,
-                                                                   segment_tokens, memory_tokens, mem_len)
+            self.segment_tokens, self.memory_tokens = check_memory(model, self.method, cfg.max_position,
+                                                                   segment_tokens, memory_tokens)
         if device is not None:
             model = model.to(device)
         self.model = model.eval()
@@ -493,13 +460,7 @@ class Scorer:
 
     def _masked_lm(self) -> MaskplayModel:
         """The model PLL runs on: the model itself, or an ELECTRA model's generator."""
-        if self.model.config.family != "electra":
-            return self.model
-        if getattr(self.model, "generator", None) is None:
-            raise ValueError("method 'pll' on an ELECTRA model runs its generator, and this model is a discriminator "
-                             "alone (electra.generator = false); use method 'discriminator'")
-        # a BertMLM of its own (what Runner's copies expect), made once while the weights stay the same
-        return _cached(self.model, "generator", lambda m: m.standalone("generator").eval())
+        return self.model.masked_lm(lambda kind, make: _cached(self.model, kind, make))
 
     def _one_pass(self, runner: Runner, segments: list[Segment]) -> list[tuple[tuple[int, int], float]]:
         """T-TA, GPT and ELECTRA's discriminator: every scored piece of a batch of segments in one forward pass."""

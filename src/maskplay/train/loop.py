@@ -32,8 +32,9 @@ from torch import Tensor
 from ..attention.long import clamp_spans, span_penalty, span_summary, write_spans
 from ..config import ModelConfig, from_dict
 from ..data.dataset import TokenDataset
+from ..families import MaskplayModel, build_model
 from ..files import atomic_path, prepare_output_dir
-from ..modeling import IGNORE_INDEX, MaskplayModel, build_model
+from ..modeling import IGNORE_INDEX
 from ..precision import Precision, forward_in
 from ..precision_probe import AUTO
 from ..precision_probe import resolve as resolve_precision
