@@ -101,11 +101,11 @@ def run_simcse(args: argparse.Namespace) -> int:
 
     from ..devices import resolve_device
     from ..eval.common import data_root
+    from ..eval.files import portable
     from ..files import OutputLock
     from ..precision_probe import resolve
     from ..score.scorer import load_model_dir
     from ..simcse import SIMCSE_NAME, corpus_sentences, forward_kwargs, save_simcse, train_simcse
-    from .eval import portable
 
     options = _options(args)
     if args.min_words < 1:
