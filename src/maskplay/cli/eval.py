@@ -198,6 +198,15 @@ def run_sts(args: argparse.Namespace) -> int:
         pairs = (load_stsb if name == "stsb" else load_sick)(path, args.limit)
         results[name] = {"file": portable(path), **evaluate_sts(pairs, embed),
                          "baselines": evaluate_baselines(pairs, baseline_idf(pairs, name, path))}
+    _print_sts(results, labels, settings, args)
+    done()
+    write_results(args.out, {**_header(args, settings), "results": results})
+    return 0
+
+
+def _print_sts(results: dict[str, dict[str, Any]], labels: dict[str, str], settings: dict[str, Any],
+               args: argparse.Namespace) -> None:
+    """The results table and where each TF-IDF baseline took its IDF from."""
     print(f"Unsupervised STS ({settings['family']}, {args.pooling} pooling, "
           f"{'the word-piece table' if args.static else f'layer {args.layer}'}"
           f"{f', {args.remove_components} component(s) removed' if args.remove_components else ''}"
@@ -214,9 +223,6 @@ def run_sts(args: argparse.Namespace) -> int:
           "words; IDF from")
     for name, r in results.items():
         print(f"  {labels[name]}: {r['baselines']['tfidf']['idf_from']}")
-    done()
-    write_results(args.out, {**_header(args, settings), "results": results})
-    return 0
 
 
 def _number(value: float | None) -> str:

@@ -96,6 +96,16 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+def _check_counts(args: argparse.Namespace, batch_size: int) -> None:
+    """The counts that can be wrong, checked before the model or the corpus is read."""
+    if args.min_words < 1:
+        raise ValueError(f"--min-words must be at least 1, got {args.min_words}")
+    if args.sentences is not None and args.sentences < batch_size:
+        raise ValueError(f"--sentences {args.sentences} is fewer than one batch (--batch-size {batch_size})")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {args.threads}")
+
+
 def run_simcse(args: argparse.Namespace) -> int:
     import torch
 
@@ -108,13 +118,8 @@ def run_simcse(args: argparse.Namespace) -> int:
     from ..simcse import SIMCSE_NAME, corpus_sentences, forward_kwargs, save_simcse, train_simcse
 
     options = _options(args)
-    if args.min_words < 1:
-        raise ValueError(f"--min-words must be at least 1, got {args.min_words}")
-    if args.sentences is not None and args.sentences < options.batch_size:
-        raise ValueError(f"--sentences {args.sentences} is fewer than one batch (--batch-size {options.batch_size})")
+    _check_counts(args, options.batch_size)
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     out = Path(args.out)
