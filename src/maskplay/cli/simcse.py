@@ -96,25 +96,30 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+def _check_counts(args: argparse.Namespace, batch_size: int) -> None:
+    """The counts that can be wrong, checked before the model or the corpus is read."""
+    if args.min_words < 1:
+        raise ValueError(f"--min-words must be at least 1, got {args.min_words}")
+    if args.sentences is not None and args.sentences < batch_size:
+        raise ValueError(f"--sentences {args.sentences} is fewer than one batch (--batch-size {batch_size})")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {args.threads}")
+
+
 def run_simcse(args: argparse.Namespace) -> int:
     import torch
 
     from ..devices import resolve_device
     from ..eval.common import data_root
+    from ..eval.files import portable
     from ..files import OutputLock
     from ..precision_probe import resolve
     from ..score.scorer import load_model_dir
     from ..simcse import SIMCSE_NAME, corpus_sentences, forward_kwargs, save_simcse, train_simcse
-    from .eval import portable
 
     options = _options(args)
-    if args.min_words < 1:
-        raise ValueError(f"--min-words must be at least 1, got {args.min_words}")
-    if args.sentences is not None and args.sentences < options.batch_size:
-        raise ValueError(f"--sentences {args.sentences} is fewer than one batch (--batch-size {options.batch_size})")
+    _check_counts(args, options.batch_size)
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     out = Path(args.out)
