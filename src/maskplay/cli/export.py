@@ -31,7 +31,7 @@ def export_part(model_dir: str | Path, part: str, out: str | Path) -> Path:
     if out.exists():
         raise ValueError(f"--out {out} already exists; choose a new directory")
     model = MaskplayModel.from_pretrained(source)
-    if model.config.family != "electra":
+    if part not in model.parts:
         raise ValueError(f"{source} holds a {model.config.family!r} model; only ELECTRA models have towers to export")
     tower = model.standalone(part)
     out.parent.mkdir(parents=True, exist_ok=True)

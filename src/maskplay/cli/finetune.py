@@ -8,10 +8,12 @@ import json
 import sys
 from pathlib import Path
 
+from ..registry import family_names
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("finetune", help="fine-tune a model on a classification / regression / pair task",
-                       description="Fine-tune MODEL (any family: tta, bert, gpt, electra, xlnet, unilm) with a small "
+                       description=f"Fine-tune MODEL (any family: {', '.join(family_names())}) with a small "
                                    "head on --train, keep the weights of the best --dev evaluation, and save a model "
                                    "directory that `maskplay predict` and maskplay.finetune.FineTuned.from_pretrained load.")
     p.add_argument("model", help="a model directory (config.json, model.safetensors, tokenizer.json) or bundled name; "

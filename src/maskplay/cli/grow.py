@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..modeling import MaskplayModel
+    from ..families import MaskplayModel
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,9 +24,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..families import MaskplayModel
     from ..grow import grow, largest_difference
     from ..model_dir import resolve_model_dir
-    from ..modeling import MaskplayModel
 
     source = resolve_model_dir(args.model_dir)
     out = Path(args.out)

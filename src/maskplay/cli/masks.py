@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from ..masks import MASK_FAMILIES
+from ..masks import mask_pictures
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("masks", help="draw a family's attention mask as a picture")
-    p.add_argument("--family", choices=[*MASK_FAMILIES, "all"], default="tta")
+    p.add_argument("--family", choices=[*mask_pictures(), "all"], default="tta")
     p.add_argument("--length", type=int, default=8)
     p.add_argument("--padding", type=int, default=0, help="padded positions at the end of the sequence")
     p.add_argument("--out", default="mask.png")
@@ -20,7 +20,8 @@ def run(args: argparse.Namespace) -> int:
     from ..files import prepare_output_file
     from ..viz import draw_masks
 
-    families = list(MASK_FAMILIES[:-1]) if args.family == "all" else [args.family]
+    everything = [name for name, picture in mask_pictures().items() if picture.in_all]
+    families = everything if args.family == "all" else [args.family]
     prepare_output_file(args.out)
     out = draw_masks(families, args.length, args.out, padding=args.padding)
     print(f"wrote {out}")

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from ..config import PRESETS, apply_overrides
+from ..families import family_class
 from ..registry import family_names
 from ..train.config import PRECISIONS, TrainConfig, load_train_config
 
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train.loop import train
 
     config = resolve_config(args)
-    if args.export and config.model.family != "electra":
+    if args.export and not family_class(config.model.family).parts:
         raise ValueError(f"--export {args.export}: only ELECTRA models have towers to export; this run is "
                          f"model.family = {config.model.family!r}")
     result = train(config, resume=args.resume, resume_from=args.resume_from)

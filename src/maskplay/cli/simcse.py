@@ -143,12 +143,13 @@ def run_simcse(args: argparse.Namespace) -> int:
     log(f"{len(sentences)} training sentences of >= {args.min_words} words from {', '.join(portable(d) for d in data)} "
         f"({time.monotonic() - start:.1f} s)")
     family = model.config.family
+    diagonal_switch = model.has_diagonal_switch
     record = {"source_model": portable(args.model) if Path(args.model).exists() else str(args.model),
               "family": family, "data": [portable(d) for d in data], "sentences": len(sentences),
               "min_words": args.min_words, "options": asdict(options), "threads": torch.get_num_threads(),
               "device": str(device), "cpu": cpu_name(), "torch": torch.__version__}
     evaluate = (f"maskplay eval sts {out}" + (f" --pooling {options.pooling}" if options.pooling != "mean" else "")
-                + (" --no-diagonal-mask" if family == "tta" and not options.diagonal_mask else ""))
+                + (" --no-diagonal-mask" if diagonal_switch and not options.diagonal_mask else ""))
     log(f"SimCSE on {family} ({args.model}): batch {options.batch_size}, lr {options.lr:g}, temperature "
         f"{options.temperature:g}, {options.pooling} pooling, {options.precision}, "
         + (f"{options.max_steps} steps" if options.max_steps else f"{options.minutes:g} minutes" if options.minutes

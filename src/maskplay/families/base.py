@@ -52,7 +52,7 @@ class MaskplayModel(ModelBase):
     masked_lm_method: ClassVar[str | None] = None  # minicons' MaskedLMScorer default, where not the first method
     default_pooling: ClassVar[str] = "first"
     pair_segments: ClassVar[bool] = False  # a text pair's second text gets segment 1 when the model has segments
-    can_generate: ClassVar[bool] = False
+    can_generate: ClassVar[bool] = False  # set for each subclass: True when it writes prefill and step
     generated_token_type: ClassVar[int | None] = None
     growable: ClassVar[bool] = False
     has_diagonal_switch: ClassVar[bool] = False  # forward(diagonal_mask=...): T-TA's own token, hidden or seen
@@ -63,6 +63,8 @@ class MaskplayModel(ModelBase):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        # a family generates when it writes both generation hooks
+        cls.can_generate = cls.prefill is not MaskplayModel.prefill and cls.step is not MaskplayModel.step
         if cls.__dict__.get("family"):
             register(cls)
 

@@ -21,7 +21,6 @@ class GPT(MaskplayModel):
     causal = True
     score_methods = ("causal",)
     default_pooling = "last"  # the only token that has read the whole input
-    can_generate = True
     growable = True
     predicted_fraction = 1.0
     masks_shown = (MaskPicture("gpt", "GPT: causal", lambda segments, rank: left_to_right()),)

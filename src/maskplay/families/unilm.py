@@ -59,7 +59,6 @@ def structure(kind: int, segment_ids: Tensor) -> MaskMod:
 class UniLM(BertMLM):
     family = "unilm"
     generated_token_type = 1  # generated tokens are target tokens (maskplay.generation)
-    can_generate = True
     seq2seq_overrides = ("model.unilm.objective=seq2seq",)
     masks_shown = (MaskPicture("unilm", "UniLM: prefix (seq2seq)",
                                lambda segments, rank: prefix_lm(required(segments, "segment_ids", "unilm"))),)
