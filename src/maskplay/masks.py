@@ -180,10 +180,10 @@ def family_mask(family: str, attention_mask: Tensor, segment_ids: Tensor | None 
                 rank: Tensor | None = None) -> MaskMod:
     """The structural mask of a family (or of one of its streams) AND the padding mask, as used at the attention
     call."""
-    pictures = mask_pictures()
-    if family not in pictures:
-        raise ValueError(f"unknown mask family {family!r}; choose one of {sorted(pictures)}")
-    return and_masks(pictures[family].structure(segment_ids, rank), padding(attention_mask))
+    picture = mask_pictures().get(family)
+    if picture is None:
+        raise ValueError(f"unknown mask family {family!r}; choose one of {sorted(mask_pictures())}")
+    return and_masks(picture.structure(segment_ids, rank), padding(attention_mask))
 
 
 def required(value: Tensor | None, name: str, family: str) -> Tensor:

@@ -4,10 +4,7 @@ never compares names. The core reads only the config rules (FamilyRules) so that
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
-
-if TYPE_CHECKING:
-    from .config import ModelConfig
+from typing import Any, ClassVar, Protocol
 
 
 class FamilyRules(Protocol):
@@ -17,7 +14,7 @@ class FamilyRules(Protocol):
     two_streams: ClassVar[bool]  # XLNet's content + query streams: Transformer-XL positions, no single-stream kinds
 
     @classmethod
-    def check_config(cls, config: ModelConfig) -> None: ...
+    def check_config(cls, config: Any) -> None: ...  # a ModelConfig (not imported: config.py imports this module)
 
 
 FAMILIES: dict[str, Any] = {}  # name -> family class (a maskplay.families.base.MaskplayModel subclass)

@@ -33,10 +33,10 @@ def draw_masks(families: list[str], length: int, out: str | Path, padding: int =
     for ax in axes.flat[len(families):]:
         ax.axis("off")
     titles = {name: picture.title for name, picture in mask_pictures().items()}
-    for ax, family in zip(axes.flat, families, strict=False):
-        mask = example_mask(family, length, padding)
+    for ax, name in zip(axes.flat, families, strict=False):
+        mask = example_mask(name, length, padding)
         ax.imshow(mask.numpy(), cmap="Blues", vmin=0, vmax=1.25)
-        ax.set_title(titles[family], fontsize=9)
+        ax.set_title(titles[name], fontsize=9)
         ax.set_xlabel("key (may attend to)")
         ax.set_ylabel("query")
         ax.set_xticks(range(length))

@@ -20,9 +20,9 @@ def run(args: argparse.Namespace) -> int:
     from ..files import prepare_output_file
     from ..viz import draw_masks
 
-    everything = [name for name, picture in mask_pictures().items() if picture.in_all]
-    families = everything if args.family == "all" else [args.family]
+    chosen = args.family
+    names = [name for name, picture in mask_pictures().items() if picture.in_all] if chosen == "all" else [chosen]
     prepare_output_file(args.out)
-    out = draw_masks(families, args.length, args.out, padding=args.padding)
+    out = draw_masks(names, args.length, args.out, padding=args.padding)
     print(f"wrote {out}")
     return 0

@@ -85,7 +85,7 @@ class MaskplayModel(ModelBase):
 
     def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
                         targets: Tensor, boundaries_first: bool = False) -> Tensor:
-        """log p(targets) at (rows, cols) in one forward pass (maskplay.score.scorer.position_log_probs): by
+        """log p(targets) at (rows, cols) in one forward pass (maskplay.score.passes.position_log_probs): by
         default the head reads the output at the position itself."""
         hidden = runner.forward(ids, attention_mask=attention_mask).last_hidden_state
         return runner.log_probs(hidden[rows, cols], targets)

@@ -41,6 +41,10 @@ class LMScorer:
     reads: tuple[str, ...] = ()  # the score methods a family needs one of to be scored here (empty: any family)
 
     @classmethod
+    def reads_family(cls, name: str) -> bool:
+        return not cls.reads or bool(set(cls.reads) & set(family_class(name).score_methods))
+
+    @classmethod
     def families(cls) -> list[str]:
         """The registered families this class scores."""
         return [f.family for f in all_families() if not cls.reads or set(cls.reads) & set(f.score_methods)]
@@ -55,7 +59,7 @@ class LMScorer:
         elif tokenizer is None:
             raise ValueError("a model object needs its tokenizer: tokenizer=load_tokenizer(...)")
         family = model.config.family
-        if family not in self.families():
+        if not self.reads_family(family):
             other = "IncrementalLMScorer" if "causal" in model.score_methods else "MaskedLMScorer"
             raise ValueError(f"{type(self).__name__} scores {' / '.join(self.families())} models, not {family!r}; "
                              f"use {other} or LMScorer")

@@ -32,18 +32,18 @@ import torch
 from ..families import MaskplayModel
 from ..precision import Precision
 from ..tokenizer import Tokenizer
-from .scorer import (
+from .passes import (
     Overflow,
     Runner,
     _progress,
     check_compatible,
     chunks,
-    load_model_dir,
     pad_rows,
     pass_length,
     resolve_precision,
     window_owners,
 )
+from .scorer import load_model_dir
 from .text import encode_ids
 
 PIECE_COUNTS = "piece_counts.npy"  # in a model directory: training-corpus piece counts, (vocab_size,) int64

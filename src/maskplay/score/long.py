@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .scorer import Method, Overflow, Runner, _progress, chunks, pad_rows
+from .passes import Method, Overflow, Runner, _progress, chunks, pad_rows
 from .text import Encoded
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .scorer import Runner, Segment, _progress, chunks, pad_rows
+from .passes import Runner, Segment, _progress, chunks, pad_rows
 
 
 def masked_span(segment: Segment, piece: int, word_l2r: bool) -> tuple[int, int]:

@@ -70,8 +70,9 @@ class ModelSection:
     init: str = ""
 
     def __post_init__(self) -> None:
-        if self.family not in family_names():
-            raise ValueError(f"model.family must be one of {family_names()}, got {self.family!r}")
+        known = family_names()
+        if not any(name == self.family for name in known):
+            raise ValueError(f"model.family must be one of {known}, got {self.family!r}")
         if self.preset not in PRESETS:
             raise ValueError(f"model.preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
         if not self.init:
