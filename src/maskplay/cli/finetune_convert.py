@@ -28,8 +28,8 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def _to_hf(source: Path, out: Path) -> int:
-    from ..convert import finetuned_to_hf_sequence_classification
     from ..finetune import FineTuned
+    from ..finetune_convert import finetuned_to_hf_sequence_classification
     from . import convert as cc
 
     cc._check_new(out, [source])
@@ -42,9 +42,8 @@ def _to_hf(source: Path, out: Path) -> int:
 
 
 def _from_hf(source: Path, out: Path) -> int:
-    from types import SimpleNamespace
-
-    from ..convert import SEQUENCE_ARCHITECTURES, finetuned_from_hf_sequence_classification
+    from ..families.hf import SEQUENCE_ARCHITECTURES, hf_config
+    from ..finetune_convert import finetuned_from_hf_sequence_classification
     from . import convert as cc
 
     cc._check_new(out, [source])
@@ -58,10 +57,9 @@ def _from_hf(source: Path, out: Path) -> int:
     if not named:
         raise ValueError(f"{source / cc.CONFIG}: architectures {data.get('architectures')} names none of "
                          f"{list(SEQUENCE_ARCHITECTURES)}")
-    kind = "electra" if named[0].startswith("Electra") else "bert"
-    hf_config = SimpleNamespace(**{**cc._HF_DEFAULTS, **cc._MODEL_DEFAULTS[kind], "classifier_dropout": None, **data})
-    ids, note = cc._special_ids(source, hf_config.vocab_size)
-    model = finetuned_from_hf_sequence_classification(named[0], hf_config, cc._read_weights(source), special_ids=ids)
+    config = hf_config(named[0], data)
+    ids, note = cc._special_ids(source, config.vocab_size)
+    model = finetuned_from_hf_sequence_classification(named[0], config, cc._read_weights(source), special_ids=ids)
     tokenizer = source / cc.TOKENIZER
 
     def write(tmp: Path) -> None:
