@@ -17,6 +17,7 @@ venv: $(BIN)/maskplay
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/lint-imports  # the layer contract in pyproject.toml (ARCHITECTURE.md)
 
 test: venv lint
 	$(BIN)/python -m pytest -q tests

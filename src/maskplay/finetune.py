@@ -522,8 +522,7 @@ def finetune(backbone: MaskplayModel, tokenizer: Tokenizer, head: HeadConfig, tr
     model = FineTuned(backbone, head)
     device = next(model.parameters()).device
     train_rows = encode_examples(train, tokenizer, model.config, head.pair)
-    dev_rows = encode_examples(dev, tokenizer, model.config, head.pair)
-    train_labels, dev_labels = label_values(train, head), label_values(dev, head)
+    train_labels = label_values(train, head)
     per_epoch = math.ceil(len(train_rows) / options.batch_size)
     total = options.max_steps if options.max_steps is not None else per_epoch * options.epochs
     if total < 1:
@@ -534,12 +533,9 @@ def finetune(backbone: MaskplayModel, tokenizer: Tokenizer, head: HeadConfig, tr
     generator = torch.Generator().manual_seed(options.seed)
     eval_every = options.eval_every or per_epoch
     bar = Progress(total=total, desc="finetune", unit="step", leave=False, enabled=options.progress)
-    history: list[dict[str, Any]] = []
-    best: dict[str, Any] = {}
-    best_state: dict[str, Tensor] | None = None
-    bad, step, start = 0, 0, time.monotonic()
-    running: list[float] = []
-    stop = False
+    judge = _DevJudge(model, head, encode_examples(dev, tokenizer, model.config, head.pair), label_values(dev, head),
+                      metric, per_epoch, total, bar.write if bar.mode == "bar" else log)
+    step, start, running, stop = 0, time.monotonic(), [], False
     model.train()
     while step < total and not stop:
         order = torch.randperm(len(train_rows), generator=generator).tolist()
@@ -560,29 +556,46 @@ def finetune(backbone: MaskplayModel, tokenizer: Tokenizer, head: HeadConfig, tr
             bar.update(1)
             out_of_time = options.max_minutes is not None and time.monotonic() - start > options.max_minutes * 60
             if step % eval_every == 0 or step == total or out_of_time:
-                scores = metrics(head, predict_rows(model, dev_rows), dev_labels.numpy())
-                record = {"step": step, "epoch": round(step / per_epoch, 3), "train_loss": float(np.mean(running)),
-                          **{f"dev_{k}": v for k, v in scores.items()}, "seconds": round(time.monotonic() - start, 1)}
+                stop = judge.evaluate(step, running, time.monotonic() - start, options.patience)
                 running = []
-                history.append(record)
-                improved = not best or scores[metric] > best[f"dev_{metric}"]
-                if improved:
-                    best, bad = record, 0
-                    best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
-                else:
-                    bad += 1
-                line = (f"step {step}/{total} epoch {record['epoch']:g} train loss {record['train_loss']:.4f} "
-                        + " ".join(f"dev {k} {v:.4f}" for k, v in scores.items()) + (" *" if improved else ""))
-                (bar.write if bar.mode == "bar" else log)(line)
-                if options.patience is not None and bad >= options.patience:
-                    (bar.write if bar.mode == "bar" else log)(f"early stopping: no better dev {metric} in {bad} "
-                                                              "evaluations")
-                    stop = True
             if stop or step >= total or out_of_time:
                 stop = stop or out_of_time
                 break
     bar.close()
-    if best_state is not None:
-        model.load_state_dict(best_state)
+    if judge.best_state is not None:
+        model.load_state_dict(judge.best_state)
     model.eval()
-    return FinetuneResult(model=model, best=best, history=history, steps=step, seconds=time.monotonic() - start)
+    return FinetuneResult(model=model, best=judge.best, history=judge.history, steps=step,
+                          seconds=time.monotonic() - start)
+
+
+class _DevJudge:
+    """The dev evaluations of a fine-tuning run: their history, the best one and its weights, early stopping."""
+
+    def __init__(self, model: FineTuned, head: HeadConfig, rows: list[list[int]], labels: Tensor, metric: str,
+                 per_epoch: int, total: int, log: Any) -> None:
+        self.model, self.head, self.rows, self.labels, self.metric = model, head, rows, labels, metric
+        self.per_epoch, self.total, self.log = per_epoch, total, log
+        self.history: list[dict[str, Any]] = []
+        self.best: dict[str, Any] = {}
+        self.best_state: dict[str, Tensor] | None = None
+        self.bad = 0
+
+    def evaluate(self, step: int, running: list[float], seconds: float, patience: int | None) -> bool:
+        """Evaluate on dev, keep the weights if they are the best so far, log a line; True = stop early."""
+        scores = metrics(self.head, predict_rows(self.model, self.rows), self.labels.numpy())
+        record = {"step": step, "epoch": round(step / self.per_epoch, 3), "train_loss": float(np.mean(running)),
+                  **{f"dev_{k}": v for k, v in scores.items()}, "seconds": round(seconds, 1)}
+        self.history.append(record)
+        improved = not self.best or scores[self.metric] > self.best[f"dev_{self.metric}"]
+        if improved:
+            self.best, self.bad = record, 0
+            self.best_state = copy.deepcopy({k: v.detach().cpu() for k, v in self.model.state_dict().items()})
+        else:
+            self.bad += 1
+        self.log(f"step {step}/{self.total} epoch {record['epoch']:g} train loss {record['train_loss']:.4f} "
+                 + " ".join(f"dev {k} {v:.4f}" for k, v in scores.items()) + (" *" if improved else ""))
+        if patience is not None and self.bad >= patience:
+            self.log(f"early stopping: no better dev {self.metric} in {self.bad} evaluations")
+            return True
+        return False

@@ -468,19 +468,7 @@ def generate(model: Any, inputs: str | Sequence[str] | Sequence[Sequence[int]] |
     if limit < len(prefix) + len(suffix) + 1:
         raise ValueError(f"max_new_tokens={cfg.max_new_tokens} leaves no room for a prompt in the model's "
                          f"{positions} positions; ask for at most {positions - len(prefix) - len(suffix) - 1}")
-    results: list[Generated | None] = [None] * len(prompts)
-    truncated = 0
-    for k, prompt in enumerate(prompts):
-        if not prompt:
-            results[k] = Generated(text="" if tokenizer is not None else None, finish_reason="empty")
-            continue
-        kept = _fit(prompt, limit, prefix, suffix)
-        if len(kept) < len(prompt):
-            truncated += 1
-            prompts[k] = [prompt[i] for i in kept]
-            if types is not None:
-                types[k] = [types[k][i] for i in kept]
-            results[k] = Generated(truncated=len(prompt) - len(kept))  # a placeholder carrying the count
+    results, truncated = _fit_prompts(prompts, types, limit, prefix, suffix, tokenizer)
     if truncated:
         warnings.warn(f"{truncated} of {len(prompts)} inputs were longer than the model's {positions} positions "
                       f"leave room for (with max_new_tokens={cfg.max_new_tokens}) and were cut from the left",
@@ -514,6 +502,26 @@ def generate(model: Any, inputs: str | Sequence[str] | Sequence[Sequence[int]] |
         if was_training:
             model.train()
     return GenerationOutput([g for g in results if g is not None], truncated)
+
+
+def _fit_prompts(prompts: list[list[int]], types: list[list[int]] | None, limit: int, prefix: list[int],
+                 suffix: list[int], tokenizer: Any | None) -> tuple[list[Generated | None], int]:
+    """Cut each prompt longer than `limit` from the left, in place (_fit); the results so far: an empty Generated
+    for an empty prompt, a placeholder carrying the count of cut tokens for a cut one; and how many were cut."""
+    results: list[Generated | None] = [None] * len(prompts)
+    truncated = 0
+    for k, prompt in enumerate(prompts):
+        if not prompt:
+            results[k] = Generated(text="" if tokenizer is not None else None, finish_reason="empty")
+            continue
+        kept = _fit(prompt, limit, prefix, suffix)
+        if len(kept) < len(prompt):
+            truncated += 1
+            prompts[k] = [prompt[i] for i in kept]
+            if types is not None:
+                types[k] = [types[k][i] for i in kept]
+            results[k] = Generated(truncated=len(prompt) - len(kept))
+    return results, truncated
 
 
 def _prompts(model: Any, inputs: Any, tokenizer: Any | None, attention_mask: Tensor | None,

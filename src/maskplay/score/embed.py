@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from ..families import MaskplayModel
 from ..precision import Precision
@@ -131,6 +132,52 @@ class Embedder:
         if isinstance(sentences, str):
             raise ValueError("encode() takes a list of sentences, got a single str")
         pooling, overflow = Pooling(pooling), Overflow(overflow)
+        self._check_options(len(sentences), pooling, layer, batch_size, overflow, static, sif_a, remove_components)
+        cfg = self.model.config
+        kwargs = self.model.embedding_kwargs(diagonal_mask)  # T-TA's diagonal switch; an error for the others
+        sentences = list(sentences)
+        if not sentences:
+            return np.zeros((0, cfg.hidden_size), dtype=np.float32)
+        rows, owners = self._rows(encode_ids(self.tokenizer, sentences), overflow, max_length)
+        dim = cfg.embedding_width if static else cfg.hidden_size
+        sums = np.zeros((len(sentences), dim), dtype=np.float64)  # windows: the sum of the pieces' outputs
+        counts = np.zeros(len(sentences), dtype=np.int64)
+        out = np.zeros((len(sentences), dim), dtype=np.float32)
+        order = sorted(range(len(rows)), key=lambda k: -len(rows[k]))
+        device = next(self.model.parameters()).device
+        probs = None if self.piece_counts is None else torch.tensor(self.piece_counts / self.piece_counts.sum(),
+                                                                     dtype=torch.float32, device=device)
+        with torch.inference_mode():
+            runner = Runner(self.model, self.precision)
+            for batch in _progress(list(chunks(order, batch_size)), progress, "embedding"):
+                ids, attn = pad_rows([rows[k] for k in batch], cfg.pad_token_id, device)
+                if static:
+                    hidden = self.model.embeddings.word(ids).float()
+                else:  # no labels: the LM head never runs (the model's logits are computed only when read)
+                    result = runner.forward(ids, attention_mask=attn, output_hidden_states=layer != -1, **kwargs)
+                    hidden = (result.last_hidden_state if layer == -1 else result.hidden_states[layer]).float()
+                whole = []  # the rows of sentences that fit: pooled as usual; windows add to their sentence's sum
+                for row, k in enumerate(batch):
+                    sentence, positions = owners[k]
+                    if positions is None:
+                        whole.append(row)
+                        continue
+                    sums[sentence] += hidden[row, positions].double().sum(0).cpu().numpy()
+                    counts[sentence] += len(positions)
+                if len(whole) == len(batch):
+                    pooled = _pool(hidden, ids, attn, pooling, probs, sif_a)
+                elif whole:
+                    keep = torch.tensor(whole, device=device)
+                    pooled = _pool(hidden[keep], ids[keep], attn[keep], pooling, probs, sif_a)
+                if whole:
+                    out[[owners[batch[row]][0] for row in whole]] = pooled.cpu().numpy()
+        windowed = np.flatnonzero(counts)
+        out[windowed] = (sums[windowed] / counts[windowed, None]).astype(np.float32)
+        return _finish(out, remove_components, normalize)
+
+    def _check_options(self, n: int, pooling: Pooling, layer: int, batch_size: int, overflow: Overflow, static: bool,
+                       sif_a: float, remove_components: int) -> None:
+        """encode()'s one-line errors, before any work."""
         if overflow is Overflow.MEMORY:
             raise ValueError("overflow='memory' applies to XLNet's causal score; for embeddings use 'error', "
                              "'truncate' or 'window'")
@@ -141,9 +188,8 @@ class Embedder:
             raise ValueError(f"sif_a must be positive, got {sif_a}")
         if remove_components < 0:
             raise ValueError(f"remove_components must be >= 0, got {remove_components}")
-        if remove_components and remove_components >= len(sentences):
-            raise ValueError(f"remove_components={remove_components} needs more sentences than components, got "
-                             f"{len(sentences)}")
+        if remove_components and remove_components >= n:
+            raise ValueError(f"remove_components={remove_components} needs more sentences than components, got {n}")
         if static and layer != -1:
             raise ValueError("static=True pools the word-piece embedding table: leave layer at -1")
         if overflow is Overflow.WINDOW and pooling is not Pooling.MEAN:
@@ -156,18 +202,18 @@ class Embedder:
         if not -n_states <= layer < n_states:
             raise ValueError(f"layer {layer} is out of range for a {cfg.num_layers}-layer model "
                              f"(valid: {-n_states}..{n_states - 1})")
-        kwargs = self.model.embedding_kwargs(diagonal_mask)  # T-TA's diagonal switch; an error for the others
-        sentences = list(sentences)
-        if not sentences:
-            return np.zeros((0, cfg.hidden_size), dtype=np.float32)
-        encoded = encode_ids(self.tokenizer, sentences)
+
+    def _rows(self, encoded: list[list[int]], overflow: Overflow,
+              max_length: int | None) -> tuple[list[list[int]], list[tuple[int, list[int] | None]]]:
+        """One row per pass ([SOS] pieces [EOS]) and its owner: (sentence, None) for a sentence that fits (or is
+        truncated), (sentence, the row positions it contributes to the mean) for each window of a long one."""
+        cfg = self.model.config
         limit = pass_length(cfg, max_length)
         limit_name = f"model's {limit} positions" if max_length is None else f"max_length of {limit} tokens"
         width = limit - 2
         if width < 1:
             raise ValueError(f"a model with {cfg.max_position} positions has no room for a piece between [SOS] "
                              "and [EOS]")
-        # one row per window: (sentence, the window's first piece, the pieces it contributes to the mean)
         rows, owners = [], []
         for index, enc in enumerate(encoded):
             if len(enc) > width and overflow is Overflow.ERROR:
@@ -183,57 +229,34 @@ class Embedder:
                 continue
             rows.append([cfg.sos_token_id, *enc[:width], cfg.eos_token_id])
             owners.append((index, None))
-        dim = cfg.embedding_width if static else cfg.hidden_size
-        sums = np.zeros((len(encoded), dim), dtype=np.float64)  # windows: the sum of the pieces' outputs
-        counts = np.zeros(len(encoded), dtype=np.int64)
-        out = np.zeros((len(encoded), dim), dtype=np.float32)
-        order = sorted(range(len(rows)), key=lambda k: -len(rows[k]))
-        device = next(self.model.parameters()).device
-        probs = None if self.piece_counts is None else torch.tensor(self.piece_counts / self.piece_counts.sum(),
-                                                                     dtype=torch.float32, device=device)
-        with torch.inference_mode():
-            runner = Runner(self.model, self.precision)
-            for batch in _progress(list(chunks(order, batch_size)), progress, "embedding"):
-                ids, attn = pad_rows([rows[k] for k in batch], cfg.pad_token_id, device)
-                lengths = attn.sum(1)
-                r = torch.arange(len(batch), device=device)
-                if static:
-                    hidden = self.model.embeddings.word(ids).float()
-                else:  # no labels: the LM head never runs (the model's logits are computed only when read)
-                    result = runner.forward(ids, attention_mask=attn, output_hidden_states=layer != -1, **kwargs)
-                    hidden = (result.last_hidden_state if layer == -1 else result.hidden_states[layer]).float()
-                windowed = [(row, k) for row, k in enumerate(batch) if owners[k][1] is not None]
-                for row, k in windowed:
-                    sentence, positions = owners[k]
-                    sums[sentence] += hidden[row, positions].double().sum(0).cpu().numpy()
-                    counts[sentence] += len(positions)
-                if windowed:  # the other rows are sentences that fit: pooled as usual
-                    whole = [row for row, k in enumerate(batch) if owners[k][1] is None]
-                    if not whole:
-                        continue
-                    hidden, attn, lengths, r = hidden[whole], attn[whole], lengths[whole], r[:len(whole)]
-                    batch = [batch[row] for row in whole]
-                if pooling in (Pooling.MEAN, Pooling.SIF):
-                    inner = attn.clone().float()
-                    inner[:, 0] = 0
-                    inner[r, lengths - 1] = 0
-                    if pooling is Pooling.SIF:
-                        inner = inner * (sif_a / (sif_a + probs[ids]))
-                    pooled = (hidden * inner[..., None]).sum(1) / inner.sum(1, keepdim=True)
-                elif pooling is Pooling.FIRST:
-                    pooled = hidden[:, 0]
-                else:
-                    pooled = hidden[r, lengths - 1]
-                out[[owners[k][0] for k in batch]] = pooled.cpu().numpy()
-        windowed = np.flatnonzero(counts)
-        out[windowed] = (sums[windowed] / counts[windowed, None]).astype(np.float32)
-        if remove_components:
-            _, _, vt = np.linalg.svd(out.astype(np.float64), full_matrices=False)
-            top = vt[:remove_components]
-            out = (out - (out @ top.T) @ top).astype(np.float32)
-        if normalize:
-            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        return out
+        return rows, owners
+
+
+def _pool(hidden: Tensor, ids: Tensor, attn: Tensor, pooling: Pooling, probs: Tensor | None, sif_a: float) -> Tensor:
+    """(B, H) from (B, L, H): the mean (or SIF-weighted mean) of the pieces, [SOS]/[EOS] excluded; or one position."""
+    lengths = attn.sum(1)
+    r = torch.arange(hidden.shape[0], device=hidden.device)
+    if pooling in (Pooling.MEAN, Pooling.SIF):
+        inner = attn.clone().float()
+        inner[:, 0] = 0
+        inner[r, lengths - 1] = 0
+        if pooling is Pooling.SIF:
+            inner = inner * (sif_a / (sif_a + probs[ids]))
+        return (hidden * inner[..., None]).sum(1) / inner.sum(1, keepdim=True)
+    if pooling is Pooling.FIRST:
+        return hidden[:, 0]
+    return hidden[r, lengths - 1]
+
+
+def _finish(out: np.ndarray, remove_components: int, normalize: bool) -> np.ndarray:
+    """SIF's common-component removal (uncentred, the first k principal components), then unit rows."""
+    if remove_components:
+        _, _, vt = np.linalg.svd(out.astype(np.float64), full_matrices=False)
+        top = vt[:remove_components]
+        out = (out - (out @ top.T) @ top).astype(np.float32)
+    if normalize:
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+    return out
 
 
 def encode(model: MaskplayModel, tokenizer: Tokenizer, sentences: Sequence[str], pooling: Pooling | str = Pooling.MEAN,
