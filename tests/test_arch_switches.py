@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from maskplay import preset
+from maskplay.attention.inputs import PassInputs
 from maskplay.config import ModelConfig
 from maskplay.families import MaskplayModel, build_model
 from maskplay.precision import forward_in
@@ -207,7 +208,7 @@ def test_key_size_attention_is_the_formula():
     v = attn.value(x).view(B, L, nh, H // nh).transpose(1, 2)
     scores = (q @ k.transpose(-1, -2) / math.sqrt(5)).masked_fill(~mask, float("-inf"))
     want = attn.out((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, L, H))
-    torch.testing.assert_close(attn(x, mask, None), want, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(attn(x, PassInputs(mask)), want, atol=1e-6, rtol=1e-6)
 
 
 def test_key_size_equal_to_the_head_width_is_the_default():
@@ -252,7 +253,7 @@ def test_talking_heads_is_the_papers_formula():
     mask[0] &= ~torch.eye(6, dtype=torch.bool)  # T-TA's diagonal
     want = talking_heads_paper(x, attn, attn.kernel.logits_mix, attn.kernel.weights_mix, mask)
     assert not torch.allclose(attn.kernel.logits_mix, torch.eye(4))  # model_of randomised the mixing
-    torch.testing.assert_close(attn(x, mask, None), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(attn(x, PassInputs(mask)), want, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("family", ["tta", "gpt", "xlnet"])
@@ -291,12 +292,12 @@ def test_pre_ln_block_and_final_norm():
     model = model_of("bert", norm_placement="pre", hidden_dropout=0.0)
     block = model.encoder.layers[0]
     x, mask = block_input(model)
-    h = x + block.attn(block.attn_norm(x), mask, None)
+    h = x + block.attn(block.attn_norm(x), PassInputs(mask))
     want = h + block.ffn(block.ffn_norm(h))
-    torch.testing.assert_close(block(x, mask), want)
+    torch.testing.assert_close(block(x, PassInputs(mask)), want)
     layers = model.encoder.layers
     out, states = model.encoder(x, mask, output_hidden_states=True)
-    last = layers[1](layers[0](x, mask), mask)
+    last = layers[1](layers[0](x, PassInputs(mask)), PassInputs(mask))
     torch.testing.assert_close(out, model.encoder.final_norm(last))
     torch.testing.assert_close(states[-1], out)
     assert type(model.encoder.final_norm) is torch.nn.LayerNorm
@@ -308,9 +309,9 @@ def test_deepnorm_block_residual_scale_and_init():
     alpha, beta = (2 * 3) ** 0.25, (8 * 3) ** -0.25
     assert block.alpha == pytest.approx(alpha)
     x, mask = block_input(model)
-    h = block.attn_norm(alpha * x + block.attn(x, mask, None))
+    h = block.attn_norm(alpha * x + block.attn(x, PassInputs(mask)))
     want = block.ffn_norm(alpha * h + block.ffn(h))
-    torch.testing.assert_close(block(x, mask), want)
+    torch.testing.assert_close(block(x, PassInputs(mask)), want)
     assert model.encoder.final_norm is None
     # beta scales the value, output and FFN weights at initialisation; queries and keys keep initializer_range
     torch.manual_seed(0)
@@ -454,7 +455,7 @@ def test_synthesizer_is_the_papers_formula(kind):
     mask[0] &= ~torch.eye(L, dtype=torch.bool)
     columns = torch.arange(L)[None]
     prepared, passed = encoder._pass_positions(mask, columns, columns, x.dtype)
-    got = attn(x, prepared, None, positions=passed)
+    got = attn(x, PassInputs(prepared, positions=passed))
     if kind == "synthesizer-random":
         logits = syn.table[None, :, :L, :L]
     else:
@@ -489,7 +490,7 @@ def test_random_synthesizer_attends_the_same_whatever_the_tokens():
     mask = torch.ones(1, 1, 5, 5, dtype=torch.bool)
     columns = torch.arange(5)[None]
     _, passed = model.encoder._pass_positions(mask, columns, columns, x1.dtype)
-    torch.testing.assert_close(attn(x1, mask, None, positions=passed), attn(x2, mask, None, positions=passed))
+    torch.testing.assert_close(attn(x1, PassInputs(mask, positions=passed)), attn(x2, PassInputs(mask, positions=passed)))
 
 
 # ---- errors ---------------------------------------------------------------------------------------------------

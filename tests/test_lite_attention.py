@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from maskplay import preset
+from maskplay.attention.inputs import PassInputs
 from maskplay.families import build_model
 from maskplay.masks import family_mask, materialize
 from tests.conftest import padded_batch
@@ -69,7 +70,7 @@ def test_lsra_layer_is_the_written_out_layer(family, kernel):
     x = torch.randn(2, 7, 32)
     kv = torch.randn(2, 7, 32) if family.startswith("tta") else x  # T-TA: queries and keys/values are two streams
     with torch.no_grad():
-        got = layer(x, mask, None, kv=None if kv is x else kv)
+        got = layer(x, PassInputs(mask, kv=None if kv is x else kv))
         want = naive_lsra(layer, x, kv, mask)
     real = mask.any(-1)[:, 0]  # rows with a key at all: the encoder zeroes the others (guard_empty_rows)
     torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=1e-5)

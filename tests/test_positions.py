@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from maskplay import preset
+from maskplay.attention.inputs import PassInputs
 from maskplay.cache import KVCache
 from maskplay.config import POSITION_SCHEMES, ModelConfig, apply_overrides
 from maskplay.families import MaskplayModel, build_model
@@ -170,7 +171,7 @@ def test_a_layer_attends_as_the_formula_says(positions):
     mask[1, :, :, 4:] = False  # row 1 has 4 real tokens
     columns = torch.arange(L)[None]
     prepared, passed = encoder._pass_positions(mask, columns, columns, x.dtype)
-    got = attn(x, prepared, None, positions=passed)
+    got = attn(x, PassInputs(prepared, positions=passed))
 
     q = attn.query(x).view(B, L, nh, d).transpose(1, 2)
     k = attn.key(x).view(B, L, nh, d).transpose(1, 2)

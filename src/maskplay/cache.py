@@ -68,13 +68,11 @@ class KVCache:
         cached_keys = self.key_mask[:, None, None, :self.start].expand(B, 1, T, self.start)
         return positions, torch.cat([cached_keys, new_keys.expand(B, 1, T, T)], dim=-1)
 
-    def layer(self, index: int) -> LayerCache:
-        return LayerCache(self, index)
-
     def append(self, index: int, k: Tensor | None, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write layer `index`'s keys/values of the new tokens, (B, heads, T, head_dim), into the columns
-        extend reserved; return all of that layer's keys/values, (B, heads, L + T, head_dim). k None: an attention
-        kind without keys (attention_variants.Synthesizer), held as keys of width 0."""
+        """Write layer `index`'s keys/values of the new tokens, (B, heads, T, head_dim), into the columns extend
+        reserved; return all of that layer's keys/values, (B, heads, L + T, head_dim). The attention layer at that
+        index calls it (attention.inputs.PassInputs.cache). k None: an attention kind without keys
+        (attention.variants.Synthesizer), held as keys of width 0."""
         if k is None:
             k = v[..., :0]
         if k.shape[2] != self.length - self.start:
@@ -121,13 +119,3 @@ class KVCache:
         self.keys = [grown(k, 2) for k in self.keys]
         self.values = [grown(v, 2) for v in self.values]
         self.capacity = capacity
-
-
-class LayerCache:
-    """One layer's view of a KVCache, what backbone.Attention receives."""
-
-    def __init__(self, cache: KVCache, index: int) -> None:
-        self.cache, self.index = cache, index
-
-    def append(self, k: Tensor | None, v: Tensor) -> tuple[Tensor, Tensor]:
-        return self.cache.append(self.index, k, v)

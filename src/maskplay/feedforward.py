@@ -1,8 +1,7 @@
-"""The gated feed-forward layers (ModelConfig.ffn; docs/ARCHITECTURE.md): GEGLU and SwiGLU (Shazeer 2020, "GLU
-Variants Improve Transformer"), FFN(x) = (act(x W) * (x V)) W_2 with act = GELU or Swish (SiLU). With three
-matrices instead of two, the hidden width is 2/3 of intermediate_size (ModelConfig.ffn_width), as the paper
-does, so that the layer has the parameters of the GELU one it replaces. BERT's GELU layer stays
-backbone.FeedForward."""
+"""A block's feed-forward layer (ModelConfig.ffn; docs/ARCHITECTURE.md): BERT's GELU layer (FeedForward), or the
+gated ones, GEGLU and SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer"), FFN(x) = (act(x W) * (x V)) W_2
+with act = GELU or Swish (SiLU). With three matrices instead of two, the hidden width is 2/3 of intermediate_size
+(ModelConfig.ffn_width), as the paper does, so that the layer has the parameters of the GELU one it replaces."""
 
 from __future__ import annotations
 
@@ -12,6 +11,22 @@ from torch import Tensor, nn
 from .config import ModelConfig
 
 ACTIVATIONS = {"geglu": F.gelu, "swiglu": F.silu}
+
+
+class FeedForward(nn.Module):
+    """BERT's: down(GELU(up(h)))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.ffn_bias)
+        self.act = nn.GELU()  # a module, so that int8 inference can fold it into `up` (precision.quantize_int8)
+        self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.ffn_bias)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.down(self.act(self.up(h)))
+
+    def linears(self) -> tuple[nn.Module, ...]:
+        return self.up, self.down
 
 
 class GatedFeedForward(nn.Module):
@@ -33,6 +48,5 @@ class GatedFeedForward(nn.Module):
 
 
 def make_feedforward(config: ModelConfig) -> nn.Module:
-    from .backbone import FeedForward
-
+    """BERT's FeedForward unless config.ffn names a gated one."""
     return FeedForward(config) if config.ffn == "gelu" else GatedFeedForward(config)

@@ -1,6 +1,6 @@
 """Normalisation: which norm, and where it sits in a block (ModelConfig.norm, ModelConfig.norm_placement;
-docs/ARCHITECTURE.md). backbone.Block is post-LN, BERT's; the other placements are its subclasses, chosen once
-when the encoder is built, so the default block's forward is untouched.
+docs/ARCHITECTURE.md). backbone.Block reads its placement as data (a pre-norm flag and DeepNet's alpha), set once
+when the block is built; the default, post-LN, is BERT's.
 
 - "post" (BERT): h = LN(h + f(h)) after attention and after the FFN.
 - "pre" (GPT-2, Xiong et al. 2020): h = h + f(LN(h)), and one more norm after the last block (Encoder.final_norm).

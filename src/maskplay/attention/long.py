@@ -16,9 +16,9 @@ Two ways to run it, equal to float rounding (tests/test_long_attention.py):
   the adaptive span's bias is added per layer by `span_mask`): sequences shorter than `long.banded_from` (1024 by
   default: docs/LONG_TEXT.md's measurements have dense SDPA as fast or faster up to 512 tokens and the banded kernel
   faster from 1024), a key/value cache (generation), PLL's one-query last layer;
-- the banded kernel `sparse_attention.sliding_window_attention` (scores and probabilities linear in length) for
+- the banded kernel `banded.sliding_window_attention` (scores and probabilities linear in length) for
   longer full passes: `prepare` returns a `BandedMask`, which the encoder hands to every layer instead of the mask
-  (backbone.Encoder._banded). ALiBi and T5 biases enter the kernel as a `bias_mod` rather than an L x L float mask.
+  (as PassInputs.mask). ALiBi and T5 biases enter the kernel as a `bias_mod` rather than an L x L float mask.
   The family's boolean mask is still materialised (1 byte per query/key pair); only the attention is banded.
 """
 

@@ -35,11 +35,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..backbone import Attention, Packing
-from ..cache import LayerCache
 from ..config import ModelConfig
 from ..dropout import dropout
-from ..positions import Frame, PassPositions
+from ..positions import PassPositions
+from .dense import Attention
+from .inputs import KeyValueStore, PassInputs
 
 
 class LightweightConv(nn.Module):
@@ -80,9 +80,10 @@ class LightweightConv(nn.Module):
 
 
 class LongShortAttention(nn.Module):
-    """LSRA in place of backbone.Attention, with its forward's arguments (see Attention.forward). Without `positions`
-    (a direct call) the columns 0..L-1 are the positions. `keys_values`, when given, is (None, the raw key/value
-    stream): backbone.Encoder hands T-TA's embedding output over unprojected, since each branch reads its own half."""
+    """LSRA in place of dense.Attention, called as it is (`attn(h, inputs, index)`). Without `inputs.positions` (a
+    direct call) the columns 0..L-1 are the positions. `inputs.keys_values[index]`, when given, is (None, the raw
+    key/value stream): backbone.Encoder hands T-TA's embedding output over unprojected, since each branch reads its
+    own half."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -99,11 +100,10 @@ class LongShortAttention(nn.Module):
         """The attention branch's value projection (DeepNorm scales it at initialisation, norms.py)."""
         return self.attention.value
 
-    def forward(self, h: Tensor, mask: Tensor, dead_rows: Tensor | None, kv: Tensor | None = None,
-                keys_values: tuple[Tensor | None, Tensor] | None = None, packing: Packing | None = None,
-                cache: LayerCache | None = None, frame: Frame | None = None,
-                positions: PassPositions | None = None) -> Tensor:
-        source = keys_values[1] if keys_values is not None else kv  # the key/value stream; None: h itself
+    def forward(self, h: Tensor, inputs: PassInputs, index: int = 0) -> Tensor:
+        keys_values = None if inputs.keys_values is None else inputs.keys_values[index]
+        source = keys_values[1] if keys_values is not None else inputs.kv  # the key/value stream; None: h itself
+        mask, dead_rows, packing, positions = inputs.mask, inputs.dead_rows, inputs.packing, inputs.positions
         if positions is None:
             columns = torch.arange(mask.shape[-1], device=h.device)[None]
             positions = PassPositions(torch.arange(mask.shape[-2], device=h.device)[None], columns)
@@ -112,10 +112,10 @@ class LongShortAttention(nn.Module):
             u = packing.pad(u)  # the convolution runs on the padded layout; packing.attend cuts positions itself
         B, Lk = u.shape[:2]
         u = u.view(B, Lk, self.conv.heads, -1).transpose(1, 2)  # (B, heads, Lk, d)
-        if cache is not None:
-            cache = _ConvInputsInCache(cache, u)
-        a = self.attention(h[..., :self.half], mask, dead_rows, kv=None if source is None else source[..., :self.half],
-                           packing=packing, cache=cache, frame=frame, positions=positions)
+        cache = None if inputs.cache is None else _ConvInputsInCache(inputs.cache, u)
+        branch = dataclasses.replace(inputs, kv=None if source is None else source[..., :self.half], keys_values=None,
+                                     cache=cache, positions=positions)
+        a = self.attention(h[..., :self.half], branch, index)
         c = self.conv(u if cache is None else cache.everything, mask, positions, self.dropout_p, self.training)
         if dead_rows is not None:
             c = c.masked_fill(dead_rows, 0.0)
@@ -126,16 +126,16 @@ class LongShortAttention(nn.Module):
 
 
 class _ConvInputsInCache:
-    """The LayerCache the attention branch sees: the convolution's inputs of the new tokens travel in the cache beside
+    """The cache the attention branch sees: the convolution's inputs of the new tokens travel in the cache beside
     the attention branch's values (the same (B, heads, T, d) layout, concatenated on the last axis), so that a
     generated token's convolution reads the cached tokens' inputs; `everything` holds all of them after append."""
 
-    def __init__(self, cache: LayerCache, u: Tensor) -> None:
+    def __init__(self, cache: KeyValueStore, u: Tensor) -> None:
         self.cache, self.u = cache, u
         self.everything = u
 
-    def append(self, k: Tensor | None, v: Tensor) -> tuple[Tensor, Tensor]:
-        keys, both = self.cache.append(k, torch.cat([v, self.u.to(v.dtype)], dim=-1))
+    def append(self, index: int, k: Tensor | None, v: Tensor) -> tuple[Tensor, Tensor]:
+        keys, both = self.cache.append(index, k, torch.cat([v, self.u.to(v.dtype)], dim=-1))
         width = v.shape[-1]
         self.everything = both[..., width:]
         return keys, both[..., :width]

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..backbone import fused_linear, guard_empty_rows
+from ..attention.dense import fused_linear, guard_empty_rows
+from ..attention.inputs import PassInputs
 from ..config import ModelConfig
 from ..dropout import Dropout
 from ..flops import xlnet_training_flops_per_token
@@ -188,18 +189,20 @@ class XLNet(MaskplayModel):
         states = [x] if output_hidden_states else None
         new_mems = []
         layers = self.encoder.layers
+        keys_values: list = [None] * len(layers)  # filled layer by layer: each projects the content stream it gets
+        inputs = PassInputs(mask, dead, keys_values=keys_values, frame=frame)
         for index, layer in enumerate(layers):
             content = x[:, :L]
             if keep_memory or cfg.xlnet.mem_len or mems is not None:
                 new_mems.append(self._next_memory(memory[index] if memory else None, content))
             source = torch.cat([memory[index].to(x.dtype), content], dim=1) if memory else content
-            keys_values = fused_linear(source, layer.attn.key, layer.attn.value)
+            keys_values[index] = fused_linear(source, layer.attn.key, layer.attn.value)
             if index == len(layers) - 1 and not need_content and query_positions is not None:
                 # the last layer's content rows feed nothing: run its query rows alone
-                x = torch.cat([content, layer(x[:, L:], mask[:, :, L:], dead_rows=_rows(dead, L),
-                                               keys_values=keys_values, frame=frame.rows_from(L))], dim=1)
+                rows = PassInputs(mask[:, :, L:], _rows(dead, L), keys_values=keys_values, frame=frame.rows_from(L))
+                x = torch.cat([content, layer(x[:, L:], rows, index)], dim=1)
             else:
-                x = layer(x, mask, dead_rows=dead, keys_values=keys_values, frame=frame)
+                x = layer(x, inputs, index)
             if states is not None:
                 states.append(x)
         h = x[:, :L] if need_content else None

@@ -1,0 +1,153 @@
+"""Multi-head attention over the whole (L x L) mask: dot-product heads through SDPA's fused kernel, or an explicit
+softmax where a switch needs one (talking heads, relative positions, dropout while training, the banded kernel of
+[model.long]); and the synthesizers' attention, whose logits are not q . k (variants.py)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from ..dropout import dropout
+from ..positions import RelativePositions, attend_with_term
+from ..quant import Int8Linear, concatenated_int8
+from .adaptive_span import AdaptiveSpan
+from .inputs import PassInputs
+from .long import BandedMask, span_mask
+from .variants import Synthesizer, TalkingHeads
+
+
+class Attention(nn.Module):
+    """Dot-product heads; `forward(h, inputs, index)` with the pass's inputs (inputs.PassInputs) and the layer's index
+    in the encoder (which keys/values and which cache slot are its)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        h = config.hidden_size
+        bias = bool(config.attention_bias)
+        self.num_heads = config.num_heads
+        keys = config.num_heads * config.key_width  # hidden_size unless key_size decouples it from the values'
+        # a synthesizer makes its logits without queries and keys (SynthesizedAttention)
+        self.synthesizer = Synthesizer(config) if config.attention != "dot" else None
+        self.query = nn.Linear(h, keys, bias=bias) if self.synthesizer is None else None
+        self.key = nn.Linear(h, keys, bias=bias) if self.synthesizer is None else None
+        self.value = nn.Linear(h, h, bias=bias)
+        self.out = nn.Linear(h, h, bias=bias)
+        self.dropout_p = config.attention_dropout
+        # the layer's own relative-position weights, where positions enter attention rather than the embeddings
+        self.relative = RelativePositions(config) if config.positions == "transformer-xl" else None
+        # an attention kind with its own softmax (variants.py); None = SDPA
+        self.kernel = TalkingHeads(config.num_heads) if config.talking_heads else None
+        # a learned soft span per head (adaptive span, [model.long]; long.py)
+        long = config.long
+        self.span = AdaptiveSpan(config.num_heads, long.max_span, long.span_ramp, long.span_init) \
+            if long.adaptive_span else None
+
+    def forward(self, h: Tensor, inputs: PassInputs, index: int = 0) -> Tensor:
+        """Queries from `h` against keys/values projected from `h` (self-attention), from `inputs.kv`, or taken
+        already projected from `inputs.keys_values[index]`. Rotary is applied to q and k before the keys enter a
+        cache."""
+        frame = inputs.frame
+        if (frame is None) != (self.relative is None):
+            raise ValueError("relative-position attention needs a positions.Frame, and only it takes one")
+        keys_values = None if inputs.keys_values is None else inputs.keys_values[index]
+        # one wide matmul instead of three narrow ones: narrow matmuls waste most of a CPU's bf16 throughput
+        if keys_values is not None:
+            q, (k, v) = self.query(h), keys_values
+        elif inputs.kv is None:
+            q, k, v = fused_linear(h, self.query, self.key, self.value)
+        else:
+            q, (k, v) = self.query(h), fused_linear(inputs.kv, self.key, self.value)
+        mask, dead_rows, positions = inputs.mask, inputs.dead_rows, inputs.positions
+        if self.span is not None and not isinstance(mask, BandedMask):
+            mask, dead_rows = span_mask(self.span, mask, dead_rows, positions, q.dtype)
+        if inputs.packing is not None:
+            if frame is not None:
+                raise ValueError("relative-position attention runs on the padded layout, not packed")
+            return self.out(inputs.packing.attend(q, k, v, mask, dead_rows, self.num_heads, positions, self.kernel))
+        B, Lq, _ = q.shape
+        nh = self.num_heads
+        Lk = k.shape[1]
+        q = q.view(B, Lq, nh, -1).transpose(1, 2)
+        k = k.view(B, Lk, nh, -1).transpose(1, 2)
+        v = v.view(B, Lk, nh, -1).transpose(1, 2)
+        if positions is not None and positions.rotary is not None:
+            q, k = positions.rotary.apply(q, k)
+        if inputs.cache is not None:
+            k, v = inputs.cache.append(index, k, v)
+        if isinstance(mask, BandedMask):  # long.py: the banded kernel
+            a = mask.attend(q, k, v, self.span, self.dropout_p if self.training else 0.0)
+        elif self.relative is not None:
+            q, term = self.relative(q, frame)
+            if self.kernel is not None:
+                a = self.kernel(q, k, v, term.masked_fill(~mask, float("-inf")), self.dropout_p, self.training)
+            else:
+                a = attend_with_term(q, k, v, mask, term, self.dropout_p, self.training)
+        elif self.kernel is not None:
+            a = self.kernel(q, k, v, mask, self.dropout_p, self.training)
+        elif self.training and self.dropout_p > 0:
+            # what SDPA does with dropout on CPU (its math path), with the cheaper dropout
+            scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5)
+            scores = scores.masked_fill_(~mask, float("-inf")) if mask.dtype == torch.bool else scores.add_(mask)
+            a = dropout(scores.softmax(dim=-1), self.dropout_p, True) @ v
+        else:
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if dead_rows is not None:
+            a = a.masked_fill(dead_rows, 0.0)
+        return self.out(a.transpose(1, 2).reshape(B, Lq, -1))
+
+
+class SynthesizedAttention(Attention):
+    """Synthesizer attention (`attention = "synthesizer-random" | "synthesizer-dense"`; variants.Synthesizer): values
+    as usual, logits from the synthesizer at the pass's positions; no query or key projection (query, key None)."""
+
+    def forward(self, h: Tensor, inputs: PassInputs, index: int = 0) -> Tensor:
+        if (inputs.frame is None) != (self.relative is None):
+            raise ValueError("relative-position attention needs a positions.Frame, and only it takes one")
+        keys_values = None if inputs.keys_values is None else inputs.keys_values[index]
+        v = keys_values[1] if keys_values is not None else self.value(h if inputs.kv is None else inputs.kv)
+        q = self.synthesizer.features(h)  # dense: F(h), per head; random: None
+        mask, dead_rows, positions = inputs.mask, inputs.dead_rows, inputs.positions
+        if inputs.packing is not None:
+            return self.out(inputs.packing.attend(q, None, v, mask, dead_rows, self.num_heads, positions,
+                                                  self.synthesizer))
+        B, Lq, _ = h.shape
+        v = v.view(B, v.shape[1], self.num_heads, -1).transpose(1, 2)
+        if q is not None:
+            q = q.view(B, Lq, self.num_heads, -1).transpose(1, 2)
+        if inputs.cache is not None:
+            _, v = inputs.cache.append(index, None, v)
+        a = self.synthesizer(q, None, v, mask, self.dropout_p, self.training, positions)
+        if dead_rows is not None:
+            a = a.masked_fill(dead_rows, 0.0)
+        return self.out(a.transpose(1, 2).reshape(B, Lq, -1))
+
+
+def fused_linear(x: Tensor, *layers: nn.Linear) -> tuple[Tensor, ...]:
+    """[layer(x) for layer in layers], computed as one matmul (wide_linear) and split."""
+    return wide_linear(x, *layers).split([layer.out_features for layer in layers], dim=-1)
+
+
+def wide_linear(x: Tensor, *layers: nn.Linear) -> Tensor:
+    """torch.cat([layer(x) for layer in layers], -1) as one matmul against the concatenated weights (int8
+    layers have their own concatenation; other layers run one by one)."""
+    if all(isinstance(layer, Int8Linear) for layer in layers):
+        return concatenated_int8(x, layers)
+    if any(type(layer) is not nn.Linear for layer in layers):
+        return torch.cat([layer(x) for layer in layers], dim=-1)
+    weight = torch.cat([layer.weight for layer in layers])
+    if all(layer.bias is None for layer in layers):
+        return F.linear(x, weight)
+    bias = torch.cat([layer.bias if layer.bias is not None else layer.weight.new_zeros(layer.out_features)
+                      for layer in layers])
+    return F.linear(x, weight, bias)
+
+
+def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor | None]:
+    """SDPA returns NaN for a query that may attend to nothing (an XLNet order's first token, a one-token
+    T-TA input). Let such rows attend anywhere, and return them so the block zeroes their output."""
+    dead = ~mask.any(dim=-1, keepdim=True)
+    if not bool(dead.any()):
+        return mask, None
+    return mask | dead, dead

@@ -1,0 +1,20 @@
+"""The one place that picks a block's attention layer from the config (ModelConfig.attention; docs/ARCHITECTURE.md).
+Talking heads, relative positions and adaptive spans are switches inside the dot-product layer (dense.Attention)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ..config import ModelConfig
+from .dense import Attention, SynthesizedAttention
+from .lsra import LongShortAttention
+
+# config.ATTENTION_KINDS -> the layer that computes it
+KINDS: dict[str, type[nn.Module]] = {"dot": Attention, "synthesizer-random": SynthesizedAttention,
+                                     "synthesizer-dense": SynthesizedAttention, "lsra": LongShortAttention}
+
+
+def make_attention(config: ModelConfig) -> nn.Module:
+    """dot: dense.Attention; synthesizer-random / synthesizer-dense: dense.SynthesizedAttention; lsra: Lite
+    Transformer's long-short range attention (lsra.py). Each is called as `attn(h, inputs, index)`."""
+    return KINDS[config.attention](config)
