@@ -182,9 +182,9 @@ class ModelConfig:
             raise ValueError(f"family {self.family} needs positions = 'transformer-xl' (its two streams have no "
                              f"absolute positions), got {self.positions!r}")
         if not xl and self.positions == "transformer-xl":
-            raise ValueError(f"positions = 'transformer-xl' is built for the two-stream families ("
-                             f"{', '.join(n for n in family_names() if rules(n).two_streams)}) only so far, "
-                             f"not {self.family!r}")
+            two_streams = " / ".join(n for n in family_names() if rules(n).two_streams)
+            raise ValueError(f"positions = 'transformer-xl' is built for family {two_streams} only so far (two "
+                             f"streams), not {self.family!r}")
         if self.norm not in NORMS:
             raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
         if self.norm_placement not in NORM_PLACEMENTS:

@@ -138,13 +138,25 @@ def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int, mask_
     if flags is None:
         return out
 
-    # global queries see every key: G x L scores, linear in L
+    return _global_queries(q, k, v, out, g_pos, valid, mask_mod, bias_mod, scale, dropout_p)
+
+
+def _global_queries(q: Tensor, k: Tensor, v: Tensor, out: Tensor, g_pos: Tensor, valid: Tensor,
+                    mask_mod: MaskMod | None, bias_mod: MaskMod | None, scale: float | None, dropout_p: float) -> Tensor:
+    """The banded output with the global queries' rows replaced: each global query sees every key (G x L scores,
+    linear in L). g_pos (B, G): each row's global positions first; valid (B, G): which slots are real."""
+    B, H, L, D = q.shape
+    G = g_pos.shape[1]
+    device = q.device
+    bi = torch.arange(B, device=device).view(B, 1, 1, 1)
+    hi = torch.arange(H, device=device).view(1, H, 1, 1)
+    keys = torch.arange(L, device=device).view(1, 1, 1, L)
     full = torch.ones(1, 1, 1, L, dtype=torch.bool, device=device) if mask_mod is None else \
-        mask_mod(bi[..., 0], hi.view(1, H, 1, 1), g_pos.view(B, 1, G, 1), torch.arange(L, device=device).view(1, 1, 1, L))
+        mask_mod(bi, hi, g_pos.view(B, 1, G, 1), keys)
     full = full & valid.view(B, 1, G, 1)
     if bias_mod is not None:
-        full = _with_bias(full, bias_mod(bi[..., 0], hi.view(1, H, 1, 1), g_pos.view(B, 1, G, 1),
-                                         torch.arange(L, device=device).view(1, 1, 1, L)))
+        full = _with_bias(full, bias_mod(bi, hi, g_pos.view(B, 1, G, 1), keys))
+    gather = g_pos.view(B, 1, G, 1).expand(B, H, G, D)
     out_g = masked_attention(torch.gather(q, 2, gather), k, v, full.expand(B, full.shape[1], G, L), scale, dropout_p)
     # the global rows replace their band rows; slots past a row's count write to a spare row L, dropped after
     target = g_pos.masked_fill(~valid, L).view(B, 1, G, 1).expand(B, H, G, D)
