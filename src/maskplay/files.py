@@ -4,8 +4,11 @@ output, checks that an output path can be written, and sha256 digests."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -24,11 +27,7 @@ def prepare_output_file(path: str | Path, what: str = "--out") -> Path:
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{what} {path} is a directory; give a file name")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"{what} {path}: {parent} is a file, not a directory")
-            break
+    _check_parents(path, what)
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -38,12 +37,41 @@ def prepare_output_dir(path: str | Path, what: str = "--out") -> Path:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{what} {path} is a file; give a directory")
+    _check_parents(path, what)
+    return path
+
+
+def _check_parents(path: Path, what: str) -> None:
+    """The nearest existing parent of `path` must be a directory."""
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
                 raise ValueError(f"{what} {path}: {parent} is a file, not a directory")
             break
-    return path
+
+
+def read_json_object(path: Path) -> dict:
+    """A JSON file that must hold an object; anything else is one error naming the file."""
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is damaged: not readable JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is damaged: a JSON object was expected")
+    return data
+
+
+def replace_directory(out: Path, write: Callable[[Path], None]) -> None:
+    """write(tmp) fills a new directory beside `out`, which is then renamed into place: an interrupted run leaves
+    no half-written directory under the name asked for."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        write(tmp)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class OutputLock:

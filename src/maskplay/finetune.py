@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from .config import ModelConfig, from_dict
 from .families import MaskplayModel, family_class
-from .files import atomic_path
+from .files import atomic_path, read_json_object
 from .model_dir import (
     CONFIG_NAME,
     HEAD_CONFIG_NAME,
@@ -199,8 +199,8 @@ class FineTuned(nn.Module):
             if not path.is_file():
                 hint = " (a model that is not fine-tuned has no head_config.json)" if path.name == HEAD_CONFIG_NAME else ""
                 raise FileNotFoundError(f"{path} not found: is {directory} a fine-tuned model directory?{hint}")
-        config = from_dict(ModelConfig, _read_json(paths[0]), source=str(paths[0]))
-        head = from_dict(HeadConfig, _read_json(paths[1]), source=str(paths[1]))
+        config = from_dict(ModelConfig, read_json_object(paths[0]), source=str(paths[0]))
+        head = from_dict(HeadConfig, read_json_object(paths[1]), source=str(paths[1]))
         model = cls(family_class(config.family)(config), head)
         state = read_weights(paths[2])
         own = model.state_dict()
@@ -212,16 +212,6 @@ class FineTuned(nn.Module):
                              f"missing {missing}, unexpected {unexpected}, wrong shapes {shapes}")
         model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=True)
         return model.eval()
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is damaged: not readable JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} is damaged: a JSON object was expected")
-    return data
 
 
 def load_backbone(directory: str | Path) -> tuple[MaskplayModel, Tokenizer]:

@@ -4,6 +4,7 @@ hub ids, and the integrity checks run before any weight is read (loading never u
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from .config import ModelConfig, from_dict
-from .files import atomic_path, sha256
+from .files import atomic_path, read_json_object, replace_directory, sha256
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -28,12 +29,7 @@ def read_model_config(directory: str | Path, **overrides: Any) -> ModelConfig:
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} not found: is {config_path.parent} a directory written by "
                                 "save_pretrained?")
-    try:
-        data = json.loads(config_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{config_path} is damaged: not readable JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{config_path} is damaged: a JSON object was expected")
+    data = read_json_object(config_path)
     return from_dict(ModelConfig, {**data, **overrides}, source=str(config_path))
 
 
@@ -136,3 +132,14 @@ def not_a_language_model(directory: str | Path) -> str:
             "was replaced by the task's head, so it cannot score, embed, generate or start a pretraining; run it "
             f"with `maskplay predict {directory} --file FILE` (Python: maskplay.finetune.load_finetuned), or give "
             "the pretrained model it was fine-tuned from")
+
+
+def write_model_dir(model: Any, out: Path, tokenizer_from: Path | None = None) -> None:
+    """model.save_pretrained into a new directory `out`, with the tokenizer.json of `tokenizer_from` when it has
+    one, whole or not at all (files.replace_directory)."""
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        if tokenizer_from is not None and (tokenizer_from / "tokenizer.json").is_file():
+            shutil.copy2(tokenizer_from / "tokenizer.json", tmp / "tokenizer.json")
+
+    replace_directory(Path(out), write)

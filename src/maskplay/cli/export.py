@@ -4,8 +4,6 @@ directory that score, embed and eval load like any other."""
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 from pathlib import Path
 
 EXPORT_PARTS = ("discriminator", "generator")
@@ -24,7 +22,7 @@ def export_part(model_dir: str | Path, part: str, out: str | Path) -> Path:
     """Write `part` of the ELECTRA model in `model_dir` to `out` (config.json, model.safetensors and the
     tokenizer.json found next to the model), whole or not at all."""
     from ..families import MaskplayModel
-    from ..model_dir import resolve_model_dir
+    from ..model_dir import resolve_model_dir, write_model_dir
 
     source = resolve_model_dir(model_dir)
     out = Path(out)
@@ -33,17 +31,7 @@ def export_part(model_dir: str | Path, part: str, out: str | Path) -> Path:
     model = MaskplayModel.from_pretrained(source)
     if part not in model.parts:
         raise ValueError(f"{source} holds a {model.config.family!r} model; only ELECTRA models have towers to export")
-    tower = model.standalone(part)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tower.save_pretrained(tmp)
-        if (source / "tokenizer.json").is_file():
-            shutil.copy2(source / "tokenizer.json", tmp / "tokenizer.json")
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    write_model_dir(model.standalone(part), out, tokenizer_from=source)
     return out
 
 

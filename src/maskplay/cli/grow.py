@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..families import MaskplayModel
+    pass
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..families import MaskplayModel
     from ..grow import grow, largest_difference
-    from ..model_dir import resolve_model_dir
+    from ..model_dir import resolve_model_dir, write_model_dir
 
     source = resolve_model_dir(args.model_dir)
     out = Path(args.out)
@@ -35,28 +35,10 @@ def run(args: argparse.Namespace) -> int:
     small = MaskplayModel.from_pretrained(source)
     grown = grow(small, args.layers, args.hidden, args.heads)
     difference = largest_difference(small, grown.model)
-    _save(grown.model, source, out)
+    write_model_dir(grown.model, out, tokenizer_from=source)
     c, b = small.config, grown.model.config
     print(f"wrote {out}: {c.num_layers} x {c.hidden_size} ({c.num_heads} heads) -> {b.num_layers} x {b.hidden_size} "
           f"({b.num_heads} heads), {small.num_parameters():,} -> {grown.model.num_parameters():,} parameters")
     kind = "exact" if grown.exact else "not exact: " + "; ".join(grown.reasons)
     print(f"{kind}; largest logit difference on a random batch: {difference:.2e}")
     return 0
-
-
-def _save(model: MaskplayModel, source: Path, out: Path) -> None:
-    """The grown model and the source's tokenizer, written beside `out` and renamed into place: an interrupted run
-    leaves no half-written directory under the name asked for."""
-    import os
-    import shutil
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        model.save_pretrained(tmp)
-        if (source / "tokenizer.json").is_file():
-            shutil.copy2(source / "tokenizer.json", tmp / "tokenizer.json")
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
