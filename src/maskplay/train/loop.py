@@ -8,8 +8,11 @@ over micro-batches and processes), so accumulation and DDP give the gradient of 
 
 Exact resumption: weights, AdamW state, the step (the learning rate is a function of it), the data position
 (epoch, step within the epoch; batches are a pure function of them) and every RNG of every process are in the
-checkpoint, so a killed run resumed from its last checkpoint ends bitwise where an uninterrupted run ends."""
+checkpoint, so a killed run resumed from its last checkpoint ends bitwise where an uninterrupted run ends.
 
+This module tells the story of a run (Trainer.run); the units it calls are stepping.py (forward, backward,
+accumulation, the optimizer step), evaluation.py (the held-out loss), checkpointing.py (resume and save) and
+export.py (the final model)."""
 
 from __future__ import annotations
 
@@ -120,9 +123,9 @@ def prepare_data(config: TrainConfig, run_dir: Path, d: Dist, log: Any) -> Path:
     barrier(d)
     return out
 
+
 class Trainer:
-    """One run: __init__ prepares it (checks, data, model, resumption), run() trains it. Stepping, evaluation,
-    checkpoints and the export are their own units (stepping, evaluation, checkpointing, export)."""
+    """One run: __init__ prepares it (checks, data, model, resumption), run() trains it."""
 
     def __init__(self, config: TrainConfig, d: Dist, resume: bool = False, resume_from: str | Path | None = None,
                  stream: TextIO | None = None) -> None:
@@ -384,6 +387,7 @@ class Trainer:
             self.metrics.plot()
         return TrainResult(run_dir=self.run_dir, step=step, status=status, exit_code=exit_code, final_dir=final,
                            checkpoint=self.last_path, eval_loss=self.state.last_eval)
+
 
 def train(config: TrainConfig, resume: bool = False, resume_from: str | Path | None = None,
           stream: TextIO | None = None) -> TrainResult:
