@@ -25,8 +25,8 @@ from common import interleaved, machine, resolve_dtype  # noqa: E402
 from maskplay import preset  # noqa: E402
 from maskplay.cli.generate import for_precision  # noqa: E402
 from maskplay.convert import gpt_to_hf_bert_lm_head  # noqa: E402
+from maskplay.families import build_model
 from maskplay.generation import generate  # noqa: E402
-from maskplay.modeling import build_model  # noqa: E402
 
 
 def make_cases(model, hf, prompts: list[list[int]], ids: torch.Tensor, max_new_tokens: int,

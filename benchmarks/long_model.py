@@ -18,7 +18,7 @@ import torch
 
 from maskplay import preset
 from maskplay.config import LongAttentionConfig
-from maskplay.modeling import build_model
+from maskplay.families import build_model
 
 
 def timed(fn, repeats: int) -> float:

@@ -49,8 +49,8 @@ from common import interleaved, machine, matmul_peak, resolve_dtype  # noqa: E40
 from maskplay import preset  # noqa: E402
 from maskplay.allocator import keep_freed_memory  # noqa: E402
 from maskplay.convert import maskplay_to_hf_bert  # noqa: E402
+from maskplay.families import build_model
 from maskplay.flops import scoring_flops  # noqa: E402
-from maskplay.modeling import build_model  # noqa: E402
 from maskplay.precision import Precision  # noqa: E402
 from maskplay.score import Embedder, Scorer  # noqa: E402
 from maskplay.tokenizer import load_tokenizer  # noqa: E402

@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import PeakRSS, interleaved, machine, matmul_peak  # noqa: E402
 
 from maskplay import preset  # noqa: E402
+from maskplay.families import build_model
 from maskplay.families.bert import mask_tokens  # noqa: E402
 from maskplay.flops import (  # noqa: E402
     electra_training_flops_per_token,
@@ -50,7 +51,6 @@ from maskplay.flops import (  # noqa: E402
     xlnet_training_flops_per_token,
 )
 from maskplay.masks import partial_targets, to_perm_mask  # noqa: E402
-from maskplay.modeling import build_model  # noqa: E402
 from maskplay.precision import forward_in  # noqa: E402
 
 

@@ -130,7 +130,7 @@ def untrained(family: str, seed: int, args: argparse.Namespace) -> Path:
     (mean-pooled random token vectors are a bag of words), evaluated on STS like the trained ones."""
     import torch
 
-    from maskplay.modeling import build_model
+    from maskplay.families import build_model
     from maskplay.tokenizer import load_tokenizer
     from maskplay.train.config import ModelSection
 

@@ -122,7 +122,7 @@ class WithoutSos:
         import torch
 
         from maskplay.score.long import memory_log_probs
-        from maskplay.score.scorer import Runner
+        from maskplay.score.passes import Runner
         from maskplay.score.text import encode_texts
 
         encoded = encode_texts(self.tokenizer, texts)

@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from maskplay import preset  # noqa: E402
 from maskplay.data.dataset import pad_batch  # noqa: E402
-from maskplay.modeling import build_model  # noqa: E402
+from maskplay.families import build_model
 from maskplay.tokenizer import load_tokenizer  # noqa: E402
 from tests.conftest import SHARED  # noqa: E402
 from tests.test_learning import real_sentences  # noqa: E402

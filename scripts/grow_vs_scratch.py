@@ -85,7 +85,7 @@ def evaluate() -> None:
     import torch
 
     from maskplay.data.dataset import TokenDataset
-    from maskplay.modeling import MaskplayModel
+    from maskplay.families import MaskplayModel
     from maskplay.train.batches import eval_batches
 
     torch.set_num_threads(1)

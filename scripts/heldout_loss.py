@@ -21,7 +21,7 @@ def load(model_dir: str) -> MaskplayModel:
     ckpt = Path(model_dir)
     if (ckpt / "model_config.json").is_file():
         from maskplay.config import ModelConfig, from_dict
-        from maskplay.modeling import build_model
+        from maskplay.families import build_model
 
         config = from_dict(ModelConfig, json.loads((ckpt / "model_config.json").read_text()))
         model = build_model(config)

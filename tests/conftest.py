@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from maskplay import preset
-from maskplay.modeling import build_model
+from maskplay.families import build_model
 
 # precision "auto" (the default) picks bf16 on a CPU with fast bf16 and fp32 elsewhere; the suite's numbers are
 # fp32's on every machine (tests/test_precision_auto.py unsets this to test auto itself)

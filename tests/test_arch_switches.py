@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from maskplay import preset
 from maskplay.config import ModelConfig
-from maskplay.modeling import MaskplayModel, build_model
+from maskplay.families import MaskplayModel, build_model
 from maskplay.precision import forward_in
 from maskplay.train.config import ModelSection
 from tests.conftest import padded_batch

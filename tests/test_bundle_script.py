@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from maskplay import MaskplayModel
 from maskplay.config import preset
 from maskplay.data.dataset import write_split
-from maskplay.modeling import build_model
+from maskplay.families import build_model
 from maskplay.tokenizer import SPECIAL_TOKENS, load_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent

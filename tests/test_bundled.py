@@ -2,8 +2,8 @@
 
 import pytest
 
+from maskplay.families import MaskplayModel
 from maskplay.model_dir import BUNDLED_MODELS, resolve_model_dir
-from maskplay.modeling import MaskplayModel
 
 BUNDLE = BUNDLED_MODELS["tta-mini-wiki"]
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from maskplay import preset
-from maskplay.modeling import build_model
+from maskplay.families import build_model
 from maskplay.train import checkpoint as ckpt
 from maskplay.train.config import OptimSection
 from maskplay.train.schedule import build_optimizer

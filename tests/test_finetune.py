@@ -13,6 +13,7 @@ import torch
 
 from maskplay import preset
 from maskplay.cli import main
+from maskplay.families import build_model
 from maskplay.finetune import (
     DEFAULT_POOLING,
     Example,
@@ -25,7 +26,6 @@ from maskplay.finetune import (
     predict_rows,
     read_examples,
 )
-from maskplay.modeling import build_model
 from tests.test_score_support import one_thread, save_model_dir, small_tokenizer  # noqa: F401 (autouse fixture)
 
 FAMILIES = ["tta", "bert", "gpt", "electra", "unilm", "xlnet"]

@@ -10,8 +10,8 @@ import torch
 
 from maskplay import preset
 from maskplay.cli import main
+from maskplay.families import MaskplayModel, build_model
 from maskplay.grow import grow, largest_difference
-from maskplay.modeling import MaskplayModel, build_model
 from tests.conftest import padded_batch
 
 EXACT_SWITCHES = [

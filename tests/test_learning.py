@@ -5,7 +5,7 @@ import torch
 
 from maskplay import preset
 from maskplay.data.dataset import pad_batch
-from maskplay.modeling import build_model
+from maskplay.families import build_model
 from maskplay.tokenizer import load_tokenizer
 from tests.conftest import shared_path
 

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from maskplay import preset
+from maskplay.families import build_model
 from maskplay.masks import family_mask, materialize
-from maskplay.modeling import build_model
 from tests.conftest import padded_batch
 from tests.test_arch_switches import model_of
 from tests.test_leak import jacobian_norms

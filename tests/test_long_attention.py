@@ -15,7 +15,7 @@ from maskplay import MaskplayModel, preset
 from maskplay.attention.long import LongAttention, clamp_spans, learned_spans, span_penalty
 from maskplay.config import LongAttentionConfig, ModelConfig, apply_overrides
 from maskplay.convert import to_hf
-from maskplay.modeling import build_model
+from maskplay.families import build_model
 from maskplay.train import load_train_config, train
 from maskplay.train.config import ModelSection, TrainConfig
 from tests.conftest import padded_batch

@@ -123,7 +123,7 @@ def test_limited_memory_against_a_plain_loop(tok, xlnet, memory):
 
 def test_without_sos_equals_one_pass_over_the_pieces(tok, xlnet):
     from maskplay.score.long import memory_log_probs
-    from maskplay.score.scorer import Runner
+    from maskplay.score.passes import Runner
     from maskplay.score.text import encode_texts
 
     encoded = encode_texts(tok, DOCS[:3])

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from maskplay import BertMLM, MaskplayModel, ModelConfig, preset
-from maskplay.modeling import build_model
+from maskplay.families import build_model
 from tests.conftest import padded_batch
 
 FAMILIES = ["tta", "bert", "gpt"]

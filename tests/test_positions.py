@@ -13,7 +13,7 @@ import torch
 from maskplay import preset
 from maskplay.cache import KVCache
 from maskplay.config import POSITION_SCHEMES, ModelConfig, apply_overrides
-from maskplay.modeling import MaskplayModel, build_model
+from maskplay.families import MaskplayModel, build_model
 from maskplay.positions import (
     IN_ATTENTION,
     T5_BUCKETS,

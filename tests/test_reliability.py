@@ -109,7 +109,7 @@ def nan_model(env: dict[str, Path]) -> str:
     """A model whose weights are all finite but one LayerNorm weight, as a diverged run leaves them."""
     target = env["root"] / "m-nan"
     if not target.exists():
-        from maskplay.modeling import MaskplayModel
+        from maskplay.families import MaskplayModel
 
         model = MaskplayModel.from_pretrained(env["model"])
         with torch.no_grad():
@@ -514,7 +514,7 @@ def test_int8_is_refused_in_one_line_when_the_kernel_fails_its_check(env, capsys
 def test_saved_model_files_follow_the_umask(tmp_path):
     """safetensors' save_file recreates the temporary file, dropping the mode set on it: checked after writing."""
     from maskplay import preset
-    from maskplay.modeling import build_model
+    from maskplay.families import build_model
 
     build_model(preset("tiny", family="bert")).save_pretrained(tmp_path / "m")
     for name in ("model.safetensors", "config.json"):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from maskplay import preset
-from maskplay.modeling import MaskplayModel, build_model
+from maskplay.families import MaskplayModel, build_model
 from maskplay.tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer
 
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "is", "it", "un", "##bel", "##iev", "##ably",

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from maskplay.cli import main
-from maskplay.modeling import MaskplayModel
+from maskplay.families import MaskplayModel
 from maskplay.score.embed import Embedder
 from maskplay.simcse import (
     SimcseOptions,

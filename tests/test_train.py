@@ -22,7 +22,7 @@ from maskplay import MaskplayModel
 from maskplay.cli import main as cli_main
 from maskplay.config import ModelConfig, apply_overrides, preset
 from maskplay.data.dataset import TokenDataset, pad_batch, write_split
-from maskplay.modeling import build_model
+from maskplay.families import build_model
 from maskplay.tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer
 from maskplay.train import TrainConfig, load_train_config, train
 from maskplay.train import checkpoint as ckpt

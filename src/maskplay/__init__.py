@@ -1,8 +1,7 @@
 """maskplay: Transformer language models whose family is defined by the attention mask."""
 
 from .config import ModelConfig, preset
-from .families import GPT, TTA, BertMLM, Electra, UniLM
-from .modeling import MaskplayModel, build_model
+from .families import GPT, TTA, BertMLM, Electra, MaskplayModel, UniLM, build_model
 from .outputs import ModelOutput
 
 __version__ = "0.1.0"

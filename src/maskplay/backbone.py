@@ -367,7 +367,7 @@ def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor | None]:
 
 
 class Encoder(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, causal: bool = False) -> None:
         super().__init__()
         block = BLOCKS[config.norm_placement]
         self.shared = config.share_layers
@@ -379,7 +379,7 @@ class Encoder(nn.Module):
         self.final_norm = make_norm(config) if config.norm_placement == "pre" else None
         # rotary, t5 and alibi: position terms built once per pass for every layer (T5's bucket table lives here,
         # shared by the layers as in T5)
-        self.positions = PositionScheme(config) if config.positions in IN_ATTENTION else None
+        self.positions = PositionScheme(config, causal) if config.positions in IN_ATTENTION else None
         # whether the layers read a PassPositions: rotary, and attention kinds that read positions (synthesizers)
         self.lsra = config.attention == "lsra"  # its branches read their own halves of T-TA's kv, unprojected
         self.pass_positions = self.positions is not None or config.attention != "dot" or config.long.adaptive_span

@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 
 import tomllib
 
-FAMILIES = ("tta", "bert", "gpt", "electra", "unilm", "xlnet")
+from .registry import family_names, rules
+
 UNILM_OBJECTIVES = ("seq2seq", "mixed")
 POSITION_SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "transformer-xl")  # positions.py
 # ModelConfig fields that change the block's architecture away from BERT's (docs/ARCHITECTURE.md)
@@ -169,9 +170,8 @@ class ModelConfig:
     long: LongAttentionConfig = field(default_factory=LongAttentionConfig)  # [model.long]: long-text attention
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
-        xl = self.family == "xlnet"
+        family = rules(self.family)
+        xl = family.two_streams
         if self.positions is None:
             self.positions = "transformer-xl" if xl else "learned"
         if self.attention_bias is None:
@@ -179,10 +179,12 @@ class ModelConfig:
         if self.positions not in POSITION_SCHEMES:
             raise ValueError(f"positions must be one of {POSITION_SCHEMES}, got {self.positions!r}")
         if xl and self.positions != "transformer-xl":
-            raise ValueError(f"family xlnet needs positions = 'transformer-xl' (its two streams have no absolute "
-                             f"positions), got {self.positions!r}")
+            raise ValueError(f"family {self.family} needs positions = 'transformer-xl' (its two streams have no "
+                             f"absolute positions), got {self.positions!r}")
         if not xl and self.positions == "transformer-xl":
-            raise ValueError(f"positions = 'transformer-xl' is built for family xlnet only so far, not {self.family!r}")
+            raise ValueError(f"positions = 'transformer-xl' is built for the two-stream families ("
+                             f"{', '.join(n for n in family_names() if rules(n).two_streams)}) only so far, "
+                             f"not {self.family!r}")
         if self.norm not in NORMS:
             raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
         if self.norm_placement not in NORM_PLACEMENTS:
@@ -193,7 +195,7 @@ class ModelConfig:
             raise ValueError(f"attention must be one of {ATTENTION_KINDS}, got {self.attention!r}")
         if self.attention == "lsra":
             if xl:
-                raise ValueError("attention = 'lsra' is built for the single-stream families, not family xlnet")
+                raise ValueError(f"attention = 'lsra' is built for the single-stream families, not family {self.family}")
             if self.head_dim % 2:
                 raise ValueError(f"attention = 'lsra' splits every head's channels in two: hidden_size / num_heads "
                                  f"must be even, got {self.head_dim}")
@@ -202,23 +204,17 @@ class ModelConfig:
         if self.lsra_kernel < 1 or self.lsra_kernel % 2 == 0:
             raise ValueError(f"lsra_kernel must be an odd kernel size >= 1 (centred on the query), got {self.lsra_kernel}")
         if self.attention not in ("dot", "lsra"):
-            clash = [name for name, on in (("family xlnet", xl), ("positions = 'rotary'", self.positions == "rotary"),
+            clash = [name for name, on in ((f"family {self.family}", xl),
+                                           ("positions = 'rotary'", self.positions == "rotary"),
                                            ("talking_heads", self.talking_heads), ("key_size", self.key_size))
                      if on]
             if clash:
                 raise ValueError(f"attention = {self.attention!r} has no queries and keys: not with {clash[0]}")
-        long_clash = [n for n, on in (("family xlnet", xl), (f"attention = {self.attention!r}", self.attention != "dot"),
+        long_clash = [n for n, on in ((f"family {self.family}", xl),
+                                      (f"attention = {self.attention!r}", self.attention != "dot"),
                                       ("talking_heads", self.talking_heads)) if on and self.long.enabled]
         if long_clash:
             raise ValueError(f"long-text attention (model.long) needs q . k attention on one stream: not {long_clash[0]}")
-        if xl and self.norm_placement == "pre":
-            raise ValueError("norm_placement = 'pre' is not built for family xlnet (its streams read keys/values "
-                             "projected outside the blocks, unnormalised); use post or deepnorm")
-        if xl and self.type_vocab_size:
-            raise ValueError("family xlnet encodes segments relatively (token_type_ids still work): set "
-                             f"type_vocab_size = 0, got {self.type_vocab_size}")
-        if xl and self.embedding_size not in (None, self.hidden_size):
-            raise ValueError("family xlnet has no embedding projection: leave embedding_size out")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -233,8 +229,7 @@ class ModelConfig:
                              f"be even, got {self.key_width}")
         if self.embedding_size is not None and self.embedding_size <= 0:
             raise ValueError(f"embedding_size must be positive (or left out: the hidden size), got {self.embedding_size}")
-        if self.family == "electra":
-            self.generator_sizes()  # raises if the generator cannot be built
+        family.check_config(self)  # what the family alone decides
         for name in ("pad_token_id", "eos_token_id", "unk_token_id", "sos_token_id", "mask_token_id"):
             value = getattr(self, name)
             if not 0 <= value < self.vocab_size:

@@ -23,7 +23,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from .config import ModelConfig, from_dict
+from .families import MaskplayModel, family_class
 from .files import atomic_path
 from .model_dir import (
     CONFIG_NAME,
@@ -44,8 +45,8 @@ from .model_dir import (
     resolve_model_dir,
     write_model_manifest,
 )
-from .modeling import MaskplayModel, family_class
 from .progress import Progress, track
+from .registry import family_names
 from .tokenizer import Tokenizer, load_tokenizer
 
 TASKS = ("classify", "regress", "pairs")
@@ -53,8 +54,21 @@ POOLINGS = ("first", "mean", "last")
 HEADS = ("linear", "bert", "electra")
 METRICS = ("accuracy", "mcc", "pearson", "spearman")
 # XLNet: its content stream (every token sees every other) read at the last token, as HuggingFace's summary "last"
-DEFAULT_POOLING = {"tta": "mean", "bert": "first", "electra": "first", "unilm": "first", "gpt": "last",
-                   "xlnet": "last"}
+class _DefaultPoolings(Mapping[str, str]):
+    """family -> the pooling its users read downstream (the family's `default_pooling`), looked up in the
+    registry when asked, so a family registered later is here too."""
+
+    def __getitem__(self, family: str) -> str:
+        return family_class(family).default_pooling
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(family_names())
+
+    def __len__(self) -> int:
+        return len(family_names())
+
+
+DEFAULT_POOLING: Mapping[str, str] = _DefaultPoolings()
 
 
 @dataclass
@@ -90,15 +104,21 @@ class ClassifierHead(nn.Module):
         super().__init__()
         self.kind = kind
         self.dropout = nn.Dropout(dropout)
-        self.dense = nn.Linear(hidden, hidden) if kind in ("bert", "electra") else None
+        self.dense = nn.Linear(hidden, hidden) if kind in DENSE_HEADS else None
         self.out = nn.Linear(hidden, outputs)
 
     def forward(self, pooled: Tensor) -> Tensor:
-        if self.kind == "bert":  # BertPooler, then BertForSequenceClassification's dropout + classifier
-            return self.out(self.dropout(torch.tanh(self.dense(pooled))))
-        if self.kind == "electra":  # ElectraClassificationHead
-            return self.out(self.dropout(F.gelu(self.dense(self.dropout(pooled)))))
-        return self.out(self.dropout(pooled))
+        return _HEAD_FORWARD[self.kind](self, pooled)
+
+
+_HEAD_FORWARD = {
+    "linear": lambda head, pooled: head.out(head.dropout(pooled)),
+    # BertPooler, then BertForSequenceClassification's dropout + classifier
+    "bert": lambda head, pooled: head.out(head.dropout(torch.tanh(head.dense(pooled)))),
+    # ElectraClassificationHead
+    "electra": lambda head, pooled: head.out(head.dropout(F.gelu(head.dense(head.dropout(pooled))))),
+}
+DENSE_HEADS = ("bert", "electra")  # the heads with a hidden x hidden dense layer before the output
 
 
 class FineTuned(nn.Module):
@@ -108,12 +128,7 @@ class FineTuned(nn.Module):
 
     def __init__(self, backbone: MaskplayModel, head_config: HeadConfig) -> None:
         super().__init__()
-        family = backbone.config.family
-        if family == "electra" and getattr(backbone, "generator", None) is not None:
-            backbone = backbone.standalone("discriminator")
-        if family == "electra":
-            backbone.mlm_head = None
-        backbone.head = nn.Identity()  # the LM / replaced-token head: not used downstream
+        backbone = backbone.for_finetuning()  # the family's downstream tower, its LM / replaced-token head removed
         self.backbone = backbone
         self.head_config = head_config
         self.classifier = ClassifierHead(backbone.config.hidden_size, head_config.num_outputs, head_config.head,
@@ -127,16 +142,7 @@ class FineTuned(nn.Module):
     def features(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                  token_type_ids: Tensor | None = None) -> Tensor:
         """The backbone's last hidden state (B, L, H), read the family's downstream way."""
-        family = self.config.family
-        kwargs: dict[str, Any] = {}
-        if family == "tta":
-            kwargs["diagonal_mask"] = False
-        elif family in ("bert", "electra", "unilm", "xlnet"):  # XLNet: relative segment encoding
-            kwargs["token_type_ids"] = token_type_ids
-            if family == "unilm":
-                kwargs["mask_kind"] = 0  # bidirectional: UniLM as BERT
-                if token_type_ids is None:
-                    kwargs["token_type_ids"] = torch.zeros_like(input_ids)
+        kwargs = self.backbone.downstream_kwargs(input_ids, token_type_ids)
         return self.backbone(input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
 
     def pool(self, hidden: Tensor, attention_mask: Tensor) -> Tensor:
@@ -423,7 +429,7 @@ def make_batch(rows: list[list[int]], config: ModelConfig, pair: bool,
     lengths = torch.tensor([len(r) for r in rows])
     mask = torch.arange(width)[None, :] < lengths[:, None]
     batch = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
-    if pair and config.family in ("bert", "electra", "unilm") and config.type_vocab_size >= 2:
+    if pair and family_class(config.family).pair_segments and config.type_vocab_size >= 2:
         sep = (ids == config.separator_id).long()
         batch["token_type_ids"] = (((sep.cumsum(1) - sep) > 0) & mask).long().to(device)
     return batch

@@ -4,6 +4,7 @@ softmax and GELU are left out, as in the usual MFU accounting (PaLM appendix B).
 from __future__ import annotations
 
 from .config import ModelConfig
+from .registry import rules
 
 
 def forward_flops_per_token(config: ModelConfig, seq_len: int, predicted_fraction: float = 1.0) -> float:
@@ -45,10 +46,17 @@ def electra_training_flops_per_token(config: ModelConfig, seq_len: int) -> float
 
 
 def predicted_fraction(family: str) -> float:
-    """Share of tokens at which each family applies its LM head during training."""
-    # ELECTRA: its generator's head; UniLM: its mixed objective's masked tokens (seq2seq: the target share);
-    # XLNet: partial prediction at the default K = 6 (its query stream's rows are not counted here)
-    return {"bert": 0.15, "gpt": 1.0, "tta": 1.0, "electra": 0.15, "unilm": 0.15, "xlnet": 1 / 6}[family]
+    """Share of tokens at which a family applies its LM head during training (the family's
+    `predicted_fraction`: ELECTRA's generator head, UniLM's masked tokens, XLNet's partial prediction at K = 6)."""
+    return rules(family).predicted_fraction
+
+
+def family_training_flops_per_token(config: ModelConfig, seq_len: int) -> float:
+    """A training step per input token for the config's family: its own count where it has one (ELECTRA's two
+    towers, XLNet's two streams), else the one-tower formula at its predicted fraction."""
+    family = rules(config.family)
+    own = family.training_flops_per_token(config, seq_len)
+    return own if own is not None else training_flops_per_token(config, seq_len, family.predicted_fraction)
 
 
 def _layer_flops(config: ModelConfig, seq_len: int) -> float:

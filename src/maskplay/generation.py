@@ -1,6 +1,7 @@
 """Text generation for every family that can generate: greedy, beam search and sampling over a key/value cache.
 
-A family generates by implementing two hooks on its model class (GPT does; UniLM plugs in the same way):
+A family generates by setting `can_generate = True` and implementing two hooks of the family contract
+(maskplay.families.base; GPT does, UniLM plugs in the same way):
 
     prefill(input_ids, attention_mask=None, token_type_ids=None) -> (KVCache, next_token_logits)
         The prompts (B, L), padded on either side, computed once under the family's prefix mask (GPT: causal;
@@ -12,7 +13,7 @@ A family generates by implementing two hooks on its model class (GPT does; UniLM
         appended to the cache; the logits (B, V) predict the token after each row's last real new token.
 
 `forward_cached` below does the shared work of both hooks (positions, mask, embedding, encoder); a family
-adds its own token types and head. Optional class attributes: `generated_token_type` (the segment id of
+adds its own token types and head. Also from the contract: `generated_token_type` (the segment id of
 generated tokens, UniLM's 1: the uncached reference path passes it for them) and `generation_frame(tokenizer)
 -> (prefix ids, suffix ids)` (how a text becomes a prompt; default `[SOS] text`, UniLM's `[SOS] text [SEP]`).
 
@@ -33,6 +34,7 @@ from torch import Tensor
 from .cache import KVCache
 from .heads import sample_rows
 from .progress import Progress
+from .registry import FAMILIES
 
 STRATEGIES = ("greedy", "beam", "sample")
 TokenCallback = Callable[[int, int], None]  # (input index, token id), as each token is chosen
@@ -42,14 +44,12 @@ TokenCallback = Callable[[int, int], None]  # (input index, token id), as each t
 
 
 def can_generate(model: Any) -> bool:
-    """Whether a model (or a model class) implements the prefill/step hooks."""
-    return callable(getattr(model, "prefill", None)) and callable(getattr(model, "step", None))
+    """Whether a model (or a model class) says it generates (the family contract's `can_generate`)."""
+    return bool(getattr(model, "can_generate", False))
 
 
 def generating_families() -> list[str]:
-    from .families import FAMILY_CLASSES
-
-    return sorted(name for name, cls in FAMILY_CLASSES.items() if can_generate(cls))
+    return sorted(name for name, cls in FAMILIES.items() if cls.can_generate)
 
 
 def require_generative(model: Any) -> None:
@@ -229,7 +229,7 @@ class _Recomputed:
 
     def __init__(self, model: Any, ids: Tensor, mask: Tensor, types: Tensor | None, steps: int) -> None:
         self.model, self.ids, self.mask = model, ids, mask.bool()
-        self.segment = getattr(model, "generated_token_type", None)
+        self.segment = model.generated_token_type
         self.types = types if types is not None or self.segment is None else torch.zeros_like(ids)
         self.first = model.prefill(self.ids, self.mask, self.types)[1]
 
@@ -418,11 +418,8 @@ def default_stop_ids(model: Any, tokenizer: Any | None = None) -> tuple[int, ...
 
 
 def _frame(model: Any, tokenizer: Any | None) -> tuple[list[int], list[int]]:
-    hook = getattr(model, "generation_frame", None)
-    if hook is not None:
-        prefix, suffix = hook(tokenizer)
-        return list(prefix), list(suffix)
-    return [model.config.sos_token_id], []
+    prefix, suffix = model.generation_frame(tokenizer)
+    return list(prefix), list(suffix)
 
 
 def _fit(prompt: list[int], limit: int, prefix: list[int], suffix: list[int]) -> list[int]:

@@ -18,17 +18,13 @@ in every layer, and depth growth is refused."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from .modeling import MaskplayModel, build_model
-
-GROWABLE = ("bert", "gpt", "unilm", "tta")
+from .families import MaskplayModel, build_model, families
 
 
 @dataclass
@@ -45,8 +41,9 @@ def grow(model: MaskplayModel, layers: int | None = None, hidden: int | None = N
     """The model grown to `layers` blocks and `hidden` width with `heads` heads (each None: unchanged; heads default
     to the same factor as hidden). Raises ValueError, in one line, for what cannot be grown."""
     cfg = model.config
-    if cfg.family not in GROWABLE:
-        raise ValueError(f"grow is built for {', '.join(GROWABLE)}, not family {cfg.family!r}")
+    if not model.growable:
+        growable = [f.family for f in families() if f.growable]
+        raise ValueError(f"grow is built for {', '.join(growable)}, not family {cfg.family!r}")
     if cfg.embedding_size is not None:
         raise ValueError("grow does not widen factorised embeddings (embedding_size): leave it out")
     layers = cfg.num_layers if layers is None else layers
@@ -118,20 +115,6 @@ def _widened(name: str, x: Tensor, k: int, gated: bool) -> Tensor:
     return x.repeat(k)  # biases, norm gains and biases
 
 
-# ---- the command ------------------------------------------------------------------------------------------
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("grow", help="a bigger model computing what a smaller one computes (to continue pretraining)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model_dir", metavar="MODEL", help="a model directory (or bundled name)")
-    p.add_argument("--layers", type=int, default=None, help="blocks of the grown model (default: unchanged)")
-    p.add_argument("--hidden", type=int, default=None, help="hidden size, a multiple of the model's (default: unchanged)")
-    p.add_argument("--heads", type=int, default=None, help="heads (default: grown with the hidden size)")
-    p.add_argument("--out", required=True, metavar="DIR", help="the new model directory (must not exist)")
-    p.set_defaults(func=run)
-
-
 def largest_difference(small: MaskplayModel, big: MaskplayModel, seed: int = 0) -> float:
     """max |logits difference| on a fixed random batch (8 x 32 ids, every position real), in fp32, eval mode."""
     cfg = small.config
@@ -145,33 +128,3 @@ def largest_difference(small: MaskplayModel, big: MaskplayModel, seed: int = 0) 
     finally:
         small.train(modes[0]), big.train(modes[1])
 
-
-def run(args: argparse.Namespace) -> int:
-    import os
-    import shutil
-
-    from .model_dir import resolve_model_dir
-
-    source = resolve_model_dir(args.model_dir)
-    out = Path(args.out)
-    if out.exists():
-        raise ValueError(f"--out {out} already exists; choose a new directory")
-    small = MaskplayModel.from_pretrained(source)
-    grown = grow(small, args.layers, args.hidden, args.heads)
-    difference = largest_difference(small, grown.model)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        grown.model.save_pretrained(tmp)
-        if (source / "tokenizer.json").is_file():
-            shutil.copy2(source / "tokenizer.json", tmp / "tokenizer.json")
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    c, b = small.config, grown.model.config
-    print(f"wrote {out}: {c.num_layers} x {c.hidden_size} ({c.num_heads} heads) -> {b.num_layers} x {b.hidden_size} "
-          f"({b.num_heads} heads), {small.num_parameters():,} -> {grown.model.num_parameters():,} parameters")
-    kind = "exact" if grown.exact else "not exact: " + "; ".join(grown.reasons)
-    print(f"{kind}; largest logit difference on a random batch: {difference:.2e}")
-    return 0

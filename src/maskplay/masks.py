@@ -9,9 +9,12 @@ may see) and the padding mask are separate functions, combined with ``and_masks`
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
+
+from .registry import FAMILIES
 
 MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
@@ -158,27 +161,33 @@ def random_rank(lengths: Tensor, max_len: int, generator: torch.Generator | None
     return noise.argsort(dim=1).argsort(dim=1)
 
 
+class MaskPicture(NamedTuple):
+    """A structural mask a family declares (families/base.py `masks_shown`), by name: what `maskplay masks` draws
+    and family_mask builds. structure(segment_ids, rank) -> MaskMod; either may be None where it is not needed."""
+
+    name: str
+    title: str
+    structure: Callable[[Tensor | None, Tensor | None], MaskMod]
+    in_all: bool = True  # drawn by `maskplay masks --family all` (False where another picture is the same)
+
+
+def mask_pictures() -> dict[str, MaskPicture]:
+    """Every registered family's masks by name (a family's own, or one of its streams, e.g. xlnet-query)."""
+    return {picture.name: picture for cls in FAMILIES.values() for picture in cls.masks_shown}
+
+
 def family_mask(family: str, attention_mask: Tensor, segment_ids: Tensor | None = None,
                 rank: Tensor | None = None) -> MaskMod:
-    """The structural mask of a family AND the padding mask, as used at the attention call."""
-    structural: dict[str, Callable[[], MaskMod]] = {
-        "bert": bidirectional,
-        "electra": bidirectional,
-        "gpt": causal,
-        "tta": no_diagonal,
-        "unilm": lambda: prefix_lm(_required(segment_ids, "segment_ids", family)),
-        "xlnet-content": lambda: permutation_content(_required(rank, "rank", family)),
-        "xlnet-query": lambda: permutation_query(_required(rank, "rank", family)),
-    }
-    if family not in structural:
-        raise ValueError(f"unknown mask family {family!r}; choose one of {sorted(structural)}")
-    return and_masks(structural[family](), padding(attention_mask))
+    """The structural mask of a family (or of one of its streams) AND the padding mask, as used at the attention
+    call."""
+    picture = mask_pictures().get(family)
+    if picture is None:
+        raise ValueError(f"unknown mask family {family!r}; choose one of {sorted(mask_pictures())}")
+    return and_masks(picture.structure(segment_ids, rank), padding(attention_mask))
 
 
-MASK_FAMILIES = ("bert", "gpt", "tta", "unilm", "xlnet-content", "xlnet-query", "electra")
-
-
-def _required(value: Tensor | None, name: str, family: str) -> Tensor:
+def required(value: Tensor | None, name: str, family: str) -> Tensor:
+    """A structure's input, or the one-line error naming it."""
     if value is None:
         raise ValueError(f"the {family} mask needs {name}")
     return value

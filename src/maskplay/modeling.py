@@ -1,12 +1,13 @@
-"""What every family shares: construction, initialisation, input checks, the loss, and checkpoints
-(safetensors weights + JSON config; loading is strict and never unpickles)."""
+"""The model base every family builds on: construction, initialisation, input checks, the loss, and saving
+(safetensors weights + JSON config; loading is strict and never unpickles). What a family decides is in
+maskplay.families.base (the family contract)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from safetensors.torch import save_file
@@ -17,27 +18,25 @@ from .config import ModelConfig
 from .files import atomic_path
 from .heads import LMHead
 from .masks import MaskMod, and_masks, materialize, padding
-from .model_dir import CONFIG_NAME, WEIGHTS_NAME, read_model_config, read_weights, resolve_model_dir, write_model_manifest
+from .model_dir import CONFIG_NAME, WEIGHTS_NAME, read_weights, write_model_manifest
 from .outputs import ModelOutput
 from .positions import RelativePositions
 
 IGNORE_INDEX = -100
 
 
-class MaskplayModel(nn.Module):
+class ModelBase(nn.Module):
     family: ClassVar[str] = ""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, causal: bool = False) -> None:
+        """causal: the family reads left to right (T5's relative buckets are then one-directional)."""
         super().__init__()
-        if config.family != self.family:
-            raise ValueError(f"{type(self).__name__} needs a config with family={self.family!r}, "
-                             f"got {config.family!r}")
         self.config = config
         self.embeddings = self.make_embeddings(config)
         # embeddings narrower (or wider) than the blocks: one projection into the hidden size
         width = config.embedding_width
         self.embeddings_project = nn.Linear(width, config.hidden_size) if width != config.hidden_size else None
-        self.encoder = Encoder(config)
+        self.encoder = Encoder(config, causal=causal)
         self.head = self.make_head(config)
         self.apply(self._init_weights)
         if config.norm_placement == "deepnorm":
@@ -163,13 +162,6 @@ class MaskplayModel(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def generate(self, inputs: Any, **options: Any) -> Any:
-        """Continue texts or token ids: maskplay.generation.generate (greedy, beam search, sampling; a key/value
-        cache). A family without the generation hooks raises ValueError naming the families that have them."""
-        from .generation import generate
-
-        return generate(self, inputs, **options)
-
     # ---- checkpoints --------------------------------------------------------------------------------
 
     def save_pretrained(self, directory: str | Path, dtype: torch.dtype | None = None) -> None:
@@ -183,20 +175,6 @@ class MaskplayModel(nn.Module):
         with atomic_path(directory / CONFIG_NAME) as tmp:
             tmp.write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
         write_model_manifest(directory)
-
-    @classmethod
-    def from_pretrained(cls, directory: str | Path, **config_overrides: Any) -> MaskplayModel:
-        """Load a model saved by save_pretrained, from a directory or a hub name ("org/name", fetched with
-        huggingface_hub). Called on MaskplayModel it builds the saved family."""
-        directory = resolve_model_dir(directory)
-        config = read_model_config(directory, **config_overrides)
-        weights_path = directory / WEIGHTS_NAME
-        if not weights_path.is_file():
-            raise FileNotFoundError(f"{weights_path} not found: is {directory} a directory written by save_pretrained?")
-        model_cls = cls if cls.family else family_class(config.family)
-        model = model_cls(config)
-        model.load_weights(weights_path)
-        return model
 
     def load_weights(self, path: str | Path, source: str | None = None) -> None:
         """Strictly load a model.safetensors (checked against its manifest), floating-point tensors as fp32 (an
@@ -216,15 +194,3 @@ class MaskplayModel(nn.Module):
             raise ValueError(f"{source} does not match {type(self).__name__}: missing {missing}, "
                              f"unexpected {unexpected}, wrong shapes {shapes}")
         self.load_state_dict(state, strict=True)
-
-
-def family_class(family: str) -> type[MaskplayModel]:
-    from .families import FAMILY_CLASSES
-
-    if family not in FAMILY_CLASSES:
-        raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILY_CLASSES)}")
-    return FAMILY_CLASSES[family]
-
-
-def build_model(config: ModelConfig) -> MaskplayModel:
-    return family_class(config.family)(config)

@@ -281,13 +281,13 @@ class PositionScheme(nn.Module):
     """The per-pass position terms of "rotary", "t5" and "alibi", built by backbone.Encoder once per forward pass
     and used by every layer. Parameters: T5's bucket table only (`buckets`, one scalar per bucket and head)."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, causal: bool = False) -> None:
         super().__init__()
         if config.positions not in IN_ATTENTION:
             raise ValueError(f"PositionScheme is for {IN_ATTENTION}, not {config.positions!r}")
         self.kind = config.positions
         self.heads, self.width = config.num_heads, config.key_width
-        self.bidirectional = config.family != "gpt"  # T5's decoder buckets for GPT
+        self.bidirectional = not causal  # T5's decoder buckets for a left-to-right family
         self.buckets = nn.Embedding(T5_BUCKETS, config.num_heads) if self.kind == "t5" else None
         if self.kind == "alibi":
             self.register_buffer("slopes", alibi_slopes(config.num_heads), persistent=False)

@@ -3,7 +3,6 @@ minutes and against training tokens, for equal-budget comparisons between famili
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -63,18 +62,3 @@ def summary_rows(run_dirs: list[str | Path]) -> list[dict[str, Any]]:
                      "last_eval_loss": last_eval.get("eval_loss")})
     return rows
 
-
-def _plot_runs(args: argparse.Namespace) -> int:
-    out = plot_runs(args.runs, args.out, title=args.title)
-    for row in summary_rows(args.runs):
-        print(json.dumps(row))
-    print(f"wrote {out}")
-    return 0
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plot-runs", help="plot the held-out loss of several runs against time and tokens")
-    p.add_argument("runs", nargs="+", help="run directories of `maskplay pretrain`")
-    p.add_argument("--out", default="runs.png")
-    p.add_argument("--title", default="held-out loss")
-    p.set_defaults(func=_plot_runs)

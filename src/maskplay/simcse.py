@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .families import MaskplayModel
 from .files import atomic_path
-from .modeling import MaskplayModel
 from .precision import Precision, forward_in
 from .progress import Progress
 from .tokenizer import Tokenizer
@@ -65,11 +65,7 @@ def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
 
 def forward_kwargs(model: MaskplayModel, diagonal_mask: bool = True) -> dict[str, Any]:
     """The keyword arguments Embedder gives the model: T-TA's diagonal_mask, nothing for other families."""
-    if model.config.family == "tta":
-        return {"diagonal_mask": diagonal_mask}
-    if not diagonal_mask:
-        raise ValueError(f"diagonal_mask=False applies to T-TA only; this model is {model.config.family!r}")
-    return {}
+    return model.embedding_kwargs(diagonal_mask)
 
 
 def sentence_embeddings(model: MaskplayModel, input_ids: Tensor, attention_mask: Tensor, pooling: str = "mean",

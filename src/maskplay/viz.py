@@ -10,17 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from .masks import family_mask, materialize, random_rank  # noqa: E402
-
-TITLES = {
-    "bert": "BERT-MLM / ELECTRA: bidirectional",
-    "gpt": "GPT: causal",
-    "tta": "T-TA: no diagonal",
-    "unilm": "UniLM: prefix (seq2seq)",
-    "xlnet-content": "XLNet content stream",
-    "xlnet-query": "XLNet query stream",
-    "electra": "ELECTRA: bidirectional",
-}
+from .masks import family_mask, mask_pictures, materialize, random_rank  # noqa: E402
 
 
 def example_mask(family: str, length: int, padding: int = 0, seed: int = 0) -> torch.Tensor:
@@ -42,10 +32,11 @@ def draw_masks(families: list[str], length: int, out: str | Path, padding: int =
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.5 * rows), squeeze=False)
     for ax in axes.flat[len(families):]:
         ax.axis("off")
-    for ax, family in zip(axes.flat, families, strict=False):
-        mask = example_mask(family, length, padding)
+    titles = {name: picture.title for name, picture in mask_pictures().items()}
+    for ax, name in zip(axes.flat, families, strict=False):
+        mask = example_mask(name, length, padding)
         ax.imshow(mask.numpy(), cmap="Blues", vmin=0, vmax=1.25)
-        ax.set_title(TITLES.get(family, family), fontsize=9)
+        ax.set_title(titles[name], fontsize=9)
         ax.set_xlabel("key (may attend to)")
         ax.set_ylabel("query")
         ax.set_xticks(range(length))

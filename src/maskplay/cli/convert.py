@@ -14,28 +14,12 @@ from typing import Any
 
 from torch import Tensor
 
+from ..families.hf import describe_conversion, hf_architecture, hf_config
+
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 TOKENIZER = "tokenizer.json"
-
-# What transformers assumes for a key config.json leaves out (BertConfig's and ElectraConfig's defaults).
-_HF_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 30522, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
-    "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12,
-    "pad_token_id": 0, "position_embedding_type": "absolute", "tie_word_embeddings": True, "is_decoder": False,
-    "add_cross_attention": False,
-}
-_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "bert": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072},
-    "electra": {"embedding_size": 128, "hidden_size": 256, "num_hidden_layers": 12, "num_attention_heads": 4,
-                "intermediate_size": 1024},
-    # transformers.XLNetConfig's defaults
-    "xlnet": {"vocab_size": 32000, "d_model": 1024, "n_layer": 24, "n_head": 16, "d_inner": 4096,
-              "ff_activation": "gelu", "attn_type": "bi", "dropout": 0.1, "mem_len": None, "reuse_len": None,
-              "bi_data": False, "clamp_len": -1, "same_length": False},
-}
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="convert HuggingFace BERT / ELECTRA / BertLMHeadModel checkpoints to maskplay "
@@ -90,10 +74,8 @@ def read_hf_dir(directory: str | Path) -> tuple[str, SimpleNamespace, dict[str, 
     if not isinstance(data, dict):
         raise ValueError(f"{config_path}: expected a JSON object")
     state = _read_weights(directory)
-    architecture = _architecture(data, state, config_path)
-    model_type = ("electra" if architecture.startswith("Electra") else
-                  "xlnet" if architecture.startswith("XLNet") else "bert")
-    return architecture, SimpleNamespace(**{**_HF_DEFAULTS, **_MODEL_DEFAULTS[model_type], **data}), state
+    architecture = hf_architecture(data, state, config_path)
+    return architecture, hf_config(architecture, data), state
 
 
 def _read_weights(directory: Path) -> dict[str, Tensor]:
@@ -123,42 +105,10 @@ def _read_weights(directory: Path) -> dict[str, Tensor]:
     raise FileNotFoundError(f"{directory / WEIGHTS} not found")
 
 
-def _architecture(data: dict[str, Any], state: dict[str, Tensor], source: Path) -> str:
-    """The class config.json names; without `architectures`, the model_type, is_decoder and the head's weights
-    decide. is_decoder makes any BERT or ELECTRA causal, so only a BertLMHeadModel (maskplay's gpt) may have it."""
-    from ..convert import ARCHITECTURES
-
-    named = data.get("architectures") or []
-    known = [a for a in named if a in ARCHITECTURES]
-    if named and not known:
-        raise ValueError(f"{source}: architecture {named[0]!r} is not supported; supported: {list(ARCHITECTURES)}")
-    model_type = data.get("model_type")
-    decoder = bool(data.get("is_decoder", False))
-    if known:
-        if decoder and known[0] != "BertLMHeadModel":
-            raise ValueError(f"{source}: a {known[0]} with is_decoder = true attends causally, which its maskplay "
-                             "counterpart does not; only a BertLMHeadModel (maskplay gpt) may be a decoder")
-        return known[0]
-    if model_type == "bert":
-        return "BertLMHeadModel" if decoder else "BertForMaskedLM"
-    if model_type == "xlnet":
-        return "XLNetLMHeadModel"
-    if decoder:
-        raise ValueError(f"{source}: model_type {model_type!r} with is_decoder = true: only a BERT decoder "
-                         "(BertLMHeadModel, maskplay gpt) converts")
-    if model_type == "electra":
-        if any(k.startswith("discriminator_predictions.") for k in state):
-            return "ElectraForPreTraining"
-        if any(k.startswith("generator_predictions.") for k in state):
-            return "ElectraForMaskedLM"
-    raise ValueError(f"{source}: cannot tell the architecture (no 'architectures', model_type {model_type!r}); "
-                     f"supported: {list(ARCHITECTURES)}")
-
-
 def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Path | None = None) -> list[str]:
     """Write the maskplay model of the HuggingFace directory `hf_dir` (with `generator_dir`: an ELECTRA pair)
     to `out`, whole or not at all; returns what to tell the user."""
-    from ..convert import from_hf
+    from ..families.hf import from_hf
 
     hf_dir, out = Path(hf_dir), Path(out)
     _check_new(out, [hf_dir] + ([Path(generator_dir)] if generator_dir is not None else []))
@@ -183,13 +133,7 @@ def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Pa
             shutil.copy2(tokenizer, tmp / TOKENIZER)
 
     _write_dirs([(out, write)])
-    what = {"BertForMaskedLM": "bert", "ElectraForMaskedLM": "bert (an ELECTRA generator, embedding_size "
-            f"{model.config.embedding_size})", "ElectraForPreTraining": "electra (discriminator alone)",
-            "BertLMHeadModel": "gpt (a BERT decoder)", "XLNetLMHeadModel": "xlnet"}[architecture]
-    if generator is not None:
-        tied = "tied" if model.config.electra.tie_embeddings else "untied"
-        what = (f"electra (discriminator + generator at {model.config.electra.generator_hidden_fraction:.4g} of its "
-                f"hidden size, {tied} embeddings)")
+    what = describe_conversion(architecture, model, paired=generator is not None)
     lines = [f"wrote {out}: {what}, {model.num_parameters():,} parameters"]
     if tokenizer.is_file():
         lines.append(f"copied {TOKENIZER}")
@@ -228,8 +172,8 @@ def _special_ids(hf_dir: Path, vocab_size: int) -> tuple[dict[str, Any], str | N
 def convert_to_hf(model_dir: str | Path, out: str | Path, generator_out: str | Path | None = None) -> list[str]:
     """Write the HuggingFace model(s) of the maskplay directory `model_dir`: one to `out`, an ELECTRA generator to
     `generator_out`; all or nothing. Returns what to tell the user."""
-    from ..convert import to_hf
-    from ..modeling import MaskplayModel
+    from ..families import MaskplayModel
+    from ..families.hf import to_hf
 
     model_dir, out = Path(model_dir), Path(out)
     targets = [out] + ([Path(generator_out)] if generator_out is not None else [])

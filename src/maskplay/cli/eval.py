@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from ..devices import resolve_device
+from ..eval.files import portable
 from ..files import OutputLock, prepare_output_file
 from ..precision import Precision
 from ..precision_probe import AUTO, resolve_cli
 from ..score.scorer import Method, Overflow, Scorer
-from .score import add_sif_arguments
+from .common import add_sif_arguments
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,35 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from .seq2seq import add_eval_parser
 
     add_eval_parser(tasks, "seq2seq")  # the same command as `maskplay seq2seq eval`
-    from ..eval.files import FORMATS
-
-    def task(name: str, help_text: str, func: Callable[[argparse.Namespace], int], scoring: bool = True,
-             data_help: str = "override the default data location") -> argparse.ArgumentParser:
-        t = tasks.add_parser(name, help=help_text, description=help_text)
-        t.add_argument("model_dir", metavar="MODEL_DIR")
-        t.add_argument("--out", default=None, help="write results as JSON here")
-        t.add_argument("--limit", type=int, default=None, help="evaluate only the first N items of each set")
-        t.add_argument("--batch-size", type=int, default=32)
-        t.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
-        t.add_argument("--precision", choices=[AUTO, *(x.value for x in Precision)], default=AUTO,
-                       help="auto (default): bf16 where this machine runs it faster than fp32, else fp32")
-        if scoring:
-            t.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value)
-        source = t.add_mutually_exclusive_group(required=name == "pairs")
-        if name == "pairs":
-            source.add_argument("--data", nargs="+", default=None, help="JSONL files or directories of them (as --file)")
-        else:
-            source.add_argument("--data", default=None, help=data_help)
-        source.add_argument("--file", action="append", default=None, metavar="FILE",
-                       help="evaluate on this file instead of --data (repeatable; gzip read as such); see "
-                            "docs/SCORING.md for the formats")
-        t.add_argument("--format", choices=FORMATS[name], default=None,
-                       help="the format of every --file (default: told from each file's content)")
-        t.set_defaults(func=_locked(func))
-        return t
-
-    s = task("sts", "unsupervised STS: cosine of pooled embeddings vs gold; Spearman/Pearson x 100", run_sts,
-             scoring=False, data_help="the shared data directory (default: $MASKPLAY_DATA or ../shared/data)")
+    s = _task(tasks, "sts", "unsupervised STS: cosine of pooled embeddings vs gold; Spearman/Pearson x 100", run_sts,
+              scoring=False, data_help="the shared data directory (default: $MASKPLAY_DATA or ../shared/data)")
     from ..score.embed import Pooling
 
     s.add_argument("--datasets", nargs="+", choices=["stsb", "sick"], default=["stsb", "sick"])
@@ -68,33 +42,62 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     from ..eval.nbest import DEFAULT_WEIGHTS, FirstPass
 
-    n = task("nbest", "LibriSpeech 30-best reranking: WER tuned on one dev split, reported on the other", run_nbest,
-             data_help="folder with dev_clean.jsonl.gz and dev_other.jsonl.gz")
+    n = _task(tasks, "nbest", "LibriSpeech 30-best reranking: WER tuned on one dev split, reported on the other",
+              run_nbest, data_help="folder with dev_clean.jsonl.gz and dev_other.jsonl.gz")
     n.add_argument("--first-pass", choices=[x.value for x in FirstPass], default=FirstPass.SCORE.value,
                    help="score: ESPnet's final score (its own LM included); am: without its LM term")
     n.add_argument("--weights", type=float, nargs="+", default=list(DEFAULT_WEIGHTS), help="LM weight grid")
     n.add_argument("--bonuses", type=float, nargs="+", default=[0.0], help="per-word length bonus grid")
 
-    pr = task("pairs", "minimal pairs (BLiMP JSONL): accuracy per file and overall", run_pairs)
+    pr = _task(tasks, "pairs", "minimal pairs (BLiMP JSONL): accuracy per file and overall", run_pairs)
     pr.add_argument("--normalize", choices=["sum", "mean"], default="sum",
                     help="compare total log p (BLiMP) or the mean per piece")
 
     from ..eval.spelling import FILES
 
-    sp = task("spelling", "real-word spelling error detection (Zesch 2012): top-1, P/R/F1", run_spelling,
-              data_help="folder with the en_*.txt files")
+    sp = _task(tasks, "spelling", "real-word spelling error detection (Zesch 2012): top-1, P/R/F1", run_spelling,
+               data_help="folder with the en_*.txt files")
     sp.add_argument("--tune-on", default=None, metavar="NAME",
                     help=f"file the threshold is tuned on: one of {', '.join(FILES)} with --data (default "
                          f"{FILES[0]}), the name of a --file (default: the first)")
 
-    c = task("cola", "unsupervised CoLA: length-normalised score, threshold tuned on train, MCC on dev", run_cola,
-             data_help="folder with in_domain_train.tsv, in_domain_dev.tsv, out_of_domain_dev.tsv")
+    c = _task(tasks, "cola", "unsupervised CoLA: length-normalised score, threshold tuned on train, MCC on dev",
+              run_cola, data_help="folder with in_domain_train.tsv, in_domain_dev.tsv, out_of_domain_dev.tsv")
     c.add_argument("--train-limit", type=int, default=2000,
                    help="tune the threshold on a fixed random sample of this many training sentences")
     c.add_argument("--normalize", choices=["mean", "sum"], default="mean")
     c.add_argument("--tune-file", default=None, metavar="FILE",
                    help="with --file: tune the threshold on a sample of this CoLA tsv (default: on the --file "
                         "files themselves, reported as in-sample)")
+
+
+def _task(tasks: argparse._SubParsersAction, name: str, help_text: str, func: Callable[[argparse.Namespace], int],
+          scoring: bool = True, data_help: str = "override the default data location") -> argparse.ArgumentParser:
+    """`maskplay eval NAME` with the options every task takes."""
+    from ..eval.files import FORMATS
+
+    t = tasks.add_parser(name, help=help_text, description=help_text)
+    t.add_argument("model_dir", metavar="MODEL_DIR")
+    t.add_argument("--out", default=None, help="write results as JSON here")
+    t.add_argument("--limit", type=int, default=None, help="evaluate only the first N items of each set")
+    t.add_argument("--batch-size", type=int, default=32)
+    t.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
+    t.add_argument("--precision", choices=[AUTO, *(x.value for x in Precision)], default=AUTO,
+                   help="auto (default): bf16 where this machine runs it faster than fp32, else fp32")
+    if scoring:
+        t.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value)
+    source = t.add_mutually_exclusive_group(required=name == "pairs")
+    if name == "pairs":
+        source.add_argument("--data", nargs="+", default=None, help="JSONL files or directories of them (as --file)")
+    else:
+        source.add_argument("--data", default=None, help=data_help)
+    source.add_argument("--file", action="append", default=None, metavar="FILE",
+                        help="evaluate on this file instead of --data (repeatable; gzip read as such); see "
+                             "docs/SCORING.md for the formats")
+    t.add_argument("--format", choices=FORMATS[name], default=None,
+                   help="the format of every --file (default: told from each file's content)")
+    t.set_defaults(func=_locked(func))
+    return t
 
 
 def _scorer(args: argparse.Namespace) -> Scorer:
@@ -151,18 +154,6 @@ def _given_files(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
             for name, path in zip(names, paths, strict=True)]
 
 
-def portable(path: str | Path) -> str:
-    """A path as results files hold it: never absolute (results are shared and compared across machines), so
-    relative to the working directory when below it, else the last two components."""
-    path = Path(path)
-    if not path.is_absolute():
-        return str(path)
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(Path(*path.parts[-2:]))
-
-
 def _timed(label: str) -> Callable[[], None]:
     start = time.perf_counter()
     return lambda: print(f"({label}: {time.perf_counter() - start:.1f} s)")
@@ -207,6 +198,15 @@ def run_sts(args: argparse.Namespace) -> int:
         pairs = (load_stsb if name == "stsb" else load_sick)(path, args.limit)
         results[name] = {"file": portable(path), **evaluate_sts(pairs, embed),
                          "baselines": evaluate_baselines(pairs, baseline_idf(pairs, name, path))}
+    _print_sts(results, labels, settings, args)
+    done()
+    write_results(args.out, {**_header(args, settings), "results": results})
+    return 0
+
+
+def _print_sts(results: dict[str, dict[str, Any]], labels: dict[str, str], settings: dict[str, Any],
+               args: argparse.Namespace) -> None:
+    """The results table and where each TF-IDF baseline took its IDF from."""
     print(f"Unsupervised STS ({settings['family']}, {args.pooling} pooling, "
           f"{'the word-piece table' if args.static else f'layer {args.layer}'}"
           f"{f', {args.remove_components} component(s) removed' if args.remove_components else ''}"
@@ -223,9 +223,6 @@ def run_sts(args: argparse.Namespace) -> int:
           "words; IDF from")
     for name, r in results.items():
         print(f"  {labels[name]}: {r['baselines']['tfidf']['idf_from']}")
-    done()
-    write_results(args.out, {**_header(args, settings), "results": results})
-    return 0
 
 
 def _number(value: float | None) -> str:

@@ -23,15 +23,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def export_part(model_dir: str | Path, part: str, out: str | Path) -> Path:
     """Write `part` of the ELECTRA model in `model_dir` to `out` (config.json, model.safetensors and the
     tokenizer.json found next to the model), whole or not at all."""
+    from ..families import MaskplayModel
     from ..model_dir import resolve_model_dir
-    from ..modeling import MaskplayModel
 
     source = resolve_model_dir(model_dir)
     out = Path(out)
     if out.exists():
         raise ValueError(f"--out {out} already exists; choose a new directory")
     model = MaskplayModel.from_pretrained(source)
-    if model.config.family != "electra":
+    if part not in model.parts:
         raise ValueError(f"{source} holds a {model.config.family!r} model; only ELECTRA models have towers to export")
     tower = model.standalone(part)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
-"""`maskplay finetune` (a backbone + a classification/regression head, early stopping on dev) and
-`maskplay predict` (a fine-tuned model directory on a file). See docs/FINETUNE.md."""
+"""`maskplay finetune`: a backbone + a classification/regression head, early stopping on dev (maskplay.finetune;
+docs/FINETUNE.md)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import json
 import sys
 from pathlib import Path
 
+from ..registry import family_names
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("finetune", help="fine-tune a model on a classification / regression / pair task",
-                       description="Fine-tune MODEL (any family: tta, bert, gpt, electra, xlnet, unilm) with a small "
+                       description=f"Fine-tune MODEL (any family: {', '.join(family_names())}) with a small "
                                    "head on --train, keep the weights of the best --dev evaluation, and save a model "
                                    "directory that `maskplay predict` and maskplay.finetune.FineTuned.from_pretrained load.")
     p.add_argument("model", help="a model directory (config.json, model.safetensors, tokenizer.json) or bundled name; "
@@ -47,31 +49,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--results", default=None, metavar="FILE.json", help="write the dev history and best result")
     p.set_defaults(func=run_finetune)
-
-    q = sub.add_parser("predict", help="run a fine-tuned model directory on a file",
-                       description="Predict labels (classification) or scores (regression) for --file: the formats "
-                                   "finetune reads, or plain text (one per line, a tab between the texts of a pair).")
-    q.add_argument("model", help="a directory written by `maskplay finetune`")
-    q.add_argument("--file", required=True)
-    q.add_argument("--text-column", default=None)
-    q.add_argument("--text-pair-column", default=None)
-    q.add_argument("--label-column", default=None)
-    q.add_argument("--out", default=None, help="JSONL, one row per input (default: stdout)")
-    q.add_argument("--batch-size", type=int, default=64)
-    q.add_argument("--device", default="cpu")
-    q.set_defaults(func=run_predict)
-
-    c = sub.add_parser("finetune-convert", help="convert a fine-tuned model to HuggingFace "
-                       "Bert/ElectraForSequenceClassification and back",
-                       description="--to-hf: a `maskplay finetune` directory (bert or unilm with --head bert, electra "
-                                   "with --head electra; --pooling first) -> a HuggingFace directory; --from-hf: a "
-                                   "BertForSequenceClassification / ElectraForSequenceClassification directory "
-                                   "(safetensors) -> a fine-tuned maskplay directory. Logits agree to 1e-5.")
-    direction = c.add_mutually_exclusive_group(required=True)
-    direction.add_argument("--to-hf", metavar="FINETUNED_DIR")
-    direction.add_argument("--from-hf", metavar="HF_DIR")
-    c.add_argument("--out", required=True, metavar="DIR", help="the directory to write (must not exist)")
-    c.set_defaults(func=run_convert)
 
 
 def _head(args: argparse.Namespace, family: str, train: list) -> object:
@@ -125,97 +102,4 @@ def run_finetune(args: argparse.Namespace) -> int:
         Path(args.results).write_text(json.dumps(summary, indent=2) + "\n")
     best = " ".join(f"{k} {v:.4f}" for k, v in result.best.items() if k.startswith("dev_"))
     print(f"best dev (step {result.best.get('step')}): {best}; saved {args.out}")
-    return 0
-
-
-def run_predict(args: argparse.Namespace) -> int:
-    from ..devices import resolve_device
-    from ..files import prepare_output_file
-    from ..finetune import encode_examples, label_values, load_finetuned, metrics, predict_rows, read_examples
-
-    model, tokenizer = load_finetuned(args.model)
-    model.to(resolve_device(args.device))
-    head = model.head_config
-    columns = dict(text_column=args.text_column, text_pair_column=args.text_pair_column, label_column=args.label_column)
-    examples = read_examples(args.file, **columns, need_labels=False, need_pairs=head.pair or None)
-    if head.pair and any(ex.pair is None for ex in examples):
-        bad = next(ex for ex in examples if ex.pair is None)
-        raise ValueError(f"{bad.where}: this model reads text pairs; the row has one text")
-    outputs = predict_rows(model, encode_examples(examples, tokenizer, model.config, head.pair), args.batch_size,
-                           progress=True)
-    rows = []
-    for out in outputs:
-        if head.objective == "regress":
-            rows.append({"score": float(out)})
-        else:
-            import numpy as np
-
-            probs = np.exp(out - out.max())
-            probs /= probs.sum()
-            rows.append({"label": head.labels[int(out.argmax())],
-                         "probs": {name: round(float(p), 6) for name, p in zip(head.labels, probs, strict=True)}})
-    text = "".join(json.dumps(r) + "\n" for r in rows)
-    if args.out:
-        prepare_output_file(args.out)
-        Path(args.out).write_text(text)
-    else:
-        sys.stdout.write(text)
-    if all(ex.label not in (None, "") for ex in examples):
-        scores = metrics(head, outputs, label_values(examples, head).numpy())
-        print(" ".join(f"{k} {v:.4f}" for k, v in scores.items()), file=sys.stderr)
-    return 0
-
-
-def run_convert(args: argparse.Namespace) -> int:
-    from types import SimpleNamespace
-
-    from ..convert import (
-        SEQUENCE_ARCHITECTURES,
-        finetuned_from_hf_sequence_classification,
-        finetuned_to_hf_sequence_classification,
-    )
-    from ..finetune import FineTuned
-    from . import convert as cc
-
-    out = Path(args.out)
-    if args.to_hf is not None:
-        source = Path(args.to_hf)
-        cc._check_new(out, [source])
-        if not source.is_dir():
-            raise FileNotFoundError(f"fine-tuned model directory {source} not found")
-        config, state = finetuned_to_hf_sequence_classification(FineTuned.from_pretrained(source))
-        cc._write_dirs([(out, cc._hf_writer(config, state, source / cc.TOKENIZER))])
-        print(f"wrote {out}: {config['architectures'][0]}")
-        return 0
-    source = Path(args.from_hf)
-    cc._check_new(out, [source])
-    if not (source / cc.CONFIG).is_file():
-        raise FileNotFoundError(f"{source / cc.CONFIG} not found: a HuggingFace model directory needs config.json")
-    try:
-        data = json.loads((source / cc.CONFIG).read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{source / cc.CONFIG}: invalid JSON: {err}") from None
-    named = [a for a in data.get("architectures") or [] if a in SEQUENCE_ARCHITECTURES]
-    if not named:
-        raise ValueError(f"{source / cc.CONFIG}: architectures {data.get('architectures')} names none of "
-                         f"{list(SEQUENCE_ARCHITECTURES)}")
-    kind = "electra" if named[0].startswith("Electra") else "bert"
-    hf_config = SimpleNamespace(**{**cc._HF_DEFAULTS, **cc._MODEL_DEFAULTS[kind], "classifier_dropout": None, **data})
-    ids, note = cc._special_ids(source, hf_config.vocab_size)
-    model = finetuned_from_hf_sequence_classification(named[0], hf_config, cc._read_weights(source), special_ids=ids)
-    tokenizer = source / cc.TOKENIZER
-
-    def write(tmp: Path) -> None:
-        import shutil
-
-        model.save_pretrained(tmp)
-        if tokenizer.is_file():
-            shutil.copy2(tokenizer, tmp / cc.TOKENIZER)
-
-    cc._write_dirs([(out, write)])
-    print(f"wrote {out}: a fine-tuned {model.config.family} ({model.head_config.objective}, "
-          f"{model.head_config.num_outputs} outputs)" + ("" if tokenizer.is_file() else f"; {source} has no tokenizer.json: "
-                                                         "add one before `maskplay predict`"))
-    if note:
-        print(note)
     return 0

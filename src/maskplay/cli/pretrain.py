@@ -7,7 +7,9 @@ import dataclasses
 import os
 from pathlib import Path
 
-from ..config import FAMILIES, PRESETS, apply_overrides
+from ..config import PRESETS, apply_overrides
+from ..families import family_class
+from ..registry import family_names
 from ..train.config import PRECISIONS, TrainConfig, load_train_config
 
 EPILOG = """\
@@ -29,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config field, e.g. --set optim.lr=5e-4 --set model.hidden_dropout=0 "
                         "(repeatable)")
-    p.add_argument("--family", choices=FAMILIES, help="model.family")
+    p.add_argument("--family", choices=family_names(), help="model.family")
     p.add_argument("--preset", choices=sorted(PRESETS), help="model.preset")
     p.add_argument("--data", metavar="DIR", help="data.path: a directory prepared by `maskplay prepare`")
     p.add_argument("--corpus", nargs="+", metavar="FILE",
@@ -94,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train.loop import train
 
     config = resolve_config(args)
-    if args.export and config.model.family != "electra":
+    if args.export and not family_class(config.model.family).parts:
         raise ValueError(f"--export {args.export}: only ELECTRA models have towers to export; this run is "
                          f"model.family = {config.model.family!r}")
     result = train(config, resume=args.resume, resume_from=args.resume_from)

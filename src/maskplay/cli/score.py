@@ -1,4 +1,4 @@
-"""`maskplay score` and `maskplay embed`."""
+"""`maskplay score`: sentence log-likelihoods, as a table, TSV or JSONL; resumable into --out."""
 
 from __future__ import annotations
 
@@ -12,64 +12,18 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
-
 from ..devices import resolve_device
-from ..files import OutputLock, atomic_path, prepare_output_file
-from ..precision import Precision
-from ..precision_probe import AUTO, resolve_cli
+from ..files import OutputLock, prepare_output_file
+from ..precision_probe import resolve_cli
 from ..score.scorer import Method, Overflow, SentenceScore
-
-
-def _read_input(args: argparse.Namespace) -> list[tuple[int, str]]:
-    """(index, sentence): index = line number for --file / stdin, argument position for SENTENCE args. Blank
-    lines and empty arguments are kept (scored as empty rows) unless --empty error."""
-    from ..score.text import is_empty, read_lines
-
-    sentences = getattr(args, "sentences", None) or []
-    if sentences and args.file is not None:
-        raise ValueError("give sentences as arguments or with --file, not both")
-    if sentences:
-        for k, s in enumerate(sentences, start=1):
-            if is_empty(s) and args.empty == "error":
-                raise ValueError(f"sentence argument {k} is empty")
-        if all(is_empty(s) for s in sentences):
-            raise ValueError("every sentence argument is empty: there is nothing to score or embed")
-        return list(enumerate(sentences, start=1))
-    if args.file is None and sys.stdin.isatty():
-        raise ValueError("no input: give sentences as arguments, --file F, or pipe them on stdin")
-    return read_lines(args.file, empty=args.empty)
-
-
-def _report_empty(rows: list[tuple[int, str]], args: argparse.Namespace) -> None:
-    """The summary line on stderr: how many input lines were empty and kept as empty rows."""
-    from ..score.text import is_empty
-
-    empty = [index for index, text in rows if is_empty(text)]
-    if empty:
-        where = "sentence argument(s)" if getattr(args, "sentences", None) else "line(s)"
-        shown = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
-        print(f"maskplay {args.command}: {len(empty)} empty {where} kept as empty rows ({shown})", file=sys.stderr)
-
-
-def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model_dir", metavar="MODEL_DIR", help="config.json + model.safetensors + tokenizer.json")
-    p.add_argument("--file", default=None, help="one sentence per line (UTF-8); '-' = stdin")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
-    p.add_argument("--precision", choices=[AUTO, *(p.value for p in Precision)], default=AUTO,
-                   help="auto (default): bf16 where this machine runs it faster than fp32, else fp32 (measured once, "
-                        "cached); int8 (CPU) only when asked")
-    p.add_argument("--empty", choices=["keep", "error"], default="keep",
-                   help="a blank input line: keep it as an output row marked empty (default; counted on stderr), "
-                        "or stop with an error naming it")
+from .common import MAX_LENGTH_HELP, add_model_arguments, name_input, read_input, report_empty
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("score", help="sentence log-likelihoods (T-TA one pass, BERT PLL, GPT causal)",
                        description="Log-likelihood of each sentence: the sum over its word pieces of log p "
                                    "(nats); [SOS]/[EOS] are not scored.")
-    _add_common(p)
+    add_model_arguments(p)
     p.add_argument("sentences", nargs="*", metavar="SENTENCE")
     p.add_argument("--format", choices=["table", "jsonl", "tsv"], default="table")
     p.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value,
@@ -100,43 +54,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "--overflow window it would take minutes")
     p.set_defaults(func=run_score)
 
-    e = sub.add_parser("embed", help="sentence embeddings to .npy or .jsonl")
-    _add_common(e)
-    e.add_argument("--out", required=True, help="X.npy (float32 matrix, one row per line) or X.jsonl")
-    from ..score.embed import Pooling
-
-    e.add_argument("--pooling", choices=[p.value for p in Pooling], default=Pooling.MEAN.value)
-    e.add_argument("--layer", type=int, default=-1,
-                   help="hidden state: 0 = the embedding output (the input of block 1), 1..N = the output of "
-                        "block N, -1 = last")
-    e.add_argument("--diagonal-mask", action=argparse.BooleanOptionalAction, default=True,
-                   help="T-TA only: --no-diagonal-mask lets each position see its own token")
-    e.add_argument("--normalize", action="store_true", help="unit-length rows")
-    add_sif_arguments(e)
-    e.add_argument("--overflow", choices=[Overflow.ERROR.value, Overflow.TRUNCATE.value, Overflow.WINDOW.value],
-                   default=Overflow.ERROR.value,
-                   help="a sentence longer than the model: error; truncate = embed its first pieces; window = mean "
-                        "pooling over overlapping windows, each piece taken once (--pooling mean only)")
-    e.add_argument("--max-length", type=int, default=None, metavar="N", help=MAX_LENGTH_HELP)
-    e.set_defaults(func=run_embed, sentences=None)
-
-
-def add_sif_arguments(p: argparse.ArgumentParser) -> None:
-    """--static, --frequencies, --sif-a, --remove-components: shared by `eval sts` and `embed`."""
-    p.add_argument("--static", action="store_true",
-                   help="pool the word-piece embedding table's vectors (no position, no context) instead of a layer")
-    p.add_argument("--frequencies", default=None, metavar="PATH",
-                   help="--pooling sif: piece counts from a `maskplay prepare` directory (its train split), a model "
-                        "directory with piece_counts.npy or such a .npy file (default: the model directory's)")
-    p.add_argument("--sif-a", type=float, default=1e-3, metavar="A", help="--pooling sif: weight a / (a + p(piece))")
-    p.add_argument("--remove-components", type=int, default=0, metavar="K",
-                   help="remove the projection on the first K principal components of the embedded set (SIF: 1)")
-
-
-MAX_LENGTH_HELP = ("tokens per pass, [SOS]/[EOS] included (default and most: the model's max_position); a longer "
-                   "line goes to --overflow. A long-attention model (docs/LONG_TEXT.md) reads up to max_position "
-                   "tokens in one pass")
-
 
 DEFAULT_MAX_PIECES = 20_000
 LONG_LINE_WINDOWS = 50  # a line scored in more windows than this is announced on stderr
@@ -157,7 +74,7 @@ def run_score(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
     out_path = prepare_output_file(args.out) if args.out is not None else None
-    rows = _read_input(args)
+    rows = read_input(args)
     with OutputLock(out_path) if out_path is not None else contextlib.nullcontext():
         done = resume_point(out_path, rows, args.format) if args.resume and out_path.exists() else 0
         scorer = Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=device,
@@ -186,7 +103,7 @@ def run_score(args: argparse.Namespace) -> int:
         finally:
             if out is not sys.stdout:
                 out.close()
-    _report_empty(rows, args)
+    report_empty(rows, args)
     if out_path is not None:
         resumed = f" ({done} were there already)" if done else ""
         print(f"wrote {out_path}: {len(rows)} rows{resumed}", file=sys.stderr)
@@ -205,7 +122,7 @@ def _score_rows(scorer: Any, rows: list[tuple[int, str]], positions: list[int],
     except ValueError as err:
         # the scorer numbers the sentences of this call; name the line of the whole input instead
         message = re.sub(r"^sentence (\d+) ", lambda m: f"sentence {positions[int(m.group(1))]} ", str(err))
-        raise ValueError(_name_input(message, rows, args)) from None
+        raise ValueError(name_input(message, rows, args)) from None
     for p, score in zip(positions, scores, strict=True):
         check_finite_score(p, score.log_prob, rows, args)
     return scores
@@ -226,7 +143,7 @@ def _check_lengths(scorer: Any, rows: list[tuple[int, str]], args: argparse.Name
     for k, enc in zip(todo, encode([rows[k][1] for k in todo], add_special_tokens=False), strict=True):
         n = len(enc.ids)
         if n > args.max_pieces:
-            raise ValueError(_name_input(f"sentence {k} has {n:,} word pieces, more than --max-pieces "
+            raise ValueError(name_input(f"sentence {k} has {n:,} word pieces, more than --max-pieces "
                                          f"{args.max_pieces:,}; split it, or raise --max-pieces to score it anyway",
                                          rows, args))
         if memory:
@@ -234,7 +151,7 @@ def _check_lengths(scorer: Any, rows: list[tuple[int, str]], args: argparse.Name
         else:
             windows, kind = 1 if n <= window else math.ceil((n - window) / max(1, window // 2)) + 1, "windows"
         if windows > LONG_LINE_WINDOWS and Overflow(args.overflow) is not Overflow.ERROR:
-            where = _name_input(f"sentence {k} ", rows, args).rstrip(": ")
+            where = name_input(f"sentence {k} ", rows, args).rstrip(": ")
             print(f"maskplay score: {where}: {n:,} pieces, scored in {windows:,} {kind}; this takes a while",
                   file=sys.stderr)
 
@@ -250,27 +167,15 @@ def _explain(scorer: Any, rows: list[tuple[int, str]], args: argparse.Namespace)
     print(legend(colour, replaced=scorer.method is Method.DISCRIMINATOR), file=out)
     for k, (index, _) in enumerate(rows):
         print(f"[{index}] " + (explain(scores[k], colour) if k in scores else "(empty)"), file=out)
-    _report_empty(rows, args)
+    report_empty(rows, args)
     return 0
 
 
 def check_finite_score(k: int, value: float, rows: list[tuple[int, str]], args: argparse.Namespace) -> None:
     """A nan or inf is never written as if it were a score: it means the model's weights are broken."""
     if not math.isfinite(value):
-        raise ValueError(_name_input(f"sentence {k} scored {value}: the model gives non-finite log-probabilities "
+        raise ValueError(name_input(f"sentence {k} scored {value}: the model gives non-finite log-probabilities "
                                      "(damaged or diverged weights?); nothing written for it", rows, args))
-
-
-def _name_input(message: str, rows: list[tuple[int, str]], args: argparse.Namespace) -> str:
-    """Turn 'sentence K ...' (a 0-based list index) into the line or argument the user wrote."""
-    import re
-
-    match = re.match(r"sentence (\d+) ", message)
-    if not match:
-        return message
-    index = rows[int(match.group(1))][0]
-    where = f"{args.file or '<stdin>'}:{index}" if not getattr(args, "sentences", None) else f"sentence argument {index}"
-    return f"{where}: " + message[match.end():]
 
 
 TSV_HEADER = "index\tlog_prob\tnum_tokens\tmean_log_prob\ttext"
@@ -359,60 +264,3 @@ def resume_point(path: Path, rows: list[tuple[int, str]], fmt: str) -> int:
     return len(lines)  # 0: the caller starts the file afresh (header included)
 
 
-def run_embed(args: argparse.Namespace) -> int:
-    from ..score.embed import Embedder, Pooling
-    from ..score.text import is_empty
-
-    out = Path(args.out)
-    if out.suffix not in (".npy", ".jsonl"):
-        raise ValueError(f"--out {out}: the name must end in .npy or .jsonl")
-    prepare_output_file(out)  # before the model is loaded and the text embedded: fail in a second, not an hour
-    device = resolve_device(args.device)
-    rows = _read_input(args)
-    with OutputLock(out):
-        precision = resolve_cli(args.precision, device, model_dir=args.model_dir, rows=args.batch_size * 32, command="embed")
-        embedder = Embedder.from_pretrained(args.model_dir, device=device, precision=precision,
-                                            frequencies=args.frequencies)
-        positions = [k for k, (_, text) in enumerate(rows) if not is_empty(text)]
-        try:
-            vectors = embedder.encode([rows[k][1] for k in positions], pooling=Pooling(args.pooling), layer=args.layer,
-                                      diagonal_mask=args.diagonal_mask, normalize=args.normalize,
-                                      batch_size=args.batch_size, overflow=Overflow(args.overflow),
-                                      progress=True, max_length=args.max_length, static=args.static,
-                                      sif_a=args.sif_a, remove_components=args.remove_components)
-        except ValueError as err:
-            import re
-
-            message = re.sub(r"^sentence (\d+) ", lambda m: f"sentence {positions[int(m.group(1))]} ", str(err))
-            raise ValueError(_name_input(message, rows, args)) from None
-        bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
-        if len(bad):
-            raise ValueError(_name_input(f"sentence {positions[int(bad[0])]} has a non-finite embedding ({len(bad)} "
-                                         f"of {len(rows)} rows): the model's weights are damaged or diverged; nothing "
-                                         "written", rows, args))
-        # An empty line keeps its row: zeros in the matrix, flagged False in the X.mask.npy sidecar (written only
-        # when there are empty lines), so that row k is always input line k.
-        matrix = np.zeros((len(rows), vectors.shape[1]), dtype=np.float32)
-        matrix[positions] = vectors
-        mask_path = out.with_name(out.stem + ".mask.npy")
-        with atomic_path(out) as tmp:
-            if out.suffix == ".npy":
-                with open(tmp, "wb") as f:
-                    np.save(f, matrix, allow_pickle=False)
-            else:
-                with open(tmp, "w", encoding="utf-8") as f:
-                    real = set(positions)
-                    for k, (index, text) in enumerate(rows):
-                        record = {"index": index, "text": text, "embedding": matrix[k].tolist()} if k in real else \
-                            {"index": index, "text": text, "empty": True, "embedding": None}
-                        f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        has_empty = len(positions) < len(rows)
-        if out.suffix == ".npy" and has_empty:
-            with atomic_path(mask_path) as tmp, open(tmp, "wb") as f:
-                np.save(f, np.isin(np.arange(len(rows)), positions), allow_pickle=False)
-        elif out.suffix == ".npy" and mask_path.is_file():
-            mask_path.unlink()  # a previous run's mask no longer describes this matrix
-    _report_empty(rows, args)
-    extra = f"; empty rows are zeros, flagged False in {mask_path}" if out.suffix == ".npy" and has_empty else ""
-    print(f"wrote {out}: {matrix.shape[0]} x {matrix.shape[1]} ({args.pooling} pooling, layer {args.layer}){extra}")
-    return 0

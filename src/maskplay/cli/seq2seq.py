@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-SEQ2SEQ_FAMILIES = ("unilm", "gpt")
+from ..families import families, family_class
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                          formatter_class=argparse.RawDescriptionHelpFormatter,
                          epilog="example:\n  maskplay seq2seq train --init runs/bert/final --data runs/titles "
                                 "--out runs/unilm-titles --max-minutes 20")
-    t.add_argument("--family", choices=SEQ2SEQ_FAMILIES, default="unilm", help="model.family")
+    generating = [f.family for f in families() if f.can_generate]  # a seq2seq model generates its targets
+    t.add_argument("--family", choices=generating, default="unilm", help="model.family")
     t.set_defaults(func=run)
 
     add_eval_parser(tasks)
@@ -57,8 +58,7 @@ def add_eval_parser(tasks: argparse._SubParsersAction, name: str = "eval") -> No
 def run(args: argparse.Namespace) -> int:
     from .pretrain import run as pretrain
 
-    if args.family == "unilm":
-        args.overrides = ["model.unilm.objective=seq2seq", *args.overrides]
+    args.overrides = [*family_class(args.family).seq2seq_overrides, *args.overrides]  # UniLM's seq2seq objective
     return pretrain(args)
 
 

@@ -96,25 +96,30 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+def _check_counts(args: argparse.Namespace, batch_size: int) -> None:
+    """The counts that can be wrong, checked before the model or the corpus is read."""
+    if args.min_words < 1:
+        raise ValueError(f"--min-words must be at least 1, got {args.min_words}")
+    if args.sentences is not None and args.sentences < batch_size:
+        raise ValueError(f"--sentences {args.sentences} is fewer than one batch (--batch-size {batch_size})")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {args.threads}")
+
+
 def run_simcse(args: argparse.Namespace) -> int:
     import torch
 
     from ..devices import resolve_device
     from ..eval.common import data_root
+    from ..eval.files import portable
     from ..files import OutputLock
     from ..precision_probe import resolve
     from ..score.scorer import load_model_dir
     from ..simcse import SIMCSE_NAME, corpus_sentences, forward_kwargs, save_simcse, train_simcse
-    from .eval import portable
 
     options = _options(args)
-    if args.min_words < 1:
-        raise ValueError(f"--min-words must be at least 1, got {args.min_words}")
-    if args.sentences is not None and args.sentences < options.batch_size:
-        raise ValueError(f"--sentences {args.sentences} is fewer than one batch (--batch-size {options.batch_size})")
+    _check_counts(args, options.batch_size)
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     out = Path(args.out)
@@ -138,12 +143,13 @@ def run_simcse(args: argparse.Namespace) -> int:
     log(f"{len(sentences)} training sentences of >= {args.min_words} words from {', '.join(portable(d) for d in data)} "
         f"({time.monotonic() - start:.1f} s)")
     family = model.config.family
+    diagonal_switch = model.has_diagonal_switch
     record = {"source_model": portable(args.model) if Path(args.model).exists() else str(args.model),
               "family": family, "data": [portable(d) for d in data], "sentences": len(sentences),
               "min_words": args.min_words, "options": asdict(options), "threads": torch.get_num_threads(),
               "device": str(device), "cpu": cpu_name(), "torch": torch.__version__}
     evaluate = (f"maskplay eval sts {out}" + (f" --pooling {options.pooling}" if options.pooling != "mean" else "")
-                + (" --no-diagonal-mask" if family == "tta" and not options.diagonal_mask else ""))
+                + (" --no-diagonal-mask" if diagonal_switch and not options.diagonal_mask else ""))
     log(f"SimCSE on {family} ({args.model}): batch {options.batch_size}, lr {options.lr:g}, temperature "
         f"{options.temperature:g}, {options.pooling} pooling, {options.precision}, "
         + (f"{options.max_steps} steps" if options.max_steps else f"{options.minutes:g} minutes" if options.minutes

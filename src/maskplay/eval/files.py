@@ -1,6 +1,6 @@
 """Evaluation data given with `--file`: reading (plain or gzip, told from the bytes), naming, and telling the
 format of a file from its content (`--format` overrides). Each task's loaders live in its own module; this one
-only decides which loader a file goes to."""
+only decides which loader a file goes to, and how a results file writes a path (portable)."""
 
 from __future__ import annotations
 
@@ -185,3 +185,15 @@ def _is_int(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def portable(path: str | Path) -> str:
+    """A path as results files hold it: never absolute (results are shared and compared across machines), so
+    relative to the working directory when below it, else the last two components."""
+    path = Path(path)
+    if not path.is_absolute():
+        return str(path)
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(Path(*path.parts[-2:]))

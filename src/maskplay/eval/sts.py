@@ -15,7 +15,7 @@ import numpy as np
 
 from .baselines import Idf, pair_sentences
 from .common import pearson, spearman
-from .files import read_text, semeval_pair
+from .files import portable, read_text, semeval_pair
 
 STSB = ("stsbenchmark", "sts-dev.csv")
 SICK = ("sick", "SICK_train_trial.txt")
@@ -205,7 +205,6 @@ def baseline_idf(pairs: list[Pair], fmt: str, path: str | Path | None = None,
     STS-B train sentences beside it (sts-train.csv); for a SICK file with a SemEval_set column, its TRAIN rows;
     else the evaluated sentences themselves (no gold score is read, but the IDF has seen the test sentences:
     the source says so)."""
-    from ..cli.eval import portable
     from .files import detect
 
     if idf_from is not None:

@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
-from ..masks import MaskMod, bidirectional
-from ..modeling import IGNORE_INDEX, MaskplayModel
+from ..masks import MaskMod, MaskPicture, bidirectional
+from ..modeling import IGNORE_INDEX
 from ..outputs import ModelOutput
+from .base import MaskplayModel
 
 
 class BertMLM(MaskplayModel):
     family = "bert"
+    pair_segments = True
+    growable = True
+    masks_shown = (MaskPicture("bert", "BERT-MLM / ELECTRA: bidirectional", lambda segments, rank: bidirectional()),)
 
     @property
     def mask_probability(self) -> float:
@@ -34,6 +40,9 @@ class BertMLM(MaskplayModel):
         h, states = self.encode_under(structure, input_ids, attention_mask, token_type_ids, output_hidden_states,
                                       query_positions)
         return self.output(h, labels, states)
+
+    def downstream_kwargs(self, input_ids: Tensor, token_type_ids: Tensor | None) -> dict[str, Any]:
+        return {"token_type_ids": token_type_ids}
 
     def training_batch(self, input_ids: Tensor, attention_mask: Tensor,
                        generator: torch.Generator | None = None) -> dict[str, Tensor]:

@@ -20,16 +20,20 @@ export of one): it scores and embeds but cannot pretrain."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ElectraConfig, ModelConfig
+from ..flops import electra_training_flops_per_token
 from ..heads import LMHead
-from ..masks import bidirectional
-from ..modeling import IGNORE_INDEX, MaskplayModel
+from ..masks import MaskPicture, bidirectional
+from ..modeling import IGNORE_INDEX
 from ..outputs import ModelOutput
+from .base import MaskplayModel
 from .bert import BertMLM, mask_tokens
 
 
@@ -55,6 +59,12 @@ def generator_config(config: ModelConfig) -> ModelConfig:
 
 class Electra(MaskplayModel):
     family = "electra"
+    score_methods = ("discriminator", "pll", "pll-word")
+    masked_lm_method = "pll"  # a masked LM means the generator, not the discriminator
+    pair_segments = True
+    parts = ("generator", "discriminator")
+    masks_shown = (MaskPicture("electra", "ELECTRA: bidirectional", lambda segments, rank: bidirectional(),
+                               in_all=False),)
     mask_share = 0.85  # of the selected tokens, shown to the generator as [MASK]; the rest as themselves
 
     def __init__(self, config: ModelConfig) -> None:
@@ -100,6 +110,39 @@ class Electra(MaskplayModel):
     def num_targets(self, batch: dict[str, Tensor]) -> int:
         """The discriminator's loss averages over every real token: those are the targets the trainer counts."""
         return int(batch["attention_mask"].sum())
+
+    # ---- the contract's rules (families/base.py) --------------------------------------------------------
+
+    @classmethod
+    def check_config(cls, config: ModelConfig) -> None:
+        config.generator_sizes()  # raises if the generator cannot be built
+
+    @classmethod
+    def training_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float:
+        return electra_training_flops_per_token(config, seq_len)
+
+    def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
+                        targets: Tensor, boundaries_first: bool = False) -> Tensor:
+        """The discriminator: how likely each token is the original."""
+        hidden = runner.forward(ids, attention_mask=attention_mask).last_hidden_state
+        return runner.original_log_probs(hidden[rows, cols])
+
+    def masked_lm(self, memo: Callable[[str, Callable[[Any], Any]], Any]) -> MaskplayModel:
+        if self.generator is None:
+            raise ValueError("method 'pll' on an ELECTRA model runs its generator, and this model is a discriminator "
+                             "alone (electra.generator = false); use method 'discriminator'")
+        # a BertMLM of its own (what the scorer's copies expect), made once while the weights stay the same
+        return memo("generator", lambda m: m.standalone("generator").eval())
+
+    def downstream_kwargs(self, input_ids: Tensor, token_type_ids: Tensor | None) -> dict[str, Any]:
+        return {"token_type_ids": token_type_ids}
+
+    def for_finetuning(self) -> MaskplayModel:
+        """The discriminator alone (copied out when there is a generator), without its heads."""
+        model = self.standalone("discriminator") if self.generator is not None else self
+        model.mlm_head = None
+        model.head = nn.Identity()
+        return model
 
     # ---- forward ----------------------------------------------------------------------------------------
 

@@ -6,20 +6,34 @@ not-diagonal, so output i never depends on token i at any depth. Targets: every 
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor
 
 from ..dropout import Dropout
-from ..masks import and_masks, bidirectional, materialize, no_diagonal, padding
-from ..modeling import MaskplayModel
+from ..masks import MaskPicture, and_masks, bidirectional, materialize, no_diagonal, padding
 from ..outputs import ModelOutput
+from .base import MaskplayModel
 
 
 class TTA(MaskplayModel):
     family = "tta"
+    score_methods = ("one-pass", "pll", "pll-word")
+    default_pooling = "mean"
+    growable = True
+    has_diagonal_switch = True
+    predicted_fraction = 1.0
+    masks_shown = (MaskPicture("tta", "T-TA: no diagonal", lambda segments, rank: no_diagonal()),)
 
     def __init__(self, config) -> None:
         super().__init__(config)
         self.query_dropout = Dropout(config.hidden_dropout)
+
+    def downstream_kwargs(self, input_ids: Tensor, token_type_ids: Tensor | None) -> dict[str, Any]:
+        return {"diagonal_mask": False}  # each position sees its own token downstream, as the paper does
+
+    def embedding_kwargs(self, diagonal_mask: bool = True) -> dict[str, Any]:
+        return {"diagonal_mask": diagonal_mask}
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 output_hidden_states: bool = False, diagonal_mask: bool = True,

@@ -16,12 +16,14 @@ Objectives (config.unilm.objective):
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from ..cache import KVCache
 from ..generation import check_ids, forward_cached, last_real
-from ..masks import MaskMod, bidirectional, causal, materialize, prefix_lm
+from ..masks import MaskMod, MaskPicture, bidirectional, causal, materialize, prefix_lm, required
 from ..modeling import IGNORE_INDEX
 from ..outputs import ModelOutput
 from .bert import BertMLM, mask_tokens
@@ -57,6 +59,14 @@ def structure(kind: int, segment_ids: Tensor) -> MaskMod:
 class UniLM(BertMLM):
     family = "unilm"
     generated_token_type = 1  # generated tokens are target tokens (maskplay.generation)
+    seq2seq_overrides = ("model.unilm.objective=seq2seq",)
+    masks_shown = (MaskPicture("unilm", "UniLM: prefix (seq2seq)",
+                               lambda segments, rank: prefix_lm(required(segments, "segment_ids", "unilm"))),)
+
+    def downstream_kwargs(self, input_ids: Tensor, token_type_ids: Tensor | None) -> dict[str, Any]:
+        # bidirectional (UniLM read as BERT), one segment unless the pair says otherwise
+        return {"token_type_ids": torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids,
+                "mask_kind": 0}
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 token_type_ids: Tensor | None = None, output_hidden_states: bool = False,

@@ -20,15 +20,19 @@ tokens" (pseudo-log-likelihood), HuggingFace's perm_mask (masks.from_perm_mask),
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
 from ..backbone import fused_linear, guard_empty_rows
 from ..config import ModelConfig
 from ..dropout import Dropout
+from ..flops import xlnet_training_flops_per_token
 from ..heads import LMHead
 from ..masks import (
     MaskMod,
+    MaskPicture,
     and_masks,
     bidirectional,
     diagonal,
@@ -38,12 +42,15 @@ from ..masks import (
     or_masks,
     padding,
     partial_targets,
+    permutation_content,
     permutation_query,
     rank_from_order,
+    required,
 )
-from ..modeling import IGNORE_INDEX, MaskplayModel
+from ..modeling import IGNORE_INDEX
 from ..outputs import ModelOutput
 from ..positions import relative_frame
+from .base import MaskplayModel
 
 # (content stream, query stream, memory for the next segment, hidden states)
 Streams = tuple[Tensor | None, Tensor | None, list[Tensor], tuple[Tensor, ...] | None]
@@ -75,6 +82,15 @@ class TiedHead(LMHead):
 
 class XLNet(MaskplayModel):
     family = "xlnet"
+    two_streams = True
+    score_methods = ("causal", "pll", "pll-word", "causal-boundaries")
+    masked_lm_method = "pll"  # minicons' masked LM reading: its PLL, not its causal score
+    default_pooling = "last"  # the content stream at the last token, as HuggingFace's summary "last"
+    predicted_fraction = 1 / 6  # partial prediction at the default K = 6 (the query stream's rows not counted)
+    masks_shown = (MaskPicture("xlnet-content", "XLNet content stream",
+                               lambda segments, rank: permutation_content(required(rank, "rank", "xlnet-content"))),
+                   MaskPicture("xlnet-query", "XLNet query stream",
+                               lambda segments, rank: permutation_query(required(rank, "rank", "xlnet-query"))))
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -86,6 +102,44 @@ class XLNet(MaskplayModel):
 
     def make_head(self, config: ModelConfig) -> nn.Module:
         return TiedHead(config)
+
+    # ---- the contract's rules (families/base.py) --------------------------------------------------------
+
+    @classmethod
+    def check_config(cls, config: ModelConfig) -> None:
+        if config.norm_placement == "pre":
+            raise ValueError("norm_placement = 'pre' is not built for family xlnet (its streams read keys/values "
+                             "projected outside the blocks, unnormalised); use post or deepnorm")
+        if config.type_vocab_size:
+            raise ValueError("family xlnet encodes segments relatively (token_type_ids still work): set "
+                             f"type_vocab_size = 0, got {config.type_vocab_size}")
+        if config.embedding_size not in (None, config.hidden_size):
+            raise ValueError("family xlnet has no embedding projection: leave embedding_size out")
+
+    @classmethod
+    def training_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float:
+        return xlnet_training_flops_per_token(config, seq_len)
+
+    def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
+                        targets: Tensor, boundaries_first: bool = False) -> Tensor:
+        """The query stream, left to right (position i predicts token i), or boundaries first."""
+        if boundaries_first:
+            everywhere = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape)
+            hidden = runner.forward(ids, attention_mask=attention_mask, order=boundaries_first_order(attention_mask),
+                                    target_positions=everywhere).last_hidden_state
+        else:
+            hidden = runner.forward(ids, attention_mask=attention_mask, left_to_right=True).last_hidden_state
+        return runner.log_probs(hidden[rows, cols], targets)
+
+    def pll_hidden(self, runner: Any, ids: Tensor, attention_mask: Tensor, pos: Tensor, end: Tensor) -> Tensor:
+        """Hidden by its mask, not replaced: the query stream reads the others only."""
+        return runner.forward(ids, attention_mask=attention_mask, hide_positions=pos, hide_ends=end).last_hidden_state[:, 0]
+
+    def memory_length(self) -> int:
+        return self.config.xlnet.mem_len
+
+    def downstream_kwargs(self, input_ids: Tensor, token_type_ids: Tensor | None) -> dict[str, Any]:
+        return {"token_type_ids": token_type_ids}  # relative segment encoding
 
     # ---- the two streams ------------------------------------------------------------------------------
 
@@ -342,3 +396,11 @@ def _strictly_before() -> MaskMod:
 def _rows(dead: Tensor | None, start: int) -> Tensor | None:
     return None if dead is None else dead[:, :, start:]
 
+
+def boundaries_first_order(attention_mask: Tensor) -> Tensor:
+    """XLNet factorization orders (B, L) for right-padded rows [SOS] p1 .. pn [EOS]: [SOS], [EOS], p1, .., pn,
+    then the padding. Under it the query stream at p_i reads [SOS], [EOS] and p_1..p_(i-1): the pieces' exact
+    log-likelihood given the sentence's boundaries (and so its length)."""
+    n = attention_mask.long().sum(1, keepdim=True)  # [EOS] sits at n - 1
+    pos = torch.arange(attention_mask.shape[1], device=attention_mask.device)[None, :]
+    return torch.where(pos == 0, 0, torch.where(pos == 1, n - 1, torch.where(pos < n, pos - 1, pos)))

@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from ..modeling import MaskplayModel
+from ..families import MaskplayModel, family_class
+from ..families import families as all_families
 from ..tokenizer import Tokenizer
 from .scorer import Method, Scorer, SentenceScore, load_model_dir, resolve_method
 
@@ -37,7 +38,16 @@ class LMScorer:
     every call for a model scored by PLL; a call's own PLL_metric overrides it. Other keyword arguments go to
     `Scorer` (batch_size, precision, overflow, progress)."""
 
-    families: tuple[str, ...] = ("tta", "bert", "gpt", "electra", "unilm", "xlnet")
+    reads: tuple[str, ...] = ()  # the score methods a family needs one of to be scored here (empty: any family)
+
+    @classmethod
+    def reads_family(cls, name: str) -> bool:
+        return not cls.reads or bool(set(cls.reads) & set(family_class(name).score_methods))
+
+    @classmethod
+    def families(cls) -> list[str]:
+        """The registered families this class scores."""
+        return [f.family for f in all_families() if not cls.reads or set(cls.reads) & set(f.score_methods)]
 
     def __init__(self, model: str | Path | MaskplayModel, device: str | torch.device | None = "cpu",
                  tokenizer: Tokenizer | None = None, PLL_metric: str | None = None,  # noqa: N803 (minicons' name)
@@ -49,9 +59,10 @@ class LMScorer:
         elif tokenizer is None:
             raise ValueError("a model object needs its tokenizer: tokenizer=load_tokenizer(...)")
         family = model.config.family
-        if family not in self.families:
-            raise ValueError(f"{type(self).__name__} scores {' / '.join(self.families)} models, not {family!r}; "
-                             f"use {'IncrementalLMScorer' if family == 'gpt' else 'MaskedLMScorer'} or LMScorer")
+        if not self.reads_family(family):
+            other = "IncrementalLMScorer" if "causal" in model.score_methods else "MaskedLMScorer"
+            raise ValueError(f"{type(self).__name__} scores {' / '.join(self.families())} models, not {family!r}; "
+                             f"use {other} or LMScorer")
         method = self._default_method(family, Method(method), PLL_metric)
         self.scorer = Scorer(model, tokenizer, device=device, method=method, **kwargs)
         self.model, self.tokenizer = self.scorer.model, tokenizer
@@ -121,12 +132,14 @@ class MaskedLMScorer(LMScorer):
     """minicons' MaskedLMScorer: PLL for BERT ("original", or PLL_metric="within_word_l2r"), T-TA's one pass
     (which equals its PLL), an ELECTRA model's generator PLL."""
 
-    families = ("tta", "bert", "electra", "unilm", "xlnet")
+    reads = ("one-pass", "pll")
 
     def _default_method(self, family: str, method: Method, pll_metric: str | None) -> Method:
-        # ELECTRA: a masked LM means the generator, not the discriminator; XLNet: its PLL, not its causal score
-        if family in ("electra", "xlnet") and method is Method.AUTO:  # a masked LM: the generator, not the discriminator
-            return _pll_method(pll_metric) if pll_metric is not None else Method.PLL
+        # the family's masked-LM reading where it is not its own score (ELECTRA: the generator's PLL, not the
+        # discriminator; XLNet: its PLL, not its causal score)
+        masked_lm_method = family_class(family).masked_lm_method
+        if masked_lm_method is not None and method is Method.AUTO:
+            return _pll_method(pll_metric) if pll_metric is not None else Method(masked_lm_method)
         return super()._default_method(family, method, pll_metric)
 
 
@@ -134,7 +147,7 @@ class IncrementalLMScorer(LMScorer):
     """minicons' IncrementalLMScorer: GPT, log p(piece | [SOS] and the pieces before it), every piece scored; XLNet
     the same from its query stream under the left-to-right order."""
 
-    families = ("gpt", "xlnet")
+    reads = ("causal",)
 
 
 def _pll_method(name: str) -> Method:

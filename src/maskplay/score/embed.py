@@ -29,21 +29,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..modeling import MaskplayModel
+from ..families import MaskplayModel
 from ..precision import Precision
 from ..tokenizer import Tokenizer
-from .scorer import (
+from .passes import (
     Overflow,
     Runner,
     _progress,
     check_compatible,
     chunks,
-    load_model_dir,
     pad_rows,
     pass_length,
     resolve_precision,
     window_owners,
 )
+from .scorer import load_model_dir
 from .text import encode_ids
 
 PIECE_COUNTS = "piece_counts.npy"  # in a model directory: training-corpus piece counts, (vocab_size,) int64
@@ -156,8 +156,7 @@ class Embedder:
         if not -n_states <= layer < n_states:
             raise ValueError(f"layer {layer} is out of range for a {cfg.num_layers}-layer model "
                              f"(valid: {-n_states}..{n_states - 1})")
-        if not diagonal_mask and cfg.family != "tta":
-            raise ValueError(f"diagonal_mask=False applies to T-TA only; this model is {cfg.family!r}")
+        kwargs = self.model.embedding_kwargs(diagonal_mask)  # T-TA's diagonal switch; an error for the others
         sentences = list(sentences)
         if not sentences:
             return np.zeros((0, cfg.hidden_size), dtype=np.float32)
@@ -175,7 +174,7 @@ class Embedder:
                 raise ValueError(f"sentence {index} has {len(enc) + 2} tokens with [SOS]/[EOS], more than the "
                                  f"{limit_name}; shorten it or use overflow='truncate' or 'window'")
             if len(enc) > width and overflow is Overflow.WINDOW:
-                starts, owner = window_owners(len(enc), width, causal=cfg.family == "gpt")
+                starts, owner = window_owners(len(enc), width, causal=self.model.causal)
                 for s in starts:
                     mine = [j - s + 1 for j in range(len(enc)) if owner[j] == s]
                     if mine:
@@ -192,7 +191,6 @@ class Embedder:
         device = next(self.model.parameters()).device
         probs = None if self.piece_counts is None else torch.tensor(self.piece_counts / self.piece_counts.sum(),
                                                                      dtype=torch.float32, device=device)
-        kwargs = {} if cfg.family != "tta" else {"diagonal_mask": diagonal_mask}
         with torch.inference_mode():
             runner = Runner(self.model, self.precision)
             for batch in _progress(list(chunks(order, batch_size)), progress, "embedding"):

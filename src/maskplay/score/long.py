@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .scorer import Method, Overflow, Runner, _progress, chunks, pad_rows
+from .passes import Method, Overflow, Runner, _progress, chunks, pad_rows
 from .text import Encoded
 
 
@@ -63,12 +63,13 @@ def memory_segments(ids: list[int], sos: int | None, eos: int, segment_tokens: i
     return out
 
 
-def check_memory(family: str, method: Method, max_position: int, segment_tokens: int | None,
-                 memory_tokens: int | None, mem_len: int) -> tuple[int, int]:
+def check_memory(model: Any, method: Method, max_position: int, segment_tokens: int | None,
+                 memory_tokens: int | None) -> tuple[int, int]:
     """(segment_tokens, memory_tokens) for overflow='memory', defaults filled in; one-line errors otherwise."""
-    if family != "xlnet":
+    mem_len = model.memory_length()  # None: a family without Transformer-XL memory
+    if mem_len is None:
         raise ValueError(f"overflow='memory' carries Transformer-XL memory from segment to segment, which only XLNet "
-                         f"has; this model is {family!r}: use overflow='window' (sliding windows)")
+                         f"has; this model is {model.family!r}: use overflow='window' (sliding windows)")
     if method is not Method.CAUSAL:
         raise ValueError(f"overflow='memory' scores with XLNet's method 'causal' (each piece from the text before "
                          f"it); method {method.value!r} reads more than the text before a piece, which memory of earlier "

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .scorer import Runner, Segment, _progress, chunks, pad_rows
+from .passes import Runner, Segment, _progress, chunks, pad_rows
 
 
 def masked_span(segment: Segment, piece: int, word_l2r: bool) -> tuple[int, int]:
@@ -46,14 +46,7 @@ def pll_log_probs(runner: Runner, segments: list[Segment], word_l2r: bool, batch
         rows = torch.arange(len(batch), device=device)
         pos = torch.tensor([c[2] for c in batch], device=device)
         end = torch.tensor([c[3] for c in batch], device=device)
-        columns = torch.arange(ids.shape[1], device=device)[None, :]
-        hide = (columns >= pos[:, None]) & (columns < end[:, None])
-        if cfg.family == "xlnet":  # hidden by its mask, not replaced: the query stream reads the others only
-            hidden = runner.forward(ids, attention_mask=attn, hide_positions=pos, hide_ends=end).last_hidden_state[:, 0]
-        else:
-            masked = ids.masked_fill(hide, cfg.mask_token_id)
-            # each copy is read at its (first) masked position only: the last block and the LM head run there alone
-            hidden = runner.forward(masked, attention_mask=attn, query_positions=pos).last_hidden_state[:, 0]
+        hidden = runner.model.pll_hidden(runner, ids, attn, pos, end)  # the family's way of hiding a piece
         values = runner.log_probs(hidden, ids[rows, pos]).tolist()
         found.extend(((segments[c[0]].sentence, c[1]), v) for c, v in zip(batch, values, strict=True))
     return found

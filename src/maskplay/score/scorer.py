@@ -27,71 +27,37 @@ pll and pll-word also run on T-TA (copies through the same code path); plain pll
 
 from __future__ import annotations
 
-import copy
 import math
-import weakref
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import nullcontext
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
-from torch.func import functional_call
 
-from ..config import ModelConfig
+from ..families import MaskplayModel
 from ..model_dir import resolve_model_dir
-from ..modeling import MaskplayModel
-from ..precision import Precision, quantize_int8
+from ..precision import Precision
 from ..tokenizer import Tokenizer, load_tokenizer
-from .text import Encoded, encode_texts, require_nonempty
-
-
-class Method(str, Enum):
-    AUTO = "auto"  # one-pass for T-TA, pll for BERT, causal for GPT
-    ONE_PASS = "one-pass"
-    PLL = "pll"
-    PLL_WORD = "pll-word"
-    CAUSAL = "causal"
-    # XLNet: log p(piece i | [SOS], [EOS], pieces before it), the order [SOS], [EOS], then left to right (see
-    # boundaries_first_order): what its pretraining shows a query, where plain causal hides [EOS]
-    CAUSAL_BOUNDARIES = "causal-boundaries"
-    DISCRIMINATOR = "discriminator"  # ELECTRA: log P(original) per piece, one pass
-
-
-class Overflow(str, Enum):
-    """What to do with a sentence longer than the model's positions."""
-
-    ERROR = "error"  # a ValueError naming the sentence index and its length
-    WINDOW = "window"  # overlapping windows, each piece scored (or, for embeddings, pooled) from one of them
-    TRUNCATE = "truncate"  # embeddings only: keep the first pieces that fit
-    MEMORY = "memory"  # scoring, XLNet causal only: consecutive segments with Transformer-XL memory (score.long)
-
-
-# UniLM is a BERT under a mask: a sentence has no separator, so its mask is bidirectional and its PLL is BERT's
-_AUTO = {"tta": Method.ONE_PASS, "bert": Method.PLL, "gpt": Method.CAUSAL, "electra": Method.DISCRIMINATOR,
-         "unilm": Method.PLL, "xlnet": Method.CAUSAL}
-_ALLOWED = {
-    Method.ONE_PASS: ("tta",),
-    Method.PLL: ("tta", "bert", "electra", "unilm", "xlnet"),
-    Method.PLL_WORD: ("tta", "bert", "electra", "unilm", "xlnet"),
-    Method.CAUSAL: ("gpt", "xlnet"),
-    Method.CAUSAL_BOUNDARIES: ("xlnet",),
-    Method.DISCRIMINATOR: ("electra",),
-}
-
-
-def resolve_method(family: str, method: Method | str) -> Method:
-    method = Method(method)
-    if method is Method.AUTO:
-        return _AUTO[family]
-    if family not in _ALLOWED[method]:
-        raise ValueError(f"method {method.value!r} does not apply to a {family!r} model; it needs one of "
-                         f"{list(_ALLOWED[method])} (use method 'auto' for this model's natural score: "
-                         f"{_AUTO[family].value!r})")
-    return method
+from .long import check_memory, check_memory_options, memory_log_probs
+from .passes import (
+    Method,
+    Overflow,
+    Runner,
+    Segment,
+    _cached,
+    _progress,
+    check_compatible,
+    chunks,
+    make_segments,
+    pad_rows,
+    pass_length,
+    position_log_probs,
+    resolve_method,
+    resolve_precision,
+)
+from .pll import pll_log_probs
+from .text import encode_texts, require_nonempty
 
 
 @dataclass(frozen=True)
@@ -159,85 +125,6 @@ class SentenceScore:
         return out
 
 
-@dataclass(frozen=True)
-class Segment:
-    """One model input: [SOS] pieces[first:first+n] [EOS], scoring the pieces listed in `scored`
-    (sentence-level piece indices; piece j sits at position j - first + 1)."""
-
-    sentence: int
-    ids: list[int]
-    first: int
-    scored: list[int]
-    word_ids: list[int]
-
-    def position(self, piece: int) -> int:
-        return piece - self.first + 1
-
-
-def window_owners(n: int, width: int, causal: bool) -> tuple[list[int], list[int]]:
-    """Windows of `width` pieces over n > width pieces, advancing by half a window: their starts, and for every
-    piece the start of the one window it is taken from - for a causal model the earliest window holding it (the
-    most left context), otherwise the one where it sits furthest from both window edges (the earlier on a tie)."""
-    stride = max(1, width // 2)
-    starts = list(range(0, n - width, stride)) + [n - width]
-    owner = []
-    for j in range(n):
-        holding = [s for s in starts if s <= j < s + width]
-        if causal:
-            owner.append(holding[0])
-        else:
-            owner.append(max(holding, key=lambda s: (min(j - s, s + width - 1 - j), -s)))
-    return starts, owner
-
-
-def pass_length(config: ModelConfig, max_length: int | None) -> int:
-    """Tokens per pass, [SOS]/[EOS] included: `max_length`, or the model's max_position; one-line error outside
-    3..max_position. A long-attention model (config.long, docs/LONG_TEXT.md) accepts up to max_position in one pass."""
-    if max_length is None:
-        return config.max_position
-    if not 3 <= max_length <= config.max_position:
-        raise ValueError(f"max_length must be 3..{config.max_position} (the model's positions), got {max_length}")
-    return max_length
-
-
-def make_segments(encoded: list[Encoded], sos: int, eos: int, max_position: int, overflow: Overflow,
-                  causal: bool) -> list[Segment]:
-    """A sentence that fits is one segment. A longer one, under Overflow.WINDOW, becomes windows of
-    max_position - 2 pieces advancing by half a window, each framed by [SOS]/[EOS] (an approximation: a window
-    that starts mid-sentence still begins with [SOS]). Each piece is scored in exactly one window: for a causal
-    model the earliest window holding it (the most left context), otherwise the one where it sits furthest from
-    both window edges (window_owners)."""
-    width = max_position - 2
-    if width < 1:
-        raise ValueError(f"a model with {max_position} positions has no room for a piece between [SOS] and [EOS]")
-    segments = []
-    for index, enc in enumerate(encoded):
-        n = len(enc)
-        if n <= width:
-            segments.append(Segment(index, [sos, *enc.ids, eos], 0, list(range(n)), enc.word_ids))
-            continue
-        if overflow is not Overflow.WINDOW:
-            raise ValueError(f"sentence {index} has {n + 2} tokens with [SOS]/[EOS], more than the model's "
-                             f"{max_position} positions; shorten it or score with overflow='window'")
-        starts, owner = window_owners(n, width, causal)
-        for s in starts:
-            scored = [j for j in range(n) if owner[j] == s]
-            if scored:
-                segments.append(Segment(index, [sos, *enc.ids[s:s + width], eos], s, scored,
-                                        enc.word_ids[s:s + width]))
-    return segments
-
-
-def check_compatible(model: MaskplayModel, tokenizer: Tokenizer) -> None:
-    cfg, sp = model.config, tokenizer.special
-    pairs = {"vocab_size": (cfg.vocab_size, tokenizer.vocab_size), "pad": (cfg.pad_token_id, sp.pad),
-             "sos": (cfg.sos_token_id, sp.sos), "eos": (cfg.eos_token_id, sp.eos),
-             "mask": (cfg.mask_token_id, sp.mask)}
-    bad = [f"{k}: model {a} vs tokenizer {b}" for k, (a, b) in pairs.items() if a != b]
-    if bad:
-        raise ValueError(f"model and tokenizer {tokenizer.source or '(in memory)'} do not match: {'; '.join(bad)}")
-
-
 def load_model_dir(directory: str | Path) -> tuple[MaskplayModel, Tokenizer]:
     """A model directory as the trainer exports it: config.json + model.safetensors + tokenizer.json; or a
     bundled model's name (e.g. "tta-mini-wiki") or a hub id, see model_dir.resolve_model_dir."""
@@ -251,140 +138,6 @@ def load_model_dir(directory: str | Path) -> tuple[MaskplayModel, Tokenizer]:
     tokenizer = load_tokenizer(directory / "tokenizer.json")
     check_compatible(model, tokenizer)
     return model, tokenizer
-
-
-class Runner:
-    """The model's forward pass and LM head in one precision (maskplay.precision): fp32; bf16 end to end (the
-    parameters cast to bf16 once, here, and used through functional_call - the model keeps its fp32 weights);
-    or bf16 autocast; or int8 (the encoder's linear layers in int8, precision.quantize_int8; the LM head in
-    bf16 where this CPU runs bf16 natively, else in fp32: an emulated bf16 head would cost more than the whole
-    int8 encoder saves). The bf16 and int8 copies are made on first use and reused while the model's weights stay
-    the same."""
-
-    def __init__(self, model: MaskplayModel, precision: Precision | str) -> None:
-        self.precision = Precision(precision)
-        self.model = _cached(model, "int8", quantize_int8) if self.precision is Precision.int8 else model
-        self.head = self.model.head
-        self.bf16_head = self.precision is Precision.bf16 or (self.precision is Precision.int8 and _fast_bf16(model))
-        if self.bf16_head:
-            self.params, self.head = _cached(model, "bf16", _bf16_copies)
-
-    def _autocast(self) -> Any:
-        if self.precision is Precision.bf16_autocast:
-            return torch.autocast(next(self.model.parameters()).device.type, dtype=torch.bfloat16)
-        return nullcontext()
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if self.precision is Precision.bf16:
-            return functional_call(self.model, self.params, args=args, kwargs=kwargs, tie_weights=True, strict=False)
-        with self._autocast():
-            return self.model(*args, **kwargs)
-
-    def original_log_probs(self, hidden: Tensor) -> Tensor:
-        """ELECTRA: log P(original) = log sigmoid(-replaced logit) from the discriminator head at hidden, fp32."""
-        if self.bf16_head:
-            logits = self.head(hidden.to(torch.bfloat16))
-        else:
-            with self._autocast():
-                logits = self.head(hidden)
-        return torch.nn.functional.logsigmoid(-logits.float())
-
-    def log_probs(self, hidden: Tensor, targets: Tensor) -> Tensor:
-        """log p(targets[n]) from the LM head at hidden[n], fp32 (heads.LMHead.log_probs)."""
-        if self.bf16_head:
-            return self.head.log_probs(hidden.to(torch.bfloat16), self.params["embeddings.word.weight"], targets)
-        with self._autocast():
-            return self.head.log_probs(hidden, self.model.embeddings.word.weight, targets)
-
-
-_COPIES: weakref.WeakKeyDictionary[MaskplayModel, dict[str, tuple[tuple[int, ...], Any]]] = \
-    weakref.WeakKeyDictionary()
-
-
-def _cached(model: MaskplayModel, kind: str, make: Callable[[MaskplayModel], Any]) -> Any:
-    """make(model), made once and reused by later calls for as long as no parameter has changed (each in-place
-    update, an optimizer step's included, bumps a tensor's version counter; replacing a parameter changes its
-    data pointer)."""
-    key = tuple(v for p in model.parameters() for v in (p.data_ptr(), p._version))
-    copies = _COPIES.setdefault(model, {})
-    if kind not in copies or copies[kind][0] != key:
-        copies.pop(kind, None)  # free the stale copy before making the new one
-        copies[kind] = (key, make(model))
-    return copies[kind][1]
-
-
-def resolve_precision(model: MaskplayModel, precision: Precision | str) -> Precision:
-    """A Precision, with "auto" resolved for this model on this machine (maskplay.precision_probe: bf16 where
-    the probe measures it faster than fp32, else fp32; never int8)."""
-    if str(getattr(precision, "value", precision)) != "auto":
-        return Precision(precision)
-    from ..precision_probe import resolve
-
-    return resolve("auto", next(model.parameters()).device, model.config, inference=True).precision
-
-
-def _fast_bf16(model: MaskplayModel) -> bool:
-    """Whether this machine runs the model's bf16 matmuls faster than fp32 (the cached precision probe; CUDA:
-    when the GPU supports bf16)."""
-    from ..precision_probe import resolve
-
-    device = next(model.parameters()).device
-    return resolve("auto", device, model.config, inference=True).precision is Precision.bf16
-
-
-def _bf16_copies(model: MaskplayModel) -> tuple[dict[str, Tensor], Any]:
-    """bf16 copies of the model's parameters and of its LM head."""
-    params = {name: p.detach().to(torch.bfloat16) for name, p in model.named_parameters()}
-    return params, copy.deepcopy(model.head).to(torch.bfloat16)
-
-
-def boundaries_first_order(attention_mask: Tensor) -> Tensor:
-    """XLNet factorization orders (B, L) for right-padded rows [SOS] p1 .. pn [EOS]: [SOS], [EOS], p1, .., pn,
-    then the padding. Under it the query stream at p_i reads [SOS], [EOS] and p_1..p_(i-1): the pieces' exact
-    log-likelihood given the sentence's boundaries (and so its length)."""
-    n = attention_mask.long().sum(1, keepdim=True)  # [EOS] sits at n - 1
-    pos = torch.arange(attention_mask.shape[1], device=attention_mask.device)[None, :]
-    return torch.where(pos == 0, 0, torch.where(pos == 1, n - 1, torch.where(pos < n, pos - 1, pos)))
-
-
-def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
-                       targets: Tensor | None = None, boundaries_first: bool = False) -> Tensor:
-    """log p(targets) (default: ids[rows, cols]) under the model, the LM head applied only at those positions:
-    for T-TA and BERT the head reads the output at the position itself, for GPT the output one position to the
-    left (so cols must be >= 1 there). PLL passes the true tokens as targets, its ids holding [MASK] there.
-    The forward pass computes no logits of its own (they are lazy). Log-softmax always runs in fp32."""
-    if rows.numel() == 0:
-        return torch.zeros(0, device=ids.device)
-    if runner.model.config.family == "xlnet":  # its query stream, left to right: position i predicts token i
-        if boundaries_first:
-            everywhere = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape)
-            hidden = runner.forward(ids, attention_mask=attention_mask, order=boundaries_first_order(attention_mask),
-                                    target_positions=everywhere).last_hidden_state
-        else:
-            hidden = runner.forward(ids, attention_mask=attention_mask, left_to_right=True).last_hidden_state
-        return runner.log_probs(hidden[rows, cols], ids[rows, cols] if targets is None else targets)
-    hidden = runner.forward(ids, attention_mask=attention_mask).last_hidden_state
-    if runner.model.config.family == "electra":  # the discriminator: how likely each token is the original
-        return runner.original_log_probs(hidden[rows, cols])
-    source = cols - 1 if runner.model.config.family == "gpt" else cols
-    if targets is None:
-        targets = ids[rows, cols]
-    return runner.log_probs(hidden[rows, source], targets)
-
-
-def pad_rows(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    for k, r in enumerate(rows):
-        ids[k, :len(r)] = torch.tensor(r, dtype=torch.long)
-    ids = ids.to(device)
-    lengths = torch.tensor([len(r) for r in rows], device=device)
-    return ids, torch.arange(width, device=device)[None, :] < lengths[:, None]
-
-
-def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
 
 
 class Scorer:
@@ -411,17 +164,14 @@ class Scorer:
         if self.overflow is Overflow.TRUNCATE:
             raise ValueError("overflow='truncate' would score part of a sentence as if it were all of it; "
                              "use 'error' or 'window' for scoring")
-        from .long import check_memory, check_memory_options
-
         check_memory_options(self.overflow, segment_tokens, memory_tokens)
         self.method = resolve_method(model.config.family, method)
         self.max_length = pass_length(model.config, max_length)
         self.segment_tokens = self.memory_tokens = None
         if self.overflow is Overflow.MEMORY:
             cfg = model.config
-            mem_len = cfg.xlnet.mem_len if cfg.family == "xlnet" else 0
-            self.segment_tokens, self.memory_tokens = check_memory(cfg.family, self.method, cfg.max_position,
-                                                                   segment_tokens, memory_tokens, mem_len)
+            self.segment_tokens, self.memory_tokens = check_memory(model, self.method, cfg.max_position,
+                                                                   segment_tokens, memory_tokens)
         if device is not None:
             model = model.to(device)
         self.model = model.eval()
@@ -461,8 +211,6 @@ class Scorer:
         windows = [0] * len(encoded)
         with torch.inference_mode():
             if long:
-                from .long import memory_log_probs
-
                 found, counts = memory_log_probs(Runner(self.model, self.precision), [(k, encoded[k]) for k in long],
                                                  self.segment_tokens, self.memory_tokens, self.batch_size,
                                                  progress=self.progress)
@@ -471,8 +219,6 @@ class Scorer:
                 for k, count in counts.items():
                     windows[k] = count
             if self.method in (Method.PLL, Method.PLL_WORD):
-                from .pll import pll_log_probs
-
                 found = pll_log_probs(Runner(self._masked_lm(), self.precision), segments,
                                       word_l2r=self.method is Method.PLL_WORD, batch_size=self.batch_size,
                                       progress=self.progress)
@@ -493,13 +239,7 @@ class Scorer:
 
     def _masked_lm(self) -> MaskplayModel:
         """The model PLL runs on: the model itself, or an ELECTRA model's generator."""
-        if self.model.config.family != "electra":
-            return self.model
-        if getattr(self.model, "generator", None) is None:
-            raise ValueError("method 'pll' on an ELECTRA model runs its generator, and this model is a discriminator "
-                             "alone (electra.generator = false); use method 'discriminator'")
-        # a BertMLM of its own (what Runner's copies expect), made once while the weights stay the same
-        return _cached(self.model, "generator", lambda m: m.standalone("generator").eval())
+        return self.model.masked_lm(lambda kind, make: _cached(self.model, kind, make))
 
     def _one_pass(self, runner: Runner, segments: list[Segment]) -> list[tuple[tuple[int, int], float]]:
         """T-TA, GPT and ELECTRA's discriminator: every scored piece of a batch of segments in one forward pass."""
@@ -521,8 +261,3 @@ class Scorer:
         return found
 
 
-def _progress(items: list[Any], enabled: bool, desc: str) -> Any:
-    """Batches with a progress bar on a terminal, plain periodic lines otherwise (maskplay.progress)."""
-    from ..progress import track
-
-    return track(items, desc=desc, unit="batch", enabled=enabled, leave=False)

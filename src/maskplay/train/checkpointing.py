@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..config import ModelConfig, from_dict
-from ..modeling import MaskplayModel
+from ..families import MaskplayModel
 from ..precision import Precision
 from ..precision_probe import AUTO
 from .checkpoint import (

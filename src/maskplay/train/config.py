@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from ..config import (
-    FAMILIES,
     PRESETS,
     ElectraConfig,
     LongAttentionConfig,
@@ -25,6 +24,7 @@ from ..config import (
 from ..devices import check_device_name
 from ..precision import Precision
 from ..precision_probe import AUTO
+from ..registry import family_names
 
 PRECISIONS = (AUTO, *(p.value for p in Precision if p.trainable))  # auto, fp32, bf16, bf16-autocast
 # ModelConfig fields that come from the tokenizer of the data, never from the training config.
@@ -70,8 +70,9 @@ class ModelSection:
     init: str = ""
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"model.family must be one of {FAMILIES}, got {self.family!r}")
+        known = family_names()
+        if not any(name == self.family for name in known):
+            raise ValueError(f"model.family must be one of {known}, got {self.family!r}")
         if self.preset not in PRESETS:
             raise ValueError(f"model.preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
         if not self.init:

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from ..data.dataset import TokenDataset
-from ..modeling import MaskplayModel
+from ..families import MaskplayModel
 from ..precision import Precision
 from .batches import eval_batches
 from .config import TrainConfig

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..attention.long import write_spans
 from ..config import ModelConfig
-from ..modeling import MaskplayModel
+from ..families import MaskplayModel
 from ..tokenizer import Tokenizer
 from .config import TrainConfig
 from .distributed import Dist, barrier

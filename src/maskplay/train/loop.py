@@ -31,8 +31,9 @@ from torch import Tensor
 
 from ..attention.long import span_summary
 from ..data.dataset import TokenDataset
+from ..families import MaskplayModel, build_model
 from ..files import prepare_output_dir
-from ..modeling import IGNORE_INDEX, MaskplayModel, build_model
+from ..modeling import IGNORE_INDEX
 from ..precision import forward_in
 from ..tokenizer import Tokenizer, load_tokenizer
 from .batches import pack_groups, packed_lengths, sequence_lengths, step_stream

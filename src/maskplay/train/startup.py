@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from ..data.dataset import TokenDataset
+from ..families import MaskplayModel
 from ..files import atomic_path
-from ..modeling import MaskplayModel
 from ..precision import Precision
 from ..precision_probe import AUTO
 from ..precision_probe import resolve as resolve_precision

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ..attention.long import clamp_spans, span_penalty
 from ..config import ModelConfig
-from ..modeling import MaskplayModel
+from ..families import MaskplayModel
 from ..precision import Precision
 from .config import TrainConfig
 from .distributed import Dist, all_reduce_sum

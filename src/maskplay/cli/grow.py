@@ -1,0 +1,62 @@
+"""`maskplay grow`: a bigger model that computes what a smaller one computes (maskplay.grow)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..families import MaskplayModel
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from .. import grow
+
+    p = sub.add_parser("grow", help="a bigger model computing what a smaller one computes (to continue pretraining)",
+                       description=grow.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model_dir", metavar="MODEL", help="a model directory (or bundled name)")
+    p.add_argument("--layers", type=int, default=None, help="blocks of the grown model (default: unchanged)")
+    p.add_argument("--hidden", type=int, default=None, help="hidden size, a multiple of the model's (default: unchanged)")
+    p.add_argument("--heads", type=int, default=None, help="heads (default: grown with the hidden size)")
+    p.add_argument("--out", required=True, metavar="DIR", help="the new model directory (must not exist)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..families import MaskplayModel
+    from ..grow import grow, largest_difference
+    from ..model_dir import resolve_model_dir
+
+    source = resolve_model_dir(args.model_dir)
+    out = Path(args.out)
+    if out.exists():
+        raise ValueError(f"--out {out} already exists; choose a new directory")
+    small = MaskplayModel.from_pretrained(source)
+    grown = grow(small, args.layers, args.hidden, args.heads)
+    difference = largest_difference(small, grown.model)
+    _save(grown.model, source, out)
+    c, b = small.config, grown.model.config
+    print(f"wrote {out}: {c.num_layers} x {c.hidden_size} ({c.num_heads} heads) -> {b.num_layers} x {b.hidden_size} "
+          f"({b.num_heads} heads), {small.num_parameters():,} -> {grown.model.num_parameters():,} parameters")
+    kind = "exact" if grown.exact else "not exact: " + "; ".join(grown.reasons)
+    print(f"{kind}; largest logit difference on a random batch: {difference:.2e}")
+    return 0
+
+
+def _save(model: MaskplayModel, source: Path, out: Path) -> None:
+    """The grown model and the source's tokenizer, written beside `out` and renamed into place: an interrupted run
+    leaves no half-written directory under the name asked for."""
+    import os
+    import shutil
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp)
+        if (source / "tokenizer.json").is_file():
+            shutil.copy2(source / "tokenizer.json", tmp / "tokenizer.json")
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

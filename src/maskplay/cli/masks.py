@@ -1,0 +1,28 @@
+"""`maskplay masks`: a family's attention mask drawn as a picture."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..masks import mask_pictures
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("masks", help="draw a family's attention mask as a picture")
+    p.add_argument("--family", choices=[*mask_pictures(), "all"], default="tta")
+    p.add_argument("--length", type=int, default=8)
+    p.add_argument("--padding", type=int, default=0, help="padded positions at the end of the sequence")
+    p.add_argument("--out", default="mask.png")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..files import prepare_output_file
+    from ..viz import draw_masks
+
+    chosen = args.family
+    names = [name for name, picture in mask_pictures().items() if picture.in_all] if chosen == "all" else [chosen]
+    prepare_output_file(args.out)
+    out = draw_masks(names, args.length, args.out, padding=args.padding)
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,186 @@
+"""The family contract: everything a family decides, in one base class, and the registry it joins.
+
+A family is a mask, a choice of what the queries start from and a choice of targets (its `forward` and
+`training_batch`), plus the rules below, each with the default most families share. A subclass with a `family`
+name registers itself (registry.py); tasks (score, embed, generate, finetune, train, eval) and the command line
+look a family up by name there and ask it, so no module outside families/ compares family names.
+
+    rule                          attribute / method                 default
+    ----------------------------  ---------------------------------  --------------------------------------
+    config rules                  check_config(config), two_streams  none; one stream
+    left-to-right (T5 buckets,    causal                             False
+      windows, minicons' class)
+    scoring                       score_methods (first = auto),      PLL; the head at the position itself
+                                  score_positions(runner, ...),
+                                  pll_hidden(runner, ...),
+                                  masked_lm(), memory_length()
+    fine-tuning / embedding       default_pooling, pair_segments,    "first"; no segments; forward as is
+                                  downstream_kwargs(types),
+                                  embedding_kwargs(diagonal_mask),
+                                  for_finetuning()
+    generation                    can_generate, prefill, step,       cannot; [SOS] text
+                                  generation_frame(tokenizer),
+                                  generated_token_type
+    training                      num_targets(batch),                labelled tokens; the head at 15 %
+                                  predicted_fraction, parts
+    pictures / commands           masks_shown, growable,             -
+                                  seq2seq_overrides
+    HuggingFace conversion        families/hf/<family>.py            no twin
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from ..config import ModelConfig
+from ..masks import MaskPicture
+from ..model_dir import WEIGHTS_NAME, read_model_config, resolve_model_dir
+from ..modeling import IGNORE_INDEX, ModelBase
+from ..registry import FAMILIES, family_names, register
+
+
+class MaskplayModel(ModelBase):
+    family: ClassVar[str] = ""
+    two_streams: ClassVar[bool] = False
+    causal: ClassVar[bool] = False
+    score_methods: ClassVar[tuple[str, ...]] = ("pll", "pll-word")  # maskplay.score.Method values; first = auto
+    masked_lm_method: ClassVar[str | None] = None  # minicons' MaskedLMScorer default, where not the first method
+    default_pooling: ClassVar[str] = "first"
+    pair_segments: ClassVar[bool] = False  # a text pair's second text gets segment 1 when the model has segments
+    can_generate: ClassVar[bool] = False  # set for each subclass: True when it writes prefill and step
+    generated_token_type: ClassVar[int | None] = None
+    growable: ClassVar[bool] = False
+    has_diagonal_switch: ClassVar[bool] = False  # forward(diagonal_mask=...): T-TA's own token, hidden or seen
+    predicted_fraction: ClassVar[float] = 0.15  # share of tokens at which training applies the LM head (FLOPs)
+    parts: ClassVar[tuple[str, ...]] = ()  # towers `export` can write alone (ELECTRA's generator, discriminator)
+    seq2seq_overrides: ClassVar[tuple[str, ...]] = ()  # config overrides `seq2seq train` adds for this family
+    masks_shown: ClassVar[tuple[MaskPicture, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # a family generates when it writes both generation hooks
+        cls.can_generate = cls.prefill is not MaskplayModel.prefill and cls.step is not MaskplayModel.step
+        if cls.__dict__.get("family"):
+            register(cls)
+
+    def __init__(self, config: ModelConfig) -> None:
+        if config.family != self.family:
+            raise ValueError(f"{type(self).__name__} needs a config with family={self.family!r}, "
+                             f"got {config.family!r}")
+        super().__init__(config, causal=self.causal)
+
+    # ---- config -------------------------------------------------------------------------------------------
+
+    @classmethod
+    def check_config(cls, config: ModelConfig) -> None:
+        """Refuse the switch combinations this family cannot run (one-line ValueError); the core has checked the
+        rest."""
+
+    # ---- scoring ------------------------------------------------------------------------------------------
+
+    def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
+                        targets: Tensor, boundaries_first: bool = False) -> Tensor:
+        """log p(targets) at (rows, cols) in one forward pass (maskplay.score.passes.position_log_probs): by
+        default the head reads the output at the position itself."""
+        hidden = runner.forward(ids, attention_mask=attention_mask).last_hidden_state
+        return runner.log_probs(hidden[rows, cols], targets)
+
+    def pll_hidden(self, runner: Any, ids: Tensor, attention_mask: Tensor, pos: Tensor, end: Tensor) -> Tensor:
+        """The outputs (B, H) at `pos` with the pieces pos..end-1 of each row hidden (PLL, one copy per row):
+        [MASK] in their place; the last block and the head run at `pos` alone."""
+        columns = torch.arange(ids.shape[1], device=ids.device)[None, :]
+        hide = (columns >= pos[:, None]) & (columns < end[:, None])
+        masked = ids.masked_fill(hide, self.config.mask_token_id)
+        return runner.forward(masked, attention_mask=attention_mask, query_positions=pos).last_hidden_state[:, 0]
+
+    def masked_lm(self, memo: Callable[[str, Callable[[Any], Any]], Any]) -> MaskplayModel:
+        """The model a PLL runs on (ELECTRA: its generator). memo(kind, make) returns make(self), made once while
+        the weights stay the same (the scorer's cache of derived copies)."""
+        return self
+
+    def memory_length(self) -> int | None:
+        """Tokens of Transformer-XL memory scoring may carry between segments (None: this family has none)."""
+        return None
+
+    # ---- fine-tuning and embedding ------------------------------------------------------------------------
+
+    def downstream_kwargs(self, input_ids: Tensor, token_type_ids: Tensor | None) -> dict[str, Any]:
+        """forward()'s extra arguments when a fine-tuned head reads the last hidden state."""
+        return {}
+
+    def embedding_kwargs(self, diagonal_mask: bool = True) -> dict[str, Any]:
+        """forward()'s extra arguments when an embedder reads the hidden states."""
+        if not diagonal_mask:
+            raise ValueError(f"diagonal_mask=False applies to T-TA only; this model is {self.family!r}")
+        return {}
+
+    def for_finetuning(self) -> MaskplayModel:
+        """The model a fine-tuning head sits on, its LM head removed (the model itself, changed in place)."""
+        self.head = torch.nn.Identity()
+        return self
+
+    # ---- generation ---------------------------------------------------------------------------------------
+
+    def generation_frame(self, tokenizer: Any) -> tuple[list[int], list[int]]:
+        """How a text becomes a prompt: (prefix ids, suffix ids) around its pieces."""
+        return [self.config.sos_token_id], []
+
+    def prefill(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None) -> Any:
+        raise ValueError(f"a {self.family!r} model cannot generate text")
+
+    def step(self, new_ids: Tensor, cache: Any, new_mask: Tensor | None = None) -> Tensor:
+        raise ValueError(f"a {self.family!r} model cannot generate text")
+
+    # ---- training -----------------------------------------------------------------------------------------
+
+    def num_targets(self, batch: dict[str, Tensor]) -> int:
+        """How many target tokens model(**batch).loss averages over, read from the labels."""
+        return int((batch["labels"] != IGNORE_INDEX).sum())
+
+    @classmethod
+    def training_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float | None:
+        """A family whose step is not the one-tower formula of maskplay.flops says what it is (None: that formula)."""
+        return None
+
+    # ---- loading ------------------------------------------------------------------------------------------
+
+    def generate(self, inputs: Any, **options: Any) -> Any:
+        """Continue texts or token ids: maskplay.generation.generate (greedy, beam search, sampling; a key/value
+        cache). A family that cannot generate raises ValueError naming the families that can."""
+        from ..generation import generate  # a task: imported when asked for, so the families stay below it
+
+        return generate(self, inputs, **options)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, **config_overrides: Any) -> MaskplayModel:
+        """Load a model saved by save_pretrained, from a directory or a hub name ("org/name", fetched with
+        huggingface_hub). Called on MaskplayModel it builds the saved family."""
+        directory = resolve_model_dir(directory)
+        config = read_model_config(directory, **config_overrides)
+        weights_path = directory / WEIGHTS_NAME
+        if not weights_path.is_file():
+            raise FileNotFoundError(f"{weights_path} not found: is {directory} a directory written by save_pretrained?")
+        model_cls = cls if cls.family else family_class(config.family)
+        model = model_cls(config)
+        model.load_weights(weights_path)
+        return model
+
+
+def family_class(family: str) -> type[MaskplayModel]:
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; choose one of {sorted(family_names())}")
+    return FAMILIES[family]
+
+
+def build_model(config: ModelConfig) -> MaskplayModel:
+    return family_class(config.family)(config)
+
+
+def families() -> list[type[MaskplayModel]]:
+    return [FAMILIES[name] for name in family_names()]

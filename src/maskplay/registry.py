@@ -1,0 +1,41 @@
+"""The one table of families: name -> family class. maskplay.families.base fills it as each family class is
+defined (a family registers itself by subclassing); everything else looks a family up here by name and asks it,
+never compares names. The core reads only the config rules (FamilyRules) so that it never imports a family."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol
+
+
+class FamilyRules(Protocol):
+    """What the core asks of a family when it checks a config."""
+
+    family: ClassVar[str]
+    two_streams: ClassVar[bool]  # XLNet's content + query streams: Transformer-XL positions, no single-stream kinds
+
+    @classmethod
+    def check_config(cls, config: Any) -> None: ...  # a ModelConfig (not imported: config.py imports this module)
+
+
+FAMILIES: dict[str, Any] = {}  # name -> family class (a maskplay.families.base.MaskplayModel subclass)
+
+
+def register(cls: Any) -> None:
+    """Add a family class under its `family` name; a second class with a taken name is refused, unless it
+    subclasses the registered one (a family refined in place, e.g. in a test)."""
+    name = cls.family
+    old = FAMILIES.get(name)
+    if old is not None and old is not cls and not issubclass(cls, old) and old.__qualname__ != cls.__qualname__:
+        raise ValueError(f"family {name!r} is already registered by {old.__module__}.{old.__qualname__}")
+    FAMILIES[name] = cls
+
+
+def family_names() -> tuple[str, ...]:
+    """The registered families, in registration order (the built-in six first)."""
+    return tuple(FAMILIES)
+
+
+def rules(name: str) -> FamilyRules:
+    if name not in FAMILIES:
+        raise ValueError(f"family must be one of {family_names()}, got {name!r}")
+    return FAMILIES[name]
