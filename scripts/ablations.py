@@ -244,7 +244,7 @@ def load_results() -> list[dict]:
 def cmd_summarize(args: argparse.Namespace) -> None:
     from ablations_report import write_report  # scripts/ablations_report.py
 
-    write_report(load_results(), Path(args.table), Path(args.plot))
+    write_report(load_results(), Path(args.table), Path(args.plot), row_order=list(ROWS))
 
 
 def main() -> None:

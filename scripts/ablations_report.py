@@ -66,11 +66,12 @@ def switch_speed(path: Path) -> dict[tuple[str, str], float]:
     return out
 
 
-def write_report(records: list[dict], table: Path, plot: Path) -> None:
+def write_report(records: list[dict], table: Path, plot: Path, row_order: list[str]) -> None:
+    """row_order: the row names in the order scripts/ablations.py defines them (its ROWS), the table's order."""
     groups = group(records)
     speed = switch_speed(table.parent / "switch_speed.json")
     families = sorted({f for f, _ in groups}, key=lambda f: ("tta", "bert").index(f) if f in ("tta", "bert") else 9)
-    rows_order = list(dict.fromkeys(r["row"] for r in sorted(records, key=lambda r: _row_rank(r["row"]))))
+    rows_order = list(dict.fromkeys(r["row"] for r in sorted(records, key=lambda r: _row_rank(r["row"], row_order))))
     lines = []
     for family in families:
         base = groups.get((family, "default"))
@@ -139,10 +140,7 @@ def _depth_table(groups: dict, families: list[str]) -> list[str]:
     return lines + [""]
 
 
-def _row_rank(row: str) -> tuple[int, str]:
-    from ablations import ROWS  # the order the rows are defined in
-
-    names = list(ROWS)
+def _row_rank(row: str, names: list[str]) -> tuple[int, str]:
     return (names.index(row) if row in names else len(names), row)
 
 

@@ -35,10 +35,10 @@ from pathlib import Path
 
 # scripts/ablations.py: one command into a log, a run started or resumed, its metrics, an atomic JSON write
 from ablations import pretrain, run_metrics, runner_env, sh, write_json
+from study_common import FAMILIES, best_lrs
 
 RUNS = Path("runs/compare")
 RESULTS = Path("results/compare")
-FAMILIES = ("tta", "bert", "gpt", "electra", "xlnet", "unilm")
 EVALS = ("sts", "spelling", "cola", "nbest")
 # what a family needs to pretrain on plain sentences: UniLM's default objective is seq2seq (source [SEP] target)
 FAMILY_SETS = {"unilm": ["model.unilm.objective=mixed"]}
@@ -158,21 +158,6 @@ def load_untrained() -> list[dict]:
 
 def load_results(directory: Path | None = None) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((directory or RESULTS).glob("*-lr*-s[0-9]*.json"))]
-
-
-def best_lrs(records: list[dict]) -> dict[str, float]:
-    """Each family's learning rate with the lowest held-out loss (its own objective) on the grid's seed (the
-    lowest seed the family has): later seeds, run at the chosen rate only, must not move the choice."""
-    grid_seed = {}
-    for r in records:
-        grid_seed[r["family"]] = min(grid_seed.get(r["family"], r["seed"]), r["seed"])
-    best: dict[str, tuple[float, float]] = {}
-    for r in records:
-        if r["seed"] != grid_seed[r["family"]]:
-            continue
-        if r["family"] not in best or r["heldout_loss"] < best[r["family"]][1]:
-            best[r["family"]] = (r["lr"], r["heldout_loss"])
-    return {family: lr for family, (lr, _) in best.items()}
 
 
 def cmd_run(args: argparse.Namespace) -> None:

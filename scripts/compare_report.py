@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from compare import FAMILIES, best_lrs
+from study_common import FAMILIES, best_lrs
 
 NAN = float("nan")
 START, END = "<!-- compare table: scripts/compare.py summarize -->", "<!-- end of compare table -->"

@@ -6,6 +6,7 @@ into world_size x grad_accum contiguous micro-batches; process r takes micro-bat
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,9 @@ import torch
 from torch import Tensor
 
 from ..data.dataset import TokenDataset, pad_batch
+from .config import TrainConfig
+from .distributed import Dist
+from .state import TrainState
 
 
 def sequence_lengths(dataset: TokenDataset) -> np.ndarray:
@@ -122,3 +126,28 @@ def eval_batches(dataset: TokenDataset, n_sequences: int, micro: int, max_length
     seqs = [dataset[i][:max_length] for i in range(n)]
     seqs.sort(key=len)
     return [pad_batch(seqs[i:i + micro], pad_id) for i in range(0, n, micro)]
+
+
+def step_stream(state: TrainState, config: TrainConfig, d: Dist, directory: str | Path, item_lengths: np.ndarray,
+                pad_id: int, packed: np.ndarray | None) -> Iterator[list[tuple[Tensor, Tensor]]]:
+    """This process's micro-batches of every remaining step, epoch after epoch, from the state's position; it
+    moves state to the next epoch when it starts one (the loop advances state.position)."""
+    cfg = config
+    while True:
+        if state.position >= len(item_lengths) // cfg.data.batch_size:
+            state.epoch, state.position = state.epoch + 1, 0
+        order = epoch_batches(item_lengths, cfg.data.batch_size, cfg.data.seed, state.epoch,
+                              cfg.data.bucket_window, cfg.data.curriculum_steps)
+        steps = StepBatches(directory, order, d.rank, d.world_size, cfg.optim.grad_accum,
+                            cfg.data.max_length, pad_id, packed)
+        remaining = range(state.position, len(steps))
+        if cfg.data.num_workers:
+            # its own generator: a DataLoader otherwise draws its workers' seed from the global RNG, which
+            # would shift the dropout stream
+            loader = torch.utils.data.DataLoader(steps, batch_size=None, sampler=remaining,
+                                                 num_workers=cfg.data.num_workers,
+                                                 generator=torch.Generator().manual_seed(state.epoch))
+            yield from loader
+        else:
+            for k in remaining:
+                yield steps[k]

@@ -104,3 +104,66 @@ class Metrics:
         self.log_file.close()
         if self.writer is not None:
             self.writer.close()
+
+
+class RunLog:
+    """A line for the console and train.log; warnings go to stderr, so that stdout keeps only results. Lines
+    logged before the Metrics (and its train.log) exist are printed at once and written to train.log on attach."""
+
+    def __init__(self, is_main: bool, stream: TextIO | None = None) -> None:
+        self.is_main = is_main
+        self.stream = stream if stream is not None else sys.stdout
+        self.metrics: Metrics | None = None
+        self._pending: list[str] = []
+
+    def __call__(self, message: str) -> None:
+        if not self.is_main:
+            return
+        stream = sys.stderr if message.startswith("WARNING") else self.stream
+        if self.metrics is None:
+            print(message, file=stream, flush=True)
+            self._pending.append(message)
+        else:
+            self.metrics.log(message, stream=stream)
+
+    def attach(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        for message in self._pending:
+            metrics.log(message, echo=False)  # printed already; now into train.log
+        self._pending.clear()
+
+
+class Window:
+    """The training sums between two logged steps, and the training time they took (evaluations and
+    checkpoints are paused out, so tokens/s counts training only)."""
+
+    def __init__(self) -> None:
+        self.reset(time.monotonic())
+
+    def reset(self, now: float) -> None:
+        self.loss = self.n = self.tokens = 0.0  # all-reduced over processes
+        self.local_n = 0.0  # this process's targets, which weigh its loss parts
+        self.parts: dict[str, float] = {}  # this process's loss parts (ModelOutput.parts) x targets
+        self.time = now
+
+    def add_micro(self, n: int, parts: dict[str, float]) -> None:
+        self.local_n += n
+        for key, value in parts.items():
+            self.parts[key] = self.parts.get(key, 0.0) + value
+
+    def add_step(self, loss: float, n: float, tokens: float) -> None:
+        self.loss += loss
+        self.n += n
+        self.tokens += tokens
+
+    def close(self) -> tuple[float, float, dict[str, float]]:
+        """(mean loss, tokens per second, mean loss parts) of the window; then a new window starts."""
+        now = time.monotonic()
+        loss = self.loss / self.n
+        rate = self.tokens / max(now - self.time, 1e-9)
+        parts = {k: v / max(self.local_n, 1.0) for k, v in self.parts.items()}
+        self.reset(now)
+        return loss, rate, parts
+
+    def pause(self, started: float) -> None:
+        self.time += time.monotonic() - started

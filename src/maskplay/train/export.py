@@ -1,0 +1,40 @@
+"""The final model of a run: RUN_DIR/final, a directory MaskplayModel.from_pretrained reads."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from ..attention.long import write_spans
+from ..config import ModelConfig
+from ..families import MaskplayModel
+from ..tokenizer import Tokenizer
+from .config import TrainConfig
+from .distributed import Dist, barrier
+
+FINAL_DIR = "final"
+
+
+def export_final(run_dir: Path, d: Dist, model: MaskplayModel, model_config: ModelConfig, tokenizer: Tokenizer,
+                 config: TrainConfig, log: Callable[[str], None]) -> Path:
+    """RUN_DIR/final: config.json + model.safetensors (MaskplayModel.from_pretrained) + tokenizer.json, swapped
+    in whole for an earlier export (a collective: every process must call it)."""
+    final = run_dir / FINAL_DIR
+    if d.is_main:
+        tmp = run_dir / f".tmp-{FINAL_DIR}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        tokenizer.save(tmp)
+        (tmp / "train_config.json").write_text(config.to_json())
+        old = run_dir / f".old-{FINAL_DIR}-{os.getpid()}"
+        if final.exists():
+            os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+        if model_config.long.adaptive_span:  # the learned spans, layers x heads, next to the final model
+            spans = write_spans(model, run_dir / "adaptive_spans.json")
+            log(f"learned adaptive spans (tokens, layer by layer): {spans}; {run_dir / 'adaptive_spans.json'}")
+    barrier(d)
+    return final

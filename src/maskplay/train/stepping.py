@@ -1,0 +1,125 @@
+"""One optimizer step: forward and backward of every micro-batch in the run's precision (gradient accumulation,
+DDP synchronising only on the last one), the all-reduce that makes the gradient that of the global batch's mean
+token loss, clipping, and the update."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..attention.long import clamp_spans, span_penalty
+from ..config import ModelConfig
+from ..families import MaskplayModel
+from ..precision import Precision
+from .config import TrainConfig
+from .distributed import Dist, all_reduce_sum
+from .metrics import Window
+from .schedule import learning_rate
+
+# the loop's own forward_in and count_targets are passed in, so that what a test patches there is what runs
+Forward = Callable[..., Any]
+CountTargets = Callable[[MaskplayModel, dict[str, Tensor]], int]
+
+
+class NonFinite(Exception):
+    """The loss or the gradient of a step is nan or inf; raised before the optimizer steps."""
+
+
+@dataclass
+class StepOutcome:
+    lr: float
+    loss: float  # the global batch's summed token loss (all processes)
+    targets: float  # and its target count
+    tokens: float
+    grad_norm: float
+    signal: bool  # some process received SIGINT / SIGTERM
+    budget: bool  # some process ran out of run.max_minutes
+
+
+class Stepper:
+    def __init__(self, config: TrainConfig, d: Dist, model: MaskplayModel, model_config: ModelConfig,
+                 optimizer: torch.optim.Optimizer, generator: torch.Generator, precision: Precision,
+                 forward: Forward, count_targets: CountTargets) -> None:
+        self.config, self.d = config, d
+        self.model, self.model_config = model, model_config
+        self.optimizer, self.generator, self.precision = optimizer, generator, precision
+        self.forward, self.count_targets = forward, count_targets
+        self.ddp = None
+        if d.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.ddp = DistributedDataParallel(model, device_ids=[d.device] if d.device.type == "cuda" else None)
+
+    def step(self, step: int, next_batches: Callable[[], list[tuple[Tensor, Tensor]]],
+             stop_flags: Callable[[], list[float]], window: Window) -> StepOutcome:
+        """Optimizer step number step + 1 on this process's micro-batches of the global batch; stop_flags are
+        read once the micro-batches are done and all-reduced with the loss, so every process decides alike."""
+        cfg, d = self.config, self.d
+        lr = learning_rate(step, cfg.optim)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        micro_batches = next_batches()
+        loss_sum, n_targets, n_tokens = 0.0, 0, 0
+        for m, (ids, mask) in enumerate(micro_batches):
+            part, n, parts = self.micro_step(step, ids, mask, sync=m == len(micro_batches) - 1)
+            loss_sum += part
+            n_targets += n
+            window.add_micro(n, parts)
+            n_tokens += int(mask.sum())
+        totals = all_reduce_sum(
+            d, torch.tensor([loss_sum, n_targets, n_tokens, *stop_flags()], dtype=torch.float64)).tolist()
+        g_loss, g_targets, g_tokens, g_signal, g_budget = totals
+        if g_targets == 0:
+            raise ValueError(f"step {step}: the global batch has no target tokens")
+        if not math.isfinite(g_loss):
+            raise NonFinite(f"the training loss is {g_loss}")
+        grad_norm = self._scaled_clipped_gradient(g_targets)
+        self.optimizer.step()
+        if self.model_config.long.adaptive_span:
+            clamp_spans(self.model)  # spans back into [0, max_span]
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepOutcome(lr=lr, loss=g_loss, targets=g_targets, tokens=g_tokens, grad_norm=grad_norm,
+                           signal=bool(g_signal), budget=bool(g_budget))
+
+    def _scaled_clipped_gradient(self, g_targets: float) -> float:
+        # DDP averaged the per-process sums over world_size processes; undo that and divide by the count
+        scale = self.d.world_size / g_targets
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        clip = self.config.optim.clip
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf))
+        if not math.isfinite(grad_norm):  # a finite loss whose gradient overflowed
+            raise NonFinite(f"the gradient norm is {grad_norm}")
+        return grad_norm
+
+    def micro_step(self, step: int, ids: Tensor, mask: Tensor, sync: bool) -> tuple[float, int, dict[str, float]]:
+        """Forward and backward one micro-batch's summed token loss; returns (loss sum, target count, the
+        family's loss parts (ModelOutput.parts) times the target count)."""
+        batch = self.model.training_batch(ids, mask, generator=self.generator)  # on the CPU: device-independent
+        batch = {k: v.to(self.d.device, non_blocking=True) for k, v in batch.items()}
+        module = self.ddp if self.ddp is not None else self.model
+        no_sync = self.ddp.no_sync() if self.ddp is not None and not sync else contextlib.nullcontext()
+        n = self.count_targets(self.model, batch)
+        if n == 0:
+            # nothing to learn from (only special tokens); skipping is exact, except where DDP expects this
+            # process's backward to start the gradient all-reduce
+            if self.ddp is not None and sync:
+                raise ValueError(f"step {step}: the last micro-batch of process {self.d.rank} has no target "
+                                 "tokens (its sequences hold only special tokens); drop such sequences from the "
+                                 "data")
+            return 0.0, 0, {}
+        with no_sync:
+            out = self.forward(module, self.precision, **batch)
+            total = out.loss.float() * n  # the family's loss is the mean over its n targets: n * mean is their sum
+            if self.model_config.long.adaptive_span:  # + adaptive span's L1 term (long_attention.py)
+                (total + span_penalty(self.model) * n).backward()
+            else:
+                total.backward()
+        return float(total.detach()), n, {k: float(v.detach()) * n for k, v in (out.parts or {}).items()}
