@@ -33,7 +33,6 @@ from ..attention.long import span_summary
 from ..data.dataset import TokenDataset
 from ..families import MaskplayModel, build_model
 from ..files import prepare_output_dir
-from ..modeling import IGNORE_INDEX
 from ..precision import forward_in
 from ..tokenizer import Tokenizer, load_tokenizer
 from .batches import pack_groups, packed_lengths, sequence_lengths, step_stream
@@ -82,14 +81,9 @@ class TrainResult:
 
 def count_targets(model: MaskplayModel, batch: dict[str, Tensor]) -> int:
     """How many target tokens model(**batch).loss averages over (the rows of its logits), read from the labels
-    so that the logits, which the loss never materialises, are not computed just to be counted."""
-    counter = getattr(model, "num_targets", None)
-    if callable(counter):  # a family that knows better says so
-        return int(counter(batch))
-    labels = batch["labels"]
-    if model.family == "gpt":  # GPT shifts its labels inside forward: position 0 is never a target
-        labels = labels[:, 1:]
-    return int((labels != IGNORE_INDEX).sum())
+    so that the logits, which the loss never materialises, are not computed just to be counted: the family's
+    rule (families/base.py: the labelled tokens; GPT's shift; ELECTRA's every real token)."""
+    return int(model.num_targets(batch))
 
 
 def prepare_data(config: TrainConfig, run_dir: Path, d: Dist, log: Any) -> Path:
