@@ -17,7 +17,7 @@ as target_mapping and labels, loss from the model.
     python benchmarks/train_speed.py --preset mini --families xlnet --precisions fp32 bf16 --hf-xlnet
 
 With --switch NAME:FIELD=VALUE[,FIELD=VALUE...] (repeatable) each family/precision also runs with those ModelConfig
-fields set (docs/ARCHITECTURE.md), and each switch's step time is reported as a ratio to the default's of the same
+fields set (docs/SWITCHES.md), and each switch's step time is reported as a ratio to the default's of the same
 run:
 
     python benchmarks/train_speed.py --families bert --precisions bf16 --switch rotary:positions=rotary \
@@ -247,7 +247,7 @@ def main() -> None:
     p.add_argument("--hf-xlnet", action="store_true",
                    help="baseline: HuggingFace XLNetLMHeadModel (perm_mask + target_mapping) instead of BertForMaskedLM")
     p.add_argument("--switch", action="append", default=[], metavar="NAME:FIELD=VALUE[,...]",
-                   help="also run every family/precision with these ModelConfig fields (docs/ARCHITECTURE.md)")
+                   help="also run every family/precision with these ModelConfig fields (docs/SWITCHES.md)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--memory", action="store_true", help="also measure each case's peak memory (subprocesses)")

@@ -16,11 +16,11 @@ from .registry import family_names, rules
 
 UNILM_OBJECTIVES = ("seq2seq", "mixed")
 POSITION_SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "transformer-xl")  # positions.py
-# ModelConfig fields that change the block's architecture away from BERT's (docs/ARCHITECTURE.md)
+# ModelConfig fields that change the block's architecture away from BERT's (docs/SWITCHES.md)
 NORMS = ("layernorm", "rmsnorm")  # norms.py
 NORM_PLACEMENTS = ("post", "pre", "deepnorm")
 FFNS = ("gelu", "geglu", "swiglu")  # feedforward.py
-ATTENTION_KINDS = ("dot", "synthesizer-random", "synthesizer-dense", "lsra")  # attention_variants.py, lite_attention.py
+ATTENTION_KINDS = ("dot", "synthesizer-random", "synthesizer-dense", "lsra")  # attention/variants.py, attention/lsra.py
 ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm_placement", "ffn", "ffn_bias",
                          "share_layers", "attention", "long")
 
@@ -78,7 +78,7 @@ class XlnetConfig:
 
 @dataclass
 class LongAttentionConfig:
-    """Long-text attention (docs/LONG_TEXT.md, long_attention.py), for every single-stream family: a Longformer
+    """Long-text attention (docs/LONG_TEXT.md, attention/long.py), for every single-stream family: a Longformer
     window with global tokens, or a learned span per head (adaptive span). All off by default."""
 
     window: int | None = None  # Longformer's sliding window: w keys on each side (GPT, causal, sees w to the left)
@@ -127,7 +127,7 @@ class ModelConfig:
     # width of the embedding tables; None = hidden_size. When it differs, a linear projection maps the embeddings
     # to the hidden size and the LM head maps back (HuggingFace ELECTRA's embedding_size, ALBERT's factorisation)
     embedding_size: int | None = None
-    # where positions come from (positions.py, docs/ARCHITECTURE.md): learned | sinusoidal | rotary | t5 | alibi |
+    # where positions come from (positions.py, docs/SWITCHES.md): learned | sinusoidal | rotary | t5 | alibi |
     # none | transformer-xl; None = the family's own: "transformer-xl" for xlnet, else "learned"
     positions: str | None = None
     # biases on the attention's query/key/value/output projections; None = the family's own (XLNet has none)
@@ -146,8 +146,8 @@ class ModelConfig:
     ffn_bias: bool = True
     # ALBERT's cross-layer sharing: one block's weights in every layer (embedding_size is its other half)
     share_layers: bool = False
-    # what makes the attention logits: dot (q . k) | synthesizer-random | synthesizer-dense (attention_variants.py)
-    # | lsra: Lite Transformer's long-short range attention, half the channels through a convolution (lite_attention.py)
+    # what makes the attention logits: dot (q . k) | synthesizer-random | synthesizer-dense (attention/variants.py)
+    # | lsra: Lite Transformer's long-short range attention, half the channels through a convolution (attention/lsra.py)
     attention: str = "dot"
     lsra_kernel: int = 7  # the convolution's kernel size (odd; centred on the query), read by attention = "lsra" only
     hidden_dropout: float = 0.1
@@ -236,7 +236,7 @@ class ModelConfig:
                 raise ValueError(f"{name}={value} is outside the vocabulary of size {self.vocab_size}")
 
     def architecture_changes(self) -> list[str]:
-        """The architecture switches (docs/ARCHITECTURE.md) set away from the family's own, as "name = value":
+        """The architecture switches (docs/SWITCHES.md) set away from the family's own, as "name = value":
         what a converter to another library's architecture must refuse."""
         own = ModelConfig(family=self.family)
         return [f"{name} = {getattr(self, name)!r}" for name in ARCHITECTURE_SWITCHES

@@ -1,4 +1,4 @@
-"""A block's feed-forward layer (ModelConfig.ffn; docs/ARCHITECTURE.md): BERT's GELU layer (FeedForward), or the
+"""A block's feed-forward layer (ModelConfig.ffn; docs/SWITCHES.md): BERT's GELU layer (FeedForward), or the
 gated ones, GEGLU and SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer"), FFN(x) = (act(x W) * (x V)) W_2
 with act = GELU or Swish (SiLU). With three matrices instead of two, the hidden width is 2/3 of intermediate_size
 (ModelConfig.ffn_width), as the paper does, so that the layer has the parameters of the GELU one it replaces."""

@@ -9,7 +9,7 @@ Each head h weights the key at distance x from the query by the soft mask
     a_ij = m_z(|i - j|) exp(s_ij) / sum_k m_z(|i - k|) exp(s_ik)
 
 which is softmax(s_ij + log m_z(|i - j|)): the soft mask enters attention as an additive log-bias, so it runs
-in SDPA as a float mask, and inside ``sparse_attention.sliding_window_attention`` with the window cut at the
+in SDPA as a float mask, and inside ``banded.sliding_window_attention`` with the window cut at the
 largest span z + R (keys beyond it have weight 0), in memory linear in length. The paper's distance is
 t - r over past tokens; maskplay's families also look ahead, so x = |i - j| (a causal family keeps its causal
 mask as the hard mask). The loss adds ``penalty()`` (the L1 term, the mean span in tokens) times a

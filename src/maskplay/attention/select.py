@@ -1,4 +1,4 @@
-"""The one place that picks a block's attention layer from the config (ModelConfig.attention; docs/ARCHITECTURE.md).
+"""The one place that picks a block's attention layer from the config (ModelConfig.attention; docs/SWITCHES.md).
 Talking heads, relative positions and adaptive spans are switches inside the dot-product layer (dense.Attention)."""
 
 from __future__ import annotations

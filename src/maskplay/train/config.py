@@ -47,7 +47,7 @@ class ModelSection:
     embedding_size: int | None = None
     positions: str | None = None  # None: the family's own (positions.py)
     attention_bias: bool | None = None  # None: the family's own
-    key_size: int | None = None  # query/key width per head; None: hidden_size / num_heads (docs/ARCHITECTURE.md)
+    key_size: int | None = None  # query/key width per head; None: hidden_size / num_heads (docs/SWITCHES.md)
     talking_heads: bool | None = None  # None: off
     norm: str | None = None  # layernorm | rmsnorm; None: layernorm
     norm_placement: str | None = None  # post | pre | deepnorm; None: post

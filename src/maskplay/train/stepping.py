@@ -118,7 +118,7 @@ class Stepper:
         with no_sync:
             out = self.forward(module, self.precision, **batch)
             total = out.loss.float() * n  # the family's loss is the mean over its n targets: n * mean is their sum
-            if self.model_config.long.adaptive_span:  # + adaptive span's L1 term (long_attention.py)
+            if self.model_config.long.adaptive_span:  # + adaptive span's L1 term (attention/long.py)
                 (total + span_penalty(self.model) * n).backward()
             else:
                 total.backward()
