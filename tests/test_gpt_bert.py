@@ -184,3 +184,18 @@ def test_pretrains_and_resumes_exactly(tmp_path):
     a, b = weights(tmp_path / "whole"), weights(tmp_path / "part")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert isinstance(GPTBert, type)
+
+
+def test_pretrain_command_trains_it_from_its_config(tmp_path):
+    """`maskplay pretrain --config configs/mini-gpt-bert.toml`, shrunk to the tiny preset and a few steps."""
+    from maskplay.cli import main
+    from tests.test_train import REPO, SMALL, make_data
+
+    data = make_data(tmp_path / "data")
+    args = ["pretrain", "--config", str(REPO / "configs" / "mini-gpt-bert.toml"), "--data", str(data),
+            "--out", str(tmp_path / "run")]
+    for override in SMALL:
+        args += ["--set", override]
+    assert main(args) == 0
+    model = GPTBert.from_pretrained(tmp_path / "run" / "final")
+    assert model.config.gpt_bert.causal_share == pytest.approx(1 / 16) and model.config.num_layers == 2
