@@ -274,21 +274,30 @@ def test_errors_a_client_can_act_on(tta, gpt):
     assert tta.health()["status"] == "ok" and gpt.health()["status"] == "ok"
 
 
+def wait_for(server: Server, predicate, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate(server.health()["batching"]):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout} s")
+        time.sleep(0.005)
+
+
 @pytest.mark.slow
 def test_full_queue_is_503_with_retry_after():
-    server = Server("unilm-titles-mini", "--max-queue", "1", "--max-wait-ms", "1500")
+    """--max-queue 1: while a long call runs and one request waits, the next is refused with Retry-After."""
+    server = Server("tta-mini-wiki", "--max-queue", "1")
     try:
-        with ThreadPoolExecutor(3) as pool:
-            first = pool.submit(server.post, "/v1/completions", json={"prompt": "the history of paris",
-                                                                      "max_tokens": 5, "temperature": 0})
-            time.sleep(0.4)
-            refused = [pool.submit(server.post, "/v1/score", json={"input": "a"}) for _ in range(2)]
-            refused = [r.result() for r in refused]
-            assert first.result().status_code == 200 and first.result().json()["choices"][0]["text"]
-        for r in refused:
-            assert r.status_code == 503 and r.headers["retry-after"] == "1"
-            assert r.json()["error"]["code"] == "queue_full"
-        assert server.health()["batching"]["refused"] == 2
+        with ThreadPoolExecutor(2) as pool:
+            long = pool.submit(server.post, "/v1/score", json={"input": SENTENCES * 150})
+            wait_for(server, lambda b: b["running"], "the long call")
+            waiting = pool.submit(server.post, "/v1/score", json={"input": "a"})
+            wait_for(server, lambda b: b["queued"] == 1, "a waiting request")
+            refused = server.post("/v1/score", json={"input": "b"})
+            assert server.health()["batching"]["running"], "the long call ended too soon: the test proves nothing"
+            assert long.result().status_code == 200 and waiting.result().status_code == 200
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["code"] == "queue_full"
+        assert server.health()["batching"]["refused"] == 1
     finally:
         server.stop()
 

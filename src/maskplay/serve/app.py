@@ -69,7 +69,8 @@ def _info_routes(app: FastAPI, service: ModelService, batcher: Batcher) -> None:
         s = batcher.stats
         return {"status": "ok", "model": service.name, "family": service.family,
                 "batching": {"enabled": batcher.enabled, "max_batch_size": batcher.max_batch_size,
-                             "max_wait_ms": batcher.max_wait * 1000, "queued": len(batcher.pending),
+                             "max_wait_ms": batcher.max_wait * 1000, "running": batcher.running,
+                             "queued": len(batcher.pending),
                              "max_queue": batcher.max_queue, "requests": s.jobs, "items": s.items,
                              "model_calls": s.calls, "largest_batch": s.largest, "refused": s.refused}}
 

@@ -2,8 +2,10 @@
 
 Each request is a job: a batch key (what must be equal for two jobs to share a call: the endpoint and the options
 that change the computation), its items (sentences, prompts) and the function that runs a list of items. The
-loop takes the oldest job, waits until it is `max_wait_ms` old or `max_batch_size` items of its key are waiting,
-then runs the items of every waiting job with that key (oldest first, up to max_batch_size items; the first job
+loop takes the oldest job; under concurrent load (the last call served several jobs, or more were waiting) it waits
+until that job is `max_wait_ms` old or `max_batch_size` items of its key are waiting (a lone client's request
+does not wait: it runs at once, and requests that arrive while the model is busy batch into the next call); then
+it runs the items of every waiting job with that key (oldest first, up to max_batch_size items; the first job
 always goes whole) in one call on the model's thread, and hands each job back its own slice of the results.
 
 Results never mix: a call returns one result per item, in order, and a job gets exactly the slice of its items.
@@ -64,6 +66,8 @@ class Batcher:
         self.stats = BatchStats()
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
+        self.running = False  # a model call is in flight
+        self._busy = False  # the last call served several jobs: clients are concurrent, so wait for the others
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="maskplay-model")  # the model runs here only
 
     def start(self) -> None:
@@ -101,7 +105,7 @@ class Batcher:
                 await self._wakeup.wait()
                 continue
             first = self.pending[0]
-            if self.enabled:
+            if self.enabled and self._busy:
                 await self._gather(first)
             batch = self._take(first)
             await self._call(batch)
@@ -136,10 +140,12 @@ class Batcher:
             return
         loop = asyncio.get_running_loop()
         items = [item for job in batch for item in job.items]
+        self._busy = len(batch) > 1 or bool(self.pending)
         self.stats.jobs += len(batch)
         self.stats.items += len(items)
         self.stats.calls += 1
         self.stats.largest = max(self.stats.largest, len(batch))
+        self.running = True
         try:
             results = await loop.run_in_executor(self.executor, batch[0].run, items)
             if len(results) != len(items):
@@ -155,6 +161,8 @@ class Batcher:
                 except Exception as alone:  # noqa: BLE001
                     _settle(job, error=alone)
             return
+        finally:
+            self.running = False
         start = 0
         for job in batch:
             _settle(job, results[start:start + len(job.items)])
