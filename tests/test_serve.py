@@ -284,11 +284,17 @@ def wait_for(server: Server, predicate, what: str, timeout: float = 60) -> None:
 
 @pytest.mark.slow
 def test_full_queue_is_503_with_retry_after():
-    """--max-queue 1: while a long call runs and one request waits, the next is refused with Retry-After."""
-    server = Server("tta-mini-wiki", "--max-queue", "1")
+    """--max-queue 1: while a long call runs and one request waits, the next is refused with Retry-After. UniLM
+    generates too (its frame: [SOS] source [SEP])."""
+    server = Server("unilm-titles-mini", "--max-queue", "1")
     try:
+        source = "the history of paris is long and the city was founded by romans ."
+        model, tokenizer = load_model_dir("unilm-titles-mini")
+        title = server.post("/v1/completions", json={"prompt": source, "max_tokens": 10, "temperature": 0}).json()
+        assert title["choices"][0]["text"].strip() == generate(model, [source], tokenizer=tokenizer,
+                                                               max_new_tokens=10).generations[0].text
         with ThreadPoolExecutor(2) as pool:
-            long = pool.submit(server.post, "/v1/score", json={"input": SENTENCES * 150})
+            long = pool.submit(server.post, "/v1/embeddings", json={"input": SENTENCES * 150})
             wait_for(server, lambda b: b["running"], "the long call")
             waiting = pool.submit(server.post, "/v1/score", json={"input": "a"})
             wait_for(server, lambda b: b["queued"] == 1, "a waiting request")

@@ -90,13 +90,13 @@ def _model_routes(app: FastAPI, service: ModelService, batcher: Batcher) -> None
         if not texts:
             raise APIError(400, "input is an empty list", "input")
         service.check_texts(texts, "input", request.overflow)
-        options = EmbedOptions(request.pooling, request.layer, request.normalize, request.diagonal_mask,
-                               request.static, request.overflow)
-        vectors = await batcher.submit(("embed", options), texts, lambda batch: service.embed(batch, options))
-        width = len(vectors[0])
+        width = service.embedding_width(request.static)
         if request.dimensions is not None and request.dimensions != width:
             raise APIError(400, f"dimensions: this model's vectors have {width} dimensions, got {request.dimensions}",
                            "dimensions")
+        options = EmbedOptions(request.pooling, request.layer, request.normalize, request.diagonal_mask,
+                               request.static, request.overflow)
+        vectors = await batcher.submit(("embed", options), texts, lambda batch: service.embed(batch, options))
 
         def encoded(v: np.ndarray) -> Any:
             v = np.asarray(v, dtype="<f4")

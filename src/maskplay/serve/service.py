@@ -144,6 +144,10 @@ class ModelService:
     def score(self, texts: list[str]) -> list[SentenceScore]:
         return self.scorer.score(texts)
 
+    def embedding_width(self, static: bool) -> int:
+        cfg = self.model.config
+        return cfg.embedding_width if static else cfg.hidden_size
+
     def embed(self, texts: list[str], options: EmbedOptions) -> list[np.ndarray]:
         vectors = self.embedder.encode(texts, pooling=Pooling(options.pooling), layer=options.layer,
                                        diagonal_mask=options.diagonal_mask, normalize=options.normalize,
