@@ -25,7 +25,16 @@ from maskplay.train.distributed import Dist
 from maskplay.train.ema import EMA_FILE, WeightEma
 from maskplay.train.lamb import Lamb
 from maskplay.train.schedule import build_optimizer, learning_rate
-from tests.test_train import NO_DROPOUT, assert_same_weights, make_data, small_config, train_losses, weights
+from tests.test_train import (
+    NO_DROPOUT,
+    assert_same_weights,
+    cli_command,
+    make_data,
+    small_config,
+    train_losses,
+    weights,
+)
+from tests.test_train_ddp import torchrun
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -271,6 +280,18 @@ def test_recipe_run_resumes_bitwise_across_a_length_change_and_exports_the_avera
     assert shapes == {s + 1: (batch_size_at(s, cfg), length_at(s, cfg)) for s in range(8)}
     assert shapes[1] == (4, 16) and shapes[8] == (8, 32)
     assert any("ema_eval_loss" in m for m in logged)
+
+
+@pytest.mark.slow
+def test_two_processes_with_the_recipe_give_the_weights_of_one(data, tmp_path):
+    """Under torchrun (2 processes x grad_accum 2), each scheduled batch is cut into 4 micro-batches, unevenly
+    where it does not divide (7 -> 2, 2, 2, 1); with LAMB and the moving average the weights (both exports) are still one process's."""
+    extra = [*NO_DROPOUT, *RECIPE]  # batches of 4, 7, 10, 13 rows of 16 pieces, then 8 of 32
+    one = train(small_config(data, tmp_path / "one", *extra, family="gpt"))
+    two = torchrun(cli_command(data, tmp_path / "two", *extra, "optim.grad_accum=2", family="gpt"))
+    assert two.stdout.count("reached optim.max_steps") == 1
+    for which in ("final", "final-raw"):
+        assert_same_weights(weights(one.run_dir, which), weights(tmp_path / "two", which), exact=False)
 
 
 # ---- the recipe's config --------------------------------------------------------------------------------------
