@@ -285,7 +285,8 @@ def test_recipe_run_resumes_bitwise_across_a_length_change_and_exports_the_avera
 @pytest.mark.slow
 def test_two_processes_with_the_recipe_give_the_weights_of_one(data, tmp_path):
     """Under torchrun (2 processes x grad_accum 2), each scheduled batch is cut into 4 micro-batches, unevenly
-    where it does not divide (7 -> 2, 2, 2, 1); with LAMB and the moving average the weights (both exports) are still one process's."""
+    where it does not divide (7 -> 2, 2, 2, 1); with LAMB and the moving average the weights (both exports) are
+    still one process's."""
     extra = [*NO_DROPOUT, *RECIPE]  # batches of 4, 7, 10, 13 rows of 16 pieces, then 8 of 32
     one = train(small_config(data, tmp_path / "one", *extra, family="gpt"))
     two = torchrun(cli_command(data, tmp_path / "two", *extra, "optim.grad_accum=2", family="gpt"))
