@@ -267,6 +267,13 @@ def test_recipe_run_resumes_bitwise_across_a_length_change_and_exports_the_avera
     assert rest.step == 8 and train_losses(whole.run_dir) == train_losses(rest.run_dir)
     for which in ("final", "final-raw", "ckpt-000008"):
         assert_same_weights(weights(whole.run_dir, which), weights(rest.run_dir, which))
+    # from the checkpoint written at the change itself (step 4: epoch 0 used up, saved as epoch 1, position 0)
+    assert json.loads((whole.run_dir / "ckpt-000004" / "state.json").read_text())["step_in_epoch"] == 0
+    again = train(small_config(data, tmp_path / "again", *RECIPE, family="bert"),
+                  resume_from=whole.run_dir / "ckpt-000004")
+    assert again.step == 8
+    for which in ("final", "final-raw"):
+        assert_same_weights(weights(whole.run_dir, which), weights(again.run_dir, which))
     last = whole.run_dir / "ckpt-000008"
     assert_same_weights(weights(whole.run_dir, "final-raw"), read_tensors(last / "model.safetensors"))
     average = read_tensors(last / EMA_FILE)
