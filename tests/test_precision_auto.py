@@ -17,7 +17,6 @@ import torch
 from maskplay import precision_probe as pp
 from maskplay.config import preset
 from maskplay.precision import Precision
-from maskplay.registry import family_names
 from maskplay.train import train
 from maskplay.train.config import PRECISIONS, RunSection, load_train_config
 from tests.test_train import make_data, small_config
@@ -218,8 +217,6 @@ def test_the_probe_picks_fp32_where_bf16_is_emulated(cache_dir):
 def test_auto_is_the_default_and_the_configs_use_it():
     assert RunSection().precision == "auto" and PRECISIONS[0] == "auto"
     for path in sorted((ROOT / "configs").glob("*.toml")):
-        if path.name == "gpt-bert-recipe.toml" and "gpt-bert" not in family_names():
-            continue  # until the gpt-bert family is merged (tests/test_train_recipe.py checks this config)
         assert load_train_config(path).run.precision == "auto", path
 
 
