@@ -19,6 +19,7 @@ from ..families import MaskplayModel
 from ..precision import Precision
 from .config import TrainConfig
 from .distributed import Dist, all_reduce_sum
+from .ema import WeightEma
 from .metrics import Window
 from .schedule import learning_rate
 
@@ -45,8 +46,9 @@ class StepOutcome:
 class Stepper:
     def __init__(self, config: TrainConfig, d: Dist, model: MaskplayModel, model_config: ModelConfig,
                  optimizer: torch.optim.Optimizer, generator: torch.Generator, precision: Precision,
-                 forward: Forward, count_targets: CountTargets) -> None:
+                 forward: Forward, count_targets: CountTargets, ema: WeightEma | None = None) -> None:
         self.config, self.d = config, d
+        self.ema = ema  # optim.ema: the weights' moving average, updated after every optimizer step
         self.model, self.model_config = model, model_config
         self.optimizer, self.generator, self.precision = optimizer, generator, precision
         self.forward, self.count_targets = forward, count_targets
@@ -83,6 +85,8 @@ class Stepper:
         self.optimizer.step()
         if self.model_config.long.adaptive_span:
             clamp_spans(self.model)  # spans back into [0, max_span]
+        if self.ema is not None:
+            self.ema.update()
         self.optimizer.zero_grad(set_to_none=True)
         return StepOutcome(lr=lr, loss=g_loss, targets=g_targets, tokens=g_tokens, grad_norm=grad_norm,
                            signal=bool(g_signal), budget=bool(g_budget))
