@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from .common import positive_int
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     q = sub.add_parser("predict", help="run a fine-tuned model directory on a file",
@@ -18,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--text-pair-column", default=None)
     q.add_argument("--label-column", default=None)
     q.add_argument("--out", default=None, help="JSONL, one row per input (default: stdout)")
-    q.add_argument("--batch-size", type=int, default=64)
+    q.add_argument("--batch-size", type=positive_int, default=64)
     q.add_argument("--device", default="cpu")
     q.set_defaults(func=run_predict)
 

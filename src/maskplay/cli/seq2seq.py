@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from ..families import families, family_class
+from .common import positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -43,12 +44,12 @@ def add_eval_parser(tasks: argparse._SubParsersAction, name: str = "eval") -> No
                                      "MODEL may also be first-words:K, the trivial baseline.")
     e.add_argument("model_dir", metavar="MODEL", help="a unilm or gpt model directory, or first-words:K")
     e.add_argument("--data", required=True, metavar="JSONL", help="e.g. runs/titles/dev.jsonl")
-    e.add_argument("--limit", type=int, default=None, help="only the first N pairs")
+    e.add_argument("--limit", type=positive_int, default=None, help="only the first N pairs")
     e.add_argument("--strategy", choices=("greedy", "beam"), default="greedy")
-    e.add_argument("--num-beams", type=int, default=4)
-    e.add_argument("--max-new-tokens", type=int, default=24)
-    e.add_argument("--max-source", type=int, default=96, help="source pieces kept (as `data titles` cut them)")
-    e.add_argument("--batch-size", type=int, default=32)
+    e.add_argument("--num-beams", type=positive_int, default=4)
+    e.add_argument("--max-new-tokens", type=positive_int, default=24)
+    e.add_argument("--max-source", type=positive_int, default=96, help="source pieces kept (as `data titles` cut them)")
+    e.add_argument("--batch-size", type=positive_int, default=32)
     e.add_argument("--precision", choices=("auto", "fp32", "bf16", "int8"), default="auto",
                    help="auto (default): bf16 where this machine runs it faster than fp32, else fp32")
     e.add_argument("--out", default=None, help="write the scores (and every prediction) as JSON here")
