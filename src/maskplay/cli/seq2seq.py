@@ -63,6 +63,16 @@ def run(args: argparse.Namespace) -> int:
     return pretrain(args)
 
 
+def _first_words_k(model: str) -> int | None:
+    """K of MODEL = first-words:K (a positive integer), None for a model directory."""
+    if not model.startswith("first-words:"):
+        return None
+    k = model.split(":", 1)[1]
+    if not (k.isascii() and k.isdigit() and int(k) > 0):
+        raise ValueError(f"MODEL {model!r}: first-words:K needs a positive integer K (the words kept), got {k!r}")
+    return int(k)
+
+
 def run_eval(args: argparse.Namespace) -> int:
     import json
     import time
@@ -70,10 +80,10 @@ def run_eval(args: argparse.Namespace) -> int:
     from ..eval.seq2seq import first_words, generate_targets, read_pairs, scores, summary_line
     from ..files import atomic_path
 
+    k = _first_words_k(args.model_dir)  # checked before any work
     pairs = read_pairs(args.data, args.limit)
     start = time.monotonic()
-    if args.model_dir.startswith("first-words:"):
-        k = int(args.model_dir.split(":", 1)[1])
+    if k is not None:
         predictions = [first_words(p.source, k) for p in pairs]
     else:
         from ..score.scorer import load_model_dir

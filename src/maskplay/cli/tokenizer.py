@@ -26,6 +26,9 @@ def train_tokenizer(corpus: list[str | Path], vocab_size: int, out_dir: str | Pa
     texts = track(texts, desc="tokenizer: reading", unit="paragraph", enabled=not show_progress)
     tok = train_wordpiece(texts, vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
                           show_progress=show_progress)
+    if tok.vocab_size <= len(SPECIAL_TOKENS):  # an empty corpus (or only blank lines): refuse, naming it
+        raise ValueError(f"--corpus {' '.join(map(str, corpus))}: no text to learn pieces from ({stats.documents} "
+                         f"documents, {stats.lines} lines, {stats.blank_lines} blank)")
     out_dir = Path(out_dir)
     tok.save(out_dir)
     tok.save_vocab(out_dir / "vocab.txt")
