@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from maskplay.cli import main
 from tests.test_reliability import NO_CUDA, assert_one_line_error, run_cli
 from tests.test_score_support import one_thread, save_model_dir, small_tokenizer, tiny  # noqa: F401 (autouse fixture)
 
@@ -273,8 +272,9 @@ def test_a_title_cut_off_by_max_length_blames_max_length(env, capsys):
     (titles / "valid").exists() or pytest.skip("no valid split")
     code, _, err = run_cli(["seq2seq", "train", "--init", str(env["bert"]), "--data", str(titles), "--out",
                             str(env["root"] / "s2s"), "--max-steps", "1", "--batch-size", "2",
-                            "--set", "data.max_length=6", "--set", "optim.warmup_steps=0", "--set", "run.progress=false", "--set",
-                            "run.tensorboard=false", "--set", "run.threads=1", "--set", "run.eval_batches=1"], capsys)
+                            "--set", "data.max_length=6", "--set", "optim.warmup_steps=0", "--set",
+                            "run.progress=false", "--set", "run.tensorboard=false", "--set", "run.threads=1",
+                            "--set", "run.eval_batches=1"], capsys)
     lines = err.strip().splitlines()  # the training log's warning that sequences are cut, then the error
     assert code == 2 and "WARNING" in lines[0] and len(lines) == 2, err
     assert lines[-1].startswith("maskplay seq2seq: error: ") and "data.max_length" in lines[-1], err

@@ -268,14 +268,13 @@ def read_examples(path: str | Path, text_column: str | None = None, text_pair_co
 
 def _read_rows(path: str, lines: list[str], text_column: str | None, text_pair_column: str | None,
                label_column: str | None, need_labels: bool, need_pairs: bool | None) -> list[Example]:
-    import csv
 
     numbered = [(k + 1, line) for k, line in enumerate(lines) if line.strip()]
     if not numbered:
         raise ValueError(f"{path}: no rows")
     first = numbered[0][1]
     tab = "\t" in first
-    cells = first.split("\t") if tab else next(csv.reader([first]))
+    cells = first.split("\t") if tab else _csv_fields(first, f"{path}:{numbered[0][0]}")
     names = [c.strip() for c in cells]
     explicit = any(c is not None for c in (text_column, text_pair_column, label_column))
     header_guess = _header_columns(names, text_column, text_pair_column, label_column)
@@ -289,8 +288,8 @@ def _read_rows(path: str, lines: list[str], text_column: str | None, text_pair_c
             raise ValueError(f"{path}:{numbered[0][0]}: no label column (--label-column); the header has {names}")
         rows = numbered[1:]
         for number, line in rows:
-            fields = line.split("\t") if tab else next(csv.reader([line]))
             where = f"{path}:{number}"
+            fields = line.split("\t") if tab else _csv_fields(line, where)
             if len(fields) < len(names):
                 raise ValueError(f"{where}: {len(fields)} fields, the header has {len(names)} ({names})")
             examples.append(_example(fields[ti], fields[pi] if pi is not None else None,
@@ -328,6 +327,16 @@ def _read_rows(path: str, lines: list[str], text_column: str | None, text_pair_c
     if need_pairs and examples[0].pair is None:
         raise ValueError(f"{path}: a pair task needs two texts per row, this file has one")
     return examples
+
+
+def _csv_fields(line: str, where: str) -> list[str]:
+    """One CSV line's fields; a line the csv module cannot parse (a lone \\r, ...) is an error naming it."""
+    import csv
+
+    try:
+        return next(csv.reader([line]), [])
+    except csv.Error as err:
+        raise ValueError(f"{where}: not a CSV row ({err})") from None
 
 
 _TEXT_NAMES = ("text", "sentence", "sentence1", "text_a", "question", "premise")
