@@ -22,7 +22,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", metavar="MODEL_DIR", help="config.json + model.safetensors + tokenizer.json")
     p.add_argument("--file", default=None, help="one sentence per line (UTF-8); '-' = stdin")
     p.add_argument("--batch-size", type=positive_int, default=32)
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N, mps or auto (default: cpu)")
     p.add_argument("--precision", choices=[AUTO, *(p.value for p in Precision)], default=AUTO,
                    help="auto (default): bf16 where this machine runs it faster than fp32, else fp32 (measured once, "
                         "cached); int8 (CPU) only when asked")

@@ -81,7 +81,7 @@ def _task(tasks: argparse._SubParsersAction, name: str, help_text: str, func: Ca
     t.add_argument("--out", default=None, help="write results as JSON here")
     t.add_argument("--limit", type=positive_int, default=None, help="evaluate only the first N items of each set")
     t.add_argument("--batch-size", type=positive_int, default=32)
-    t.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
+    t.add_argument("--device", default=None, help="cpu, cuda, cuda:N, mps or auto (default: cpu)")
     t.add_argument("--precision", choices=[AUTO, *(x.value for x in Precision)], default=AUTO,
                    help="auto (default): bf16 where this machine runs it faster than fp32, else fp32")
     if scoring:

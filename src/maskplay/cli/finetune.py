@@ -47,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", choices=["accuracy", "mcc", "pearson", "spearman"], default=None,
                    help="the dev metric for early stopping (default: mcc for classification, pearson for regression)")
     p.add_argument("--seed", type=seed_int, default=0)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto (default: cpu)")
     p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--results", default=None, metavar="FILE.json", help="write the dev history and best result")
     p.set_defaults(func=run_finetune)
@@ -73,6 +73,7 @@ def run_finetune(args: argparse.Namespace) -> int:
     from ..files import prepare_output_dir, prepare_output_file
     from ..finetune import FinetuneOptions, finetune, load_backbone, read_examples
 
+    device = resolve_device(args.device)  # before any work
     if args.threads:
         torch.set_num_threads(args.threads)
     prepare_output_dir(args.out)
@@ -94,7 +95,7 @@ def run_finetune(args: argparse.Namespace) -> int:
     print(f"fine-tuning {backbone.config.family} ({args.model}) on {len(train)} examples, dev {len(dev)}: "
           f"{head.objective}{' of pairs' if head.pair else ''}, pooling {head.pooling}, head {head.head}",
           file=sys.stderr)
-    result = finetune(backbone.to(resolve_device(args.device)), tokenizer, head, train, dev, options)
+    result = finetune(backbone.to(device), tokenizer, head, train, dev, options)
     result.model.save_pretrained(args.out, tokenizer)
     summary = {"model": str(args.model), "family": backbone.config.family, "task": args.task,
                "train": str(args.train), "dev": str(args.dev), "head": head.__dict__,

@@ -45,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=positive_float, help="optim.lr (peak learning rate)")
     p.add_argument("--grad-accum", type=positive_int, help="optim.grad_accum")
     p.add_argument("--precision", choices=PRECISIONS, help="run.precision")
-    p.add_argument("--device", help="run.device: auto, cpu, cuda or cuda:N")
+    p.add_argument("--device", help="run.device: auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--seed", type=seed_int, help="data.seed (initial weights, data order, dropout)")
     p.add_argument("--init", metavar="MODEL_DIR",
                    help="model.init: start from this model's weights and architecture (e.g. a BERT for UniLM)")

@@ -52,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clip", type=non_negative_float, default=1.0, help="gradient-norm clipping (0: none)")
     p.add_argument("--precision", choices=[AUTO, *(x.value for x in Precision if x.trainable)], default=AUTO,
                    help="auto (default): bf16 where this machine trains faster in it, else fp32")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N, mps or auto (default: cpu)")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--save-every", type=positive_int, default=None, metavar="STEPS",
