@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from .source import bad_utf8_message, is_stream, nul_message
+from .source import bad_utf8_message, is_stream, nul_message, raw_bytes
 
 # auto: by extension (.jsonl/.json) and first line (<doc ...> = WikiExtractor); plain files are sniffed
 # for hard wrapping (see _looks_wrapped).
@@ -76,15 +76,9 @@ def resolve_corpus(paths: Iterable[str | Path]) -> list[Path]:
     return files
 
 
-_STREAMS: dict[str, bytes] = {}  # a FIFO / process substitution can be read once: its bytes, kept for the re-reads
-
-
 def _raw(path: Path) -> IO[bytes]:
-    if is_stream(path) or str(path) in _STREAMS:
-        if str(path) not in _STREAMS:
-            with open(path, "rb") as f:
-                _STREAMS[str(path)] = f.read()
-        return io.BytesIO(_STREAMS[str(path)])
+    if is_stream(path):  # a FIFO or <(...): read once, kept in memory (maskplay.data.source.raw_bytes)
+        return io.BytesIO(raw_bytes(path))
     return open(path, "rb")
 
 

@@ -37,6 +37,22 @@ def is_stream(path: str | Path) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
+_STREAMS: dict[str, bytes] = {}  # a stream can be read once: its bytes, kept for a second read (format sniffing)
+
+
+def raw_bytes(path: str | Path) -> bytes:
+    """The bytes of a file, or of a FIFO / process substitution (read once, then served from memory: opening a
+    FIFO again after its writer has gone would wait forever)."""
+    key = str(path)
+    if key in _STREAMS:
+        return _STREAMS[key]
+    with open(path, "rb") as f:
+        data = f.read()
+    if is_stream(path):
+        _STREAMS[key] = data
+    return data
+
+
 def check_input(path: str | Path, what: str = "") -> Path:
     """`path` as an input: a file or a stream; a directory or a missing path is a one-line error naming it."""
     p = Path(path)
@@ -55,8 +71,7 @@ def read_bytes(path: str | Path | None, what: str = "") -> tuple[str, bytes]:
     else:
         p = check_input(path, what)
         source = str(p)
-        with open(p, "rb") as f:
-            data = f.read()
+        data = raw_bytes(p)
         if p.suffix == ".gz" and data[:2] != GZIP_MAGIC:
             raise ValueError(f"{source}: not a readable gzip file (named .gz, but it does not start as gzip does)")
     if data[:2] == GZIP_MAGIC:

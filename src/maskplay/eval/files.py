@@ -9,6 +9,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..data.source import is_stream
+
 GZIP_MAGIC = b"\x1f\x8b"
 
 # task -> the formats its --file understands (the first is only a name; detection decides)
@@ -57,7 +59,7 @@ def expand(task: str, given: Sequence[str | Path]) -> list[Path]:
             if not found:
                 raise FileNotFoundError(f"{p}: no {' or '.join(globs)} files in this directory")
             files.extend(found)
-        elif p.is_file():
+        elif p.is_file() or is_stream(p):  # a FIFO or <(...) is read as a file is
             files.append(p)
         else:
             raise FileNotFoundError(f"{p} not found")
