@@ -89,19 +89,25 @@ def name_input(message: str, rows: list[tuple[int, str]], args: argparse.Namespa
 # argparse `type=` functions: a value out of range is refused while the command line is parsed, before any work,
 # as one line naming the option (`maskplay CMD: error: argument --batch-size: 0 is not a positive integer`).
 
+def _shown(value: str) -> str:
+    """The value as the user typed it, or its repr when it holds line breaks or other unprintable characters
+    (the error stays one line)."""
+    return value if value.isprintable() else repr(value)
+
+
 def _number(value: str, kind: type) -> int | float:
     try:
         return kind(value)
     except ValueError:
         name = "an integer" if kind is int else "a number"
-        raise argparse.ArgumentTypeError(f"{value!r} is not {name}") from None
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not {name}") from None
 
 
 def positive_int(value: str) -> int:
     """An integer >= 1 (sizes, counts, steps between events)."""
     n = _number(value, int)
     if n < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer (>= 1)")
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a positive integer (>= 1)")
     return n  # type: ignore[return-value]
 
 
@@ -109,7 +115,7 @@ def non_negative_int(value: str) -> int:
     """An integer >= 0 (0 meaning none / off where the help says so)."""
     n = _number(value, int)
     if n < 0:
-        raise argparse.ArgumentTypeError(f"{value} is not a non-negative integer (>= 0)")
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a non-negative integer (>= 0)")
     return n  # type: ignore[return-value]
 
 
@@ -117,7 +123,7 @@ def finite_float(value: str) -> float:
     """Any finite number (nan and inf refused)."""
     x = float(_number(value, float))
     if not math.isfinite(x):
-        raise argparse.ArgumentTypeError(f"{value} is not a finite number")
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a finite number")
     return x
 
 
@@ -125,7 +131,7 @@ def positive_float(value: str) -> float:
     """A finite number > 0 (rates, temperatures, budgets)."""
     x = finite_float(value)
     if x <= 0:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive number (> 0)")
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a positive number (> 0)")
     return x
 
 
@@ -133,7 +139,7 @@ def non_negative_float(value: str) -> float:
     """A finite number >= 0 (0 meaning none / off where the help says so)."""
     x = finite_float(value)
     if x < 0:
-        raise argparse.ArgumentTypeError(f"{value} is not a non-negative number (>= 0)")
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a non-negative number (>= 0)")
     return x
 
 
@@ -141,7 +147,7 @@ def probability(value: str) -> float:
     """0 < p <= 1 (a nucleus mass, a fraction that must keep something)."""
     x = finite_float(value)
     if not 0 < x <= 1:
-        raise argparse.ArgumentTypeError(f"{value} is not in (0, 1]")
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not in (0, 1]")
     return x
 
 
@@ -149,7 +155,7 @@ def fraction(value: str) -> float:
     """0 <= p < 1 (dropout, a share held out or warmed up)."""
     x = finite_float(value)
     if not 0 <= x < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not in [0, 1)")
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not in [0, 1)")
     return x
 
 
@@ -157,7 +163,7 @@ def percent(value: str) -> float:
     """0 <= p < 100."""
     x = finite_float(value)
     if not 0 <= x < 100:
-        raise argparse.ArgumentTypeError(f"{value} is not a percentage in [0, 100)")
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a percentage in [0, 100)")
     return x
 
 
@@ -165,7 +171,7 @@ def seed_int(value: str) -> int:
     """A random seed: 0 <= s < 2**63 (what torch.manual_seed and numpy take)."""
     n = _number(value, int)
     if not 0 <= n < 2**63:  # type: ignore[operator]
-        raise argparse.ArgumentTypeError(f"{value} is not a seed in [0, 2**63)")
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a seed in [0, 2**63)")
     return n  # type: ignore[return-value]
 
 
@@ -179,4 +185,6 @@ class OneLineParser(argparse.ArgumentParser):
     --help, and exit code 2, as the errors of the command handlers are (docs/RELIABILITY.md)."""
 
     def error(self, message: str) -> NoReturn:
+        # a value with a line break in it (argparse quotes some values, not all) must not break the line
+        message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
