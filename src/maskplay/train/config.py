@@ -13,6 +13,7 @@ from typing import Any
 from ..config import (
     PRESETS,
     ElectraConfig,
+    GptBertConfig,
     LongAttentionConfig,
     ModelConfig,
     UnilmConfig,
@@ -30,6 +31,9 @@ PRECISIONS = (AUTO, *(p.value for p in Precision if p.trainable))  # auto, fp32,
 # ModelConfig fields that come from the tokenizer of the data, never from the training config.
 TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "eos_token_id", "unk_token_id", "sos_token_id", "mask_token_id",
                     "sep_token_id", "special_token_ids")
+
+
+FAMILY_SECTIONS = ("electra", "unilm", "xlnet", "gpt_bert")  # ModelConfig's sections that one family reads
 
 
 @dataclass
@@ -64,6 +68,7 @@ class ModelSection:
     electra: ElectraConfig = field(default_factory=ElectraConfig)  # [model.electra], read by family = "electra"
     unilm: UnilmConfig = field(default_factory=UnilmConfig)  # [model.unilm], read by family = "unilm"
     xlnet: XlnetConfig = field(default_factory=XlnetConfig)  # [model.xlnet], read by family = "xlnet"
+    gpt_bert: GptBertConfig = field(default_factory=GptBertConfig)  # [model.gpt_bert], read by family = "gpt-bert"
     long: LongAttentionConfig = field(default_factory=LongAttentionConfig)  # [model.long]: long-text attention
     # a model directory whose weights start the run (e.g. a BERT for UniLM seq2seq fine-tuning): its architecture
     # is used, the preset and the size fields above are then ignored; "" = random initialisation
@@ -79,13 +84,17 @@ class ModelSection:
             # the architecture checks of ModelConfig (sizes, ELECTRA's generator) now, with the preset's
             # vocabulary, so that a bad [model] section stops the run before it writes anything
             try:
-                preset(self.preset, family=self.family, electra=self.electra, unilm=self.unilm, xlnet=self.xlnet,
+                preset(self.preset, family=self.family, **self.family_sections(),
                        **self.overrides())
             except ValueError as err:
                 raise ValueError(f"model: {err}") from None
 
+    def family_sections(self) -> dict[str, Any]:
+        """The family-specific sections ([model.electra], ...), as ModelConfig takes them."""
+        return {name: getattr(self, name) for name in FAMILY_SECTIONS}
+
     def overrides(self) -> dict[str, Any]:
-        sections = ("family", "preset", "electra", "unilm", "xlnet", "init")
+        sections = ("family", "preset", *FAMILY_SECTIONS, "init")
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name not in sections and getattr(self, f.name) is not None}
 
@@ -93,7 +102,7 @@ class ModelSection:
         """The ModelConfig of this section for a vocabulary (Tokenizer.model_config_ids())."""
         if self.init:
             return self._init_config(tokenizer_fields)
-        return preset(self.preset, family=self.family, electra=self.electra, unilm=self.unilm, xlnet=self.xlnet,
+        return preset(self.preset, family=self.family, **self.family_sections(),
                       **{**self.overrides(), **tokenizer_fields})
 
     def _init_config(self, tokenizer_fields: dict[str, Any]) -> ModelConfig:
@@ -108,7 +117,7 @@ class ModelSection:
             if getattr(saved, name) != tokenizer_fields[name]:
                 raise ValueError(f"model.init: {self.init} has {name}={getattr(saved, name)}, the data's tokenizer "
                                  f"{tokenizer_fields[name]}: train with the tokenizer the model was trained with")
-        return dataclasses.replace(saved, family=self.family, electra=self.electra, unilm=self.unilm, xlnet=self.xlnet,
+        return dataclasses.replace(saved, family=self.family, **self.family_sections(),
                                    **{**self.overrides(), **tokenizer_fields})
 
 

@@ -102,6 +102,7 @@ class Stepper:
     def micro_step(self, step: int, ids: Tensor, mask: Tensor, sync: bool) -> tuple[float, int, dict[str, float]]:
         """Forward and backward one micro-batch's summed token loss; returns (loss sum, target count, the
         family's loss parts (ModelOutput.parts) times the target count)."""
+        self.model.set_training_progress(step / self.config.optim.max_steps)  # an objective that changes over training
         batch = self.model.training_batch(ids, mask, generator=self.generator)  # on the CPU: device-independent
         batch = {k: v.to(self.d.device, non_blocking=True) for k, v in batch.items()}
         module = self.ddp if self.ddp is not None else self.model
