@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test test-avx2 lint demo bundle-tta bundle-gpt bundle-unilm clean
+.PHONY: venv test test-avx2 fuzz lint demo bundle-tta bundle-gpt bundle-unilm clean
 
 $(BIN)/maskplay: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,11 @@ test: venv lint
 # CPU: catches a test that needs bf16 to be fast or one CPU's rounding, and int8's saturating AVX2 kernel.
 test-avx2: venv
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest -q -m "not slow" tests
+
+# The property tests' long runs (tests/test_fuzz.py, 10,000 examples each; docs/RELIABILITY-2.md): longer than
+# `make test`'s budget, so a target of their own. `make test` runs the quick runs (150 examples each).
+fuzz: venv
+	MASKPLAY_FUZZ_LONG=1 $(BIN)/python -m pytest -q -m slow tests/test_fuzz.py
 
 demo: venv
 	$(BIN)/python -m maskplay.demo

@@ -93,8 +93,9 @@ def test_eval_cola(model_dir, tmp_path, capsys):
 def test_eval_errors(model_dir, tmp_path, capsys):
     assert main(["eval", "cola", model_dir, "--data", str(tmp_path / "nope")]) == 2
     assert "nope not found" in capsys.readouterr().err
-    assert main(["eval", "sts", model_dir, "--limit", "0"]) == 2
-    assert "--limit must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # refused while parsing, in one line
+        main(["eval", "sts", model_dir, "--limit", "0"])
+    assert exit_.value.code == 2 and "argument --limit: 0 is not a positive integer" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["eval", "pairs", model_dir])  # --data is required
     assert main(["eval", "spelling", model_dir, "--method", "pll-word", "--limit", "1"]) == 0  # T-TA through copies

@@ -161,8 +161,8 @@ def test_invalid_utf8_error_names_file_and_byte_offset(tmp_path):
         path = write(tmp_path / f"bad{'.gz' if gz else '.txt'}", data, gz=gz)
         with pytest.raises(ValueError) as err:
             docs(path)
-        assert f"{path}: invalid UTF-8 at byte offset 14" in str(err.value)
-        assert "line 2" in str(err.value) and "--on-invalid-utf8 replace" in str(err.value)
+        assert f"{path}:2: invalid UTF-8 at byte offset 14" in str(err.value)  # file, line, offset
+        assert "--on-invalid-utf8 replace" in str(err.value)
 
 
 def test_invalid_utf8_replace_counts(tmp_path):

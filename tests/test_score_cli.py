@@ -74,7 +74,7 @@ def test_score_bad_input_is_a_clear_error(model_dirs, tmp_path, capsys):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine\nnot \xc3\x28 fine\n")
     assert main(["score", d, "--file", str(bad)]) == 2
-    assert "bad.txt: byte offset 9: invalid UTF-8" in capsys.readouterr().err
+    assert "bad.txt:2: invalid UTF-8 at byte offset 9" in capsys.readouterr().err
     bad.write_bytes(b"fine\n\nmore\n")
     assert main(["score", d, "--file", str(bad), "--empty", "error"]) == 2  # blank lines are kept by default
     assert "bad.txt:2: empty line" in capsys.readouterr().err

@@ -259,21 +259,22 @@ def read_examples(path: str | Path, text_column: str | None = None, text_pair_co
     original mark, sentence); or STS-B's headerless tsv/csv (genre, file, year, id, score, sentence1, sentence2);
     or, without labels (need_labels=False), plain text with one text per line (a tab separating a pair).
     A malformed row is a ValueError naming file:line."""
-    import csv
+    from .data.source import csv_field_limit, read_lines
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    source, lines = read_lines(path)  # a file, a FIFO / <(...), gzip; strict UTF-8, no NUL; lines on \n only
+    with csv_field_limit(max(map(len, lines), default=0)):
+        return _read_rows(source, lines, text_column, text_pair_column, label_column, need_labels, need_pairs)
+
+
+def _read_rows(path: str, lines: list[str], text_column: str | None, text_pair_column: str | None,
+               label_column: str | None, need_labels: bool, need_pairs: bool | None) -> list[Example]:
+
     numbered = [(k + 1, line) for k, line in enumerate(lines) if line.strip()]
     if not numbered:
         raise ValueError(f"{path}: no rows")
     first = numbered[0][1]
     tab = "\t" in first
-    cells = first.split("\t") if tab else next(csv.reader([first]))
+    cells = first.split("\t") if tab else _csv_fields(first, f"{path}:{numbered[0][0]}")
     names = [c.strip() for c in cells]
     explicit = any(c is not None for c in (text_column, text_pair_column, label_column))
     header_guess = _header_columns(names, text_column, text_pair_column, label_column)
@@ -287,8 +288,8 @@ def read_examples(path: str | Path, text_column: str | None = None, text_pair_co
             raise ValueError(f"{path}:{numbered[0][0]}: no label column (--label-column); the header has {names}")
         rows = numbered[1:]
         for number, line in rows:
-            fields = line.split("\t") if tab else next(csv.reader([line]))
             where = f"{path}:{number}"
+            fields = line.split("\t") if tab else _csv_fields(line, where)
             if len(fields) < len(names):
                 raise ValueError(f"{where}: {len(fields)} fields, the header has {len(names)} ({names})")
             examples.append(_example(fields[ti], fields[pi] if pi is not None else None,
@@ -321,9 +322,21 @@ def read_examples(path: str | Path, text_column: str | None = None, text_pair_co
     else:
         raise ValueError(f"{path}:{numbered[0][0]}: unrecognised format: give a header line naming the columns "
                          "(text/sentence, label; --text-column, --label-column), or a CoLA or STS-B file")
-    if need_pairs and examples and examples[0].pair is None:
+    if not examples:
+        raise ValueError(f"{path}: a header line and no rows: nothing to read")
+    if need_pairs and examples[0].pair is None:
         raise ValueError(f"{path}: a pair task needs two texts per row, this file has one")
     return examples
+
+
+def _csv_fields(line: str, where: str) -> list[str]:
+    """One CSV line's fields; a line the csv module cannot parse (a lone \\r, ...) is an error naming it."""
+    import csv
+
+    try:
+        return next(csv.reader([line]), [])
+    except csv.Error as err:
+        raise ValueError(f"{where}: not a CSV row ({err})") from None
 
 
 _TEXT_NAMES = ("text", "sentence", "sentence1", "text_a", "question", "premise")
@@ -478,6 +491,21 @@ class FinetuneOptions:
     seed: int = 0
     metric: str | None = None  # default: mcc (classify), pearson (regress)
     progress: bool = True  # a bar when stderr is a terminal, else a plain line every 30 s (maskplay.progress)
+
+    def __post_init__(self) -> None:
+        """Every bad option as one ValueError naming it (the command-line names; the CLI refuses them earlier)."""
+        import math
+
+        for name, value, least in (("--batch-size", self.batch_size, 1), ("--epochs", self.epochs, 1),
+                                   ("--max-steps", self.max_steps, 1), ("--patience", self.patience, 1),
+                                   ("--eval-every", self.eval_every, 1), ("--seed", self.seed, 0)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+        for name, value, low, high in (("--lr", self.lr, 0, math.inf), ("--warmup", self.warmup, 0, 1),
+                                       ("--weight-decay", self.weight_decay, 0, math.inf),
+                                       ("--max-minutes", self.max_minutes, 0, math.inf), ("clip", self.clip, 0, math.inf)):
+            if value is not None and not (math.isfinite(value) and low <= value < high and (name != "--lr" or value > 0)):
+                raise ValueError(f"{name} must be a finite number in [{low}, {high}), got {value!r}")
 
 
 @dataclass

@@ -29,7 +29,8 @@ def finetuned_to_hf_sequence_classification(model: Any) -> tuple[dict[str, Any],
 
 
 def finetuned_from_hf_sequence_classification(architecture: str, hf_config: Any, hf_state: dict[str, Tensor],
-                                              special_ids: dict[str, Any] | None = None) -> FineTuned:
+                                              special_ids: dict[str, Any] | None = None,
+                                              source: str = "config.json") -> FineTuned:
     """The FineTuned model (maskplay.finetune) of a HuggingFace BertForSequenceClassification /
     ElectraForSequenceClassification (config, state dict), weights loaded strictly. A regression model
     (problem_type "regression", or num_labels 1) gets the regress objective; a classifier its id2label names."""
@@ -53,6 +54,18 @@ def finetuned_from_hf_sequence_classification(architecture: str, hf_config: Any,
     missing = sorted(set(want) - set(hf_state))
     if missing:
         raise ValueError(f"the {architecture} checkpoint is missing weights: {missing}")
-    model.load_state_dict({f"backbone.{k}" if not k.startswith("classifier.") else k: v
-                           for k, v in converted.items()}, strict=True)
+    state = {f"backbone.{k}" if not k.startswith("classifier.") else k: v for k, v in converted.items()}
+    _check_shapes(model, state, source, num_labels)
+    model.load_state_dict(state, strict=True)
     return model.eval()
+
+
+def _check_shapes(model: FineTuned, state: dict[str, Tensor], source: str, num_labels: int) -> None:
+    """A weight whose shape is not the one `source` (config.json) implies is a ValueError naming both, e.g. a
+    config saying 3 labels beside a classifier of 2 rows, instead of load_state_dict's size-mismatch traceback."""
+    own = model.state_dict()
+    for key, value in state.items():
+        if key in own and tuple(own[key].shape) != tuple(value.shape):
+            labels = f" (num_labels / id2label: {num_labels})" if key.startswith("classifier.") else ""
+            raise ValueError(f"{source}{labels} implies {key} of shape {tuple(own[key].shape)}, but the weights "
+                             f"hold {tuple(value.shape)}: the config and the weights disagree")

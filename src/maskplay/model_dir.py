@@ -47,6 +47,9 @@ def resolve_model_dir(name: str | Path) -> Path:
         return BUNDLED_MODELS[str(name)]
     if path.exists() or str(name).count("/") != 1 or str(name).startswith((".", "/")):
         return path
+    if path.parent.is_dir():  # runs/nope where runs/ is a local directory: a mistyped path, not a hub id
+        raise FileNotFoundError(f"{name} not found ({path.parent}/ is a local directory, so {name} is taken as a "
+                                "local path, not a HuggingFace Hub repository id; write hub ids with no such directory)")
     try:
         from huggingface_hub import snapshot_download
     except ImportError as err:

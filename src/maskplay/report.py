@@ -15,15 +15,31 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: is {run_dir} a `maskplay pretrain` run directory?")
-    records = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    from .data.source import read_lines
+
+    records, numbers = [], []
+    for number, line in enumerate(read_lines(path)[1], 1):
         if line.strip():
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not JSON: {err}") from err
+                raise ValueError(f"{path}:{number}: not JSON: {err}") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{number}: a JSON object per line expected, got {line[:60]!r}")
+            records.append(record)
+            numbers.append(number)
     train = [r for r in records if "loss" in r]
     evals = [r for r in records if "eval_loss" in r]
+    if not evals:
+        raise ValueError(f"{path}: no held-out loss records (\"eval_loss\"): nothing to plot for {run_dir}")
+    for number, r in zip(numbers, records, strict=True):  # what the plot reads, checked: one line naming a gap
+        for key in ("step", "eval_loss", "elapsed_s") if "eval_loss" in r else ():
+            value = r.get(key)
+            if key == "eval_loss" and value is None:  # a non-finite loss is written as null: a gap in the curve
+                r[key] = float("nan")
+            elif not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ValueError(f"{path}:{number}: an eval record without a number in \"{key}\" (written by "
+                                 "another tool or an older maskplay?); plot-runs needs step, eval_loss, elapsed_s")
     tokens_at = {r["step"]: r["tokens"] for r in train if "tokens" in r}
     for r in evals:
         before = [s for s in tokens_at if s <= r["step"]]

@@ -186,8 +186,11 @@ class SimcseOptions:
             raise ValueError(f"--max-length must be at least 3 ([SOS], one piece, [EOS]), got {self.max_length}")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
-        if self.warmup_steps < 0 or self.weight_decay < 0 or (self.clip is not None and self.clip <= 0):
-            raise ValueError("--warmup-steps and --weight-decay must be >= 0, --clip > 0")
+        if self.warmup_steps < 0 or not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"--warmup-steps and --weight-decay must be >= 0, got {self.warmup_steps}, "
+                             f"{self.weight_decay}")
+        if self.clip is not None and not (math.isfinite(self.clip) and self.clip > 0):  # nan would reach the weights
+            raise ValueError(f"--clip must be a positive number (0 on the command line: none), got {self.clip}")
         for name, value in (("--save-every", self.save_every), ("--log-every", self.log_every)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")

@@ -178,6 +178,9 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         try:
             return Tokenizer(HFTokenizer.from_file(str(path)), source=str(path))
         except Exception as err:  # the tokenizers library raises a bare Exception on bad JSON
-            json.loads(path.read_text())  # a JSON syntax error names the line
-            raise ValueError(f"{path}: not a tokenizers JSON file: {err}") from err
+            try:
+                json.loads(path.read_bytes().decode("utf-8"))
+            except ValueError as bad:  # JSON syntax (with its line and column) or not UTF-8: named with the file
+                raise ValueError(f"{path}: not readable JSON (truncated or damaged?): {bad}") from None
+            raise ValueError(f"{path}: not a tokenizers JSON file: {err}") from None
     return Tokenizer(wordpiece_from_vocab(path), source=str(path))

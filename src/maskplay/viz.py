@@ -15,6 +15,8 @@ from .masks import family_mask, mask_pictures, materialize, random_rank  # noqa:
 
 def example_mask(family: str, length: int, padding: int = 0, seed: int = 0) -> torch.Tensor:
     """The (length x length) mask a family uses on one sentence, with `padding` padded positions at the end."""
+    if length < 1:
+        raise ValueError(f"--length must be a positive integer, got {length}")
     if not 0 <= padding < length:
         raise ValueError(f"--padding must be in [0, {length - 1}] for length {length}, got {padding}")
     real = length - padding

@@ -18,8 +18,10 @@ INFERENCE_COMMANDS = ("score", "embed", "eval")
 
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
+    from .common import OneLineParser
 
-    parser = argparse.ArgumentParser(prog="maskplay", description="Transformer LMs whose family is set by the mask")
+    # errors are one line (subcommands' parsers are of the same class): `maskplay CMD: error: argument ...`
+    parser = OneLineParser(prog="maskplay", description="Transformer LMs whose family is set by the mask")
     parser.add_argument("--version", action="version", version=f"maskplay {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:

@@ -4,8 +4,10 @@ options, reading the sentences, and naming an input line in a message."""
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
+from typing import NoReturn
 
 from ..precision import Precision
 from ..precision_probe import AUTO
@@ -19,8 +21,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """MODEL_DIR and the options of reading the input and running the model."""
     p.add_argument("model_dir", metavar="MODEL_DIR", help="config.json + model.safetensors + tokenizer.json")
     p.add_argument("--file", default=None, help="one sentence per line (UTF-8); '-' = stdin")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N, mps or auto (default: cpu)")
     p.add_argument("--precision", choices=[AUTO, *(p.value for p in Precision)], default=AUTO,
                    help="auto (default): bf16 where this machine runs it faster than fp32, else fp32 (measured once, "
                         "cached); int8 (CPU) only when asked")
@@ -36,8 +38,9 @@ def add_sif_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frequencies", default=None, metavar="PATH",
                    help="--pooling sif: piece counts from a `maskplay prepare` directory (its train split), a model "
                         "directory with piece_counts.npy or such a .npy file (default: the model directory's)")
-    p.add_argument("--sif-a", type=float, default=1e-3, metavar="A", help="--pooling sif: weight a / (a + p(piece))")
-    p.add_argument("--remove-components", type=int, default=0, metavar="K",
+    p.add_argument("--sif-a", type=positive_float, default=1e-3, metavar="A",
+                   help="--pooling sif: weight a / (a + p(piece))")
+    p.add_argument("--remove-components", type=non_negative_int, default=0, metavar="K",
                    help="remove the projection on the first K principal components of the embedded set (SIF: 1)")
 
 
@@ -80,3 +83,108 @@ def name_input(message: str, rows: list[tuple[int, str]], args: argparse.Namespa
     index = rows[int(match.group(1))][0]
     where = f"{args.file or '<stdin>'}:{index}" if not getattr(args, "sentences", None) else f"sentence argument {index}"
     return f"{where}: " + message[match.end():]
+
+
+# ---- option ranges: every numeric option declares its range where it is declared ------------------------------
+# argparse `type=` functions: a value out of range is refused while the command line is parsed, before any work,
+# as one line naming the option (`maskplay CMD: error: argument --batch-size: 0 is not a positive integer`).
+
+def _shown(value: str) -> str:
+    """The value as the user typed it, or its repr when it holds line breaks or other unprintable characters
+    (the error stays one line)."""
+    return value if value.isprintable() else repr(value)
+
+
+def _number(value: str, kind: type) -> int | float:
+    try:
+        return kind(value)
+    except ValueError:
+        name = "an integer" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not {name}") from None
+
+
+def positive_int(value: str) -> int:
+    """An integer >= 1 (sizes, counts, steps between events)."""
+    n = _number(value, int)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a positive integer (>= 1)")
+    return n  # type: ignore[return-value]
+
+
+def non_negative_int(value: str) -> int:
+    """An integer >= 0 (0 meaning none / off where the help says so)."""
+    n = _number(value, int)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a non-negative integer (>= 0)")
+    return n  # type: ignore[return-value]
+
+
+def finite_float(value: str) -> float:
+    """Any finite number (nan and inf refused)."""
+    x = float(_number(value, float))
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a finite number")
+    return x
+
+
+def positive_float(value: str) -> float:
+    """A finite number > 0 (rates, temperatures, budgets)."""
+    x = finite_float(value)
+    if x <= 0:
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a positive number (> 0)")
+    return x
+
+
+def non_negative_float(value: str) -> float:
+    """A finite number >= 0 (0 meaning none / off where the help says so)."""
+    x = finite_float(value)
+    if x < 0:
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a non-negative number (>= 0)")
+    return x
+
+
+def probability(value: str) -> float:
+    """0 < p <= 1 (a nucleus mass, a fraction that must keep something)."""
+    x = finite_float(value)
+    if not 0 < x <= 1:
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not in (0, 1]")
+    return x
+
+
+def fraction(value: str) -> float:
+    """0 <= p < 1 (dropout, a share held out or warmed up)."""
+    x = finite_float(value)
+    if not 0 <= x < 1:
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not in [0, 1)")
+    return x
+
+
+def percent(value: str) -> float:
+    """0 <= p < 100."""
+    x = finite_float(value)
+    if not 0 <= x < 100:
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a percentage in [0, 100)")
+    return x
+
+
+def seed_int(value: str) -> int:
+    """A random seed: 0 <= s < 2**63 (what torch.manual_seed and numpy take)."""
+    n = _number(value, int)
+    if not 0 <= n < 2**63:  # type: ignore[operator]
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a seed in [0, 2**63)")
+    return n  # type: ignore[return-value]
+
+
+def layer_index(value: str) -> int:
+    """A layer: 0 = the embedding output, k = block k, -k = the k-th from the top (checked against the model)."""
+    return _number(value, int)  # type: ignore[return-value]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr, `maskplay CMD: error: ...` with a pointer to
+    --help, and exit code 2, as the errors of the command handlers are (docs/RELIABILITY.md)."""
+
+    def error(self, message: str) -> NoReturn:
+        # a value with a line break in it (argparse quotes some values, not all) must not break the line
+        message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

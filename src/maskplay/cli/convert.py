@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ..families.hf import describe_conversion, hf_architecture, hf_config
+from ..families.hf import check_hf_types, describe_conversion, hf_architecture, hf_config
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -73,9 +73,10 @@ def read_hf_dir(directory: str | Path) -> tuple[str, SimpleNamespace, dict[str, 
         raise ValueError(f"{config_path}: invalid JSON: {err}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{config_path}: expected a JSON object")
+    check_hf_types(data, str(config_path))  # "hidden_size": "256" is named here, not a TypeError in a converter
     state = _read_weights(directory)
     architecture = hf_architecture(data, state, config_path)
-    return architecture, hf_config(architecture, data), state
+    return architecture, hf_config(architecture, data, str(config_path)), state
 
 
 def _read_weights(directory: Path) -> dict[str, Tensor]:

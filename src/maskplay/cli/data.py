@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..data.titles import TitlesConfig, build_titles
+from .common import percent, positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -16,11 +17,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--tokenizer", required=True, metavar="PATH", help="a directory, tokenizer.json or vocab.txt")
     t.add_argument("--out", required=True, metavar="DIR", help="a new directory")
     defaults = TitlesConfig()
-    t.add_argument("--max-source", type=int, default=defaults.max_source, help="pieces of the paragraph kept")
-    t.add_argument("--max-target", type=int, default=defaults.max_target, help="longer titles are skipped")
-    t.add_argument("--min-source-words", type=int, default=defaults.min_source_words)
-    t.add_argument("--dev-percent", type=float, default=defaults.dev_percent)
-    t.add_argument("--test-percent", type=float, default=defaults.test_percent)
+    t.add_argument("--max-source", type=positive_int, default=defaults.max_source, help="pieces of the paragraph kept")
+    t.add_argument("--max-target", type=positive_int, default=defaults.max_target, help="longer titles are skipped")
+    t.add_argument("--min-source-words", type=positive_int, default=defaults.min_source_words)
+    t.add_argument("--dev-percent", type=percent, default=defaults.dev_percent)
+    t.add_argument("--test-percent", type=percent, default=defaults.test_percent)
     t.set_defaults(func=run)
 
 

@@ -14,7 +14,15 @@ from ..devices import resolve_device
 from ..files import OutputLock, atomic_path, prepare_output_file
 from ..precision_probe import resolve_cli
 from ..score.scorer import Overflow
-from .common import MAX_LENGTH_HELP, add_model_arguments, add_sif_arguments, name_input, read_input, report_empty
+from .common import (
+    MAX_LENGTH_HELP,
+    add_model_arguments,
+    add_sif_arguments,
+    name_input,
+    positive_int,
+    read_input,
+    report_empty,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -38,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    default=Overflow.ERROR.value,
                    help="a sentence longer than the model: error; truncate = embed its first pieces; window = mean "
                         "pooling over overlapping windows, each piece taken once (--pooling mean only)")
-    e.add_argument("--max-length", type=int, default=None, metavar="N", help=MAX_LENGTH_HELP)
+    e.add_argument("--max-length", type=positive_int, default=None, metavar="N", help=MAX_LENGTH_HELP)
     e.set_defaults(func=run_embed, sentences=None)
 
 

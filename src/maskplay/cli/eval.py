@@ -16,7 +16,7 @@ from ..files import OutputLock, prepare_output_file
 from ..precision import Precision
 from ..precision_probe import AUTO, resolve_cli
 from ..score.scorer import Method, Overflow, Scorer
-from .common import add_sif_arguments
+from .common import add_sif_arguments, positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -63,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     c = _task(tasks, "cola", "unsupervised CoLA: length-normalised score, threshold tuned on train, MCC on dev",
               run_cola, data_help="folder with in_domain_train.tsv, in_domain_dev.tsv, out_of_domain_dev.tsv")
-    c.add_argument("--train-limit", type=int, default=2000,
+    c.add_argument("--train-limit", type=positive_int, default=2000,
                    help="tune the threshold on a fixed random sample of this many training sentences")
     c.add_argument("--normalize", choices=["mean", "sum"], default="mean")
     c.add_argument("--tune-file", default=None, metavar="FILE",
@@ -79,9 +79,9 @@ def _task(tasks: argparse._SubParsersAction, name: str, help_text: str, func: Ca
     t = tasks.add_parser(name, help=help_text, description=help_text)
     t.add_argument("model_dir", metavar="MODEL_DIR")
     t.add_argument("--out", default=None, help="write results as JSON here")
-    t.add_argument("--limit", type=int, default=None, help="evaluate only the first N items of each set")
-    t.add_argument("--batch-size", type=int, default=32)
-    t.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
+    t.add_argument("--limit", type=positive_int, default=None, help="evaluate only the first N items of each set")
+    t.add_argument("--batch-size", type=positive_int, default=32)
+    t.add_argument("--device", default=None, help="cpu, cuda, cuda:N, mps or auto (default: cpu)")
     t.add_argument("--precision", choices=[AUTO, *(x.value for x in Precision)], default=AUTO,
                    help="auto (default): bf16 where this machine runs it faster than fp32, else fp32")
     if scoring:

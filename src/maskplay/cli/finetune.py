@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ..registry import family_names
+from .common import fraction, non_negative_float, positive_float, positive_int, seed_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,21 +33,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--head", choices=["linear", "bert", "electra"], default="linear",
                    help="linear: Dropout + Linear; bert: HuggingFace's pooler (Dense + tanh) first, as "
                         "BertForSequenceClassification; electra: ElectraClassificationHead")
-    p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument("--lr", type=float, default=5e-5)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--max-steps", type=int, default=None)
-    p.add_argument("--warmup", type=float, default=0.1, help="fraction of the steps")
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--patience", type=int, default=None, help="dev evaluations without improvement before stopping")
-    p.add_argument("--eval-every", type=int, default=None, help="steps between dev evaluations (default: each epoch)")
-    p.add_argument("--max-minutes", type=float, default=None)
+    p.add_argument("--dropout", type=fraction, default=0.1)
+    p.add_argument("--lr", type=positive_float, default=5e-5)
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--epochs", type=positive_int, default=3)
+    p.add_argument("--max-steps", type=positive_int, default=None)
+    p.add_argument("--warmup", type=fraction, default=0.1, help="fraction of the steps")
+    p.add_argument("--weight-decay", type=non_negative_float, default=0.01)
+    p.add_argument("--patience", type=positive_int, default=None, help="dev evaluations without improvement before stopping")
+    p.add_argument("--eval-every", type=positive_int, default=None,
+                   help="steps between dev evaluations (default: each epoch)")
+    p.add_argument("--max-minutes", type=positive_float, default=None)
     p.add_argument("--metric", choices=["accuracy", "mcc", "pearson", "spearman"], default=None,
                    help="the dev metric for early stopping (default: mcc for classification, pearson for regression)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--seed", type=seed_int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto (default: cpu)")
+    p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--results", default=None, metavar="FILE.json", help="write the dev history and best result")
     p.set_defaults(func=run_finetune)
 
@@ -71,6 +73,7 @@ def run_finetune(args: argparse.Namespace) -> int:
     from ..files import prepare_output_dir, prepare_output_file
     from ..finetune import FinetuneOptions, finetune, load_backbone, read_examples
 
+    device = resolve_device(args.device)  # before any work
     if args.threads:
         torch.set_num_threads(args.threads)
     prepare_output_dir(args.out)
@@ -92,7 +95,7 @@ def run_finetune(args: argparse.Namespace) -> int:
     print(f"fine-tuning {backbone.config.family} ({args.model}) on {len(train)} examples, dev {len(dev)}: "
           f"{head.objective}{' of pairs' if head.pair else ''}, pooling {head.pooling}, head {head.head}",
           file=sys.stderr)
-    result = finetune(backbone.to(resolve_device(args.device)), tokenizer, head, train, dev, options)
+    result = finetune(backbone.to(device), tokenizer, head, train, dev, options)
     result.model.save_pretrained(args.out, tokenizer)
     summary = {"model": str(args.model), "family": backbone.config.family, "task": args.task,
                "train": str(args.train), "dev": str(args.dev), "head": head.__dict__,

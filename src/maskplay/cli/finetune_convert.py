@@ -42,7 +42,7 @@ def _to_hf(source: Path, out: Path) -> int:
 
 
 def _from_hf(source: Path, out: Path) -> int:
-    from ..families.hf import SEQUENCE_ARCHITECTURES, hf_config
+    from ..families.hf import SEQUENCE_ARCHITECTURES, check_hf_types, hf_config
     from ..finetune_convert import finetuned_from_hf_sequence_classification
     from . import convert as cc
 
@@ -53,13 +53,17 @@ def _from_hf(source: Path, out: Path) -> int:
         data = json.loads((source / cc.CONFIG).read_text())
     except json.JSONDecodeError as err:
         raise ValueError(f"{source / cc.CONFIG}: invalid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{source / cc.CONFIG}: expected a JSON object")
+    check_hf_types(data, str(source / cc.CONFIG))
     named = [a for a in data.get("architectures") or [] if a in SEQUENCE_ARCHITECTURES]
     if not named:
         raise ValueError(f"{source / cc.CONFIG}: architectures {data.get('architectures')} names none of "
                          f"{list(SEQUENCE_ARCHITECTURES)}")
-    config = hf_config(named[0], data)
+    config = hf_config(named[0], data, str(source / cc.CONFIG))
     ids, note = cc._special_ids(source, config.vocab_size)
-    model = finetuned_from_hf_sequence_classification(named[0], config, cc._read_weights(source), special_ids=ids)
+    model = finetuned_from_hf_sequence_classification(named[0], config, cc._read_weights(source), special_ids=ids,
+                                                      source=str(source / cc.CONFIG))
     tokenizer = source / cc.TOKENIZER
 
     def write(tmp: Path) -> None:

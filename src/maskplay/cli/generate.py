@@ -6,10 +6,10 @@ import argparse
 import json
 import sys
 import warnings
-from pathlib import Path
 from typing import Any
 
 from ..generation import STRATEGIES, GenerationOutput, default_stop_ids, generate, require_generative
+from .common import finite_float, non_negative_int, positive_float, positive_int, probability, seed_int
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
@@ -23,23 +23,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                      "tokenizer.json) or a bundled model's name")
     p.add_argument("prompts", nargs="*", metavar="PROMPT")
     p.add_argument("--file", default=None, help="one prompt per line (UTF-8); '-' = stdin")
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=positive_int, default=32)
     p.add_argument("--strategy", choices=STRATEGIES, default="greedy")
-    p.add_argument("--num-beams", type=int, default=4, help="beam search: beams per input")
-    p.add_argument("--length-penalty", type=float, default=1.0,
+    p.add_argument("--num-beams", type=positive_int, default=4, help="beam search: beams per input")
+    p.add_argument("--length-penalty", type=finite_float, default=1.0,
                    help="beam search: rank by sum log p / length ** this (> 0 favours longer outputs)")
     p.add_argument("--early-stopping", action="store_true",
                    help="beam search: stop an input once it has --num-beams finished hypotheses")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling")
-    p.add_argument("--top-k", type=int, default=0, help="sampling: keep the k most likely tokens (0 = all)")
-    p.add_argument("--top-p", type=float, default=1.0, help="sampling: nucleus probability (1 = off)")
-    p.add_argument("--seed", type=int, default=None, help="sampling: reproducible draws")
+    p.add_argument("--temperature", type=positive_float, default=1.0, help="sampling")
+    p.add_argument("--top-k", type=non_negative_int, default=0, help="sampling: keep the k most likely tokens (0 = all)")
+    p.add_argument("--top-p", type=probability, default=1.0, help="sampling: nucleus probability (1 = off)")
+    p.add_argument("--seed", type=seed_int, default=None, help="sampling: reproducible draws")
     p.add_argument("--stop", nargs="+", default=None, metavar="TOKEN",
                    help="tokens that end an output (default: the model's end token, [EOS] and [SEP])")
     p.add_argument("--no-cache", dest="use_cache", action="store_false",
                    help="recompute the whole sequence at every step (the reference path; slow)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N, mps or auto (default: cpu)")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="auto (default): bf16 where this machine runs it faster than fp32, else fp32; bf16: a bf16 "
                         "copy of the model; int8: the encoder's linear layers in int8 (CPU, only when asked)")
@@ -53,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _read_prompts(args: argparse.Namespace) -> list[str]:
     """Prompt arguments, or the lines of --file / stdin with blank lines kept (as empty prompts)."""
-    from ..score.text import decode_text
+    from ..data.source import read_lines
 
     if args.prompts and args.file is not None:
         raise ValueError("give prompts as arguments or with --file, not both")
@@ -61,19 +61,10 @@ def _read_prompts(args: argparse.Namespace) -> list[str]:
         return list(args.prompts)
     if args.file is None and sys.stdin.isatty():
         raise ValueError("no input: give a prompt as an argument, --file F, or pipe prompts on stdin")
-    if args.file is None or args.file == "-":
-        source, data = "<stdin>", sys.stdin.buffer.read()
-    else:
-        path = Path(args.file)
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} not found")
-        source, data = str(path), path.read_bytes()
-    rows = decode_text(data, source).split("\n")
-    if rows and rows[-1] == "":
-        rows.pop()
+    source, rows = read_lines(args.file, "--file")
     if not rows:
         raise ValueError(f"{source}: no prompts (the input is empty)")
-    return [row.removesuffix("\r") for row in rows]
+    return rows
 
 
 def for_precision(model: Any, precision: str) -> Any:
@@ -125,14 +116,15 @@ class _Streamer:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    from ..devices import resolve_device
     from ..score.scorer import load_model_dir
 
+    device = resolve_device(args.device)  # before any work: a device this machine lacks is one line
     prompts = _read_prompts(args)
     model, tokenizer = load_model_dir(args.model_dir)
     require_generative(model)
-    if args.device:
-        model = model.to(args.device)
-    model = for_precision(model, resolved_precision(model, args.precision, args.device, "generate"))
+    model = model.to(device)
+    model = for_precision(model, resolved_precision(model, args.precision, str(device), "generate"))
     stream = args.stream == "always" or (args.stream == "auto" and sys.stdout.isatty())
     stream = stream and len(prompts) == 1 and args.strategy != "beam" and args.format == "plain"
     streamer = _Streamer(tokenizer) if stream else None

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .common import positive_int
+
 if TYPE_CHECKING:
     pass
 
@@ -16,9 +18,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("grow", help="a bigger model computing what a smaller one computes (to continue pretraining)",
                        description=grow.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model_dir", metavar="MODEL", help="a model directory (or bundled name)")
-    p.add_argument("--layers", type=int, default=None, help="blocks of the grown model (default: unchanged)")
-    p.add_argument("--hidden", type=int, default=None, help="hidden size, a multiple of the model's (default: unchanged)")
-    p.add_argument("--heads", type=int, default=None, help="heads (default: grown with the hidden size)")
+    p.add_argument("--layers", type=positive_int, default=None, help="blocks of the grown model (default: unchanged)")
+    p.add_argument("--hidden", type=positive_int, default=None,
+                   help="hidden size, a multiple of the model's (default: unchanged)")
+    p.add_argument("--heads", type=positive_int, default=None, help="heads (default: grown with the hidden size)")
     p.add_argument("--out", required=True, metavar="DIR", help="the new model directory (must not exist)")
     p.set_defaults(func=run)
 

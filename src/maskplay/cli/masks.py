@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 
 from ..masks import mask_pictures
+from .common import non_negative_int, positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("masks", help="draw a family's attention mask as a picture")
     p.add_argument("--family", choices=[*mask_pictures(), "all"], default="tta")
-    p.add_argument("--length", type=int, default=8)
-    p.add_argument("--padding", type=int, default=0, help="padded positions at the end of the sequence")
+    p.add_argument("--length", type=positive_int, default=8)
+    p.add_argument("--padding", type=non_negative_int, default=0, help="padded positions at the end of the sequence")
     p.add_argument("--out", default="mask.png")
     p.set_defaults(func=run)
 

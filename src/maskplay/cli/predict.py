@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from .common import positive_int
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     q = sub.add_parser("predict", help="run a fine-tuned model directory on a file",
@@ -18,8 +20,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--text-pair-column", default=None)
     q.add_argument("--label-column", default=None)
     q.add_argument("--out", default=None, help="JSONL, one row per input (default: stdout)")
-    q.add_argument("--batch-size", type=int, default=64)
-    q.add_argument("--device", default="cpu")
+    q.add_argument("--batch-size", type=positive_int, default=64)
+    q.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto (default: cpu)")
     q.set_defaults(func=run_predict)
 
 
@@ -28,8 +30,9 @@ def run_predict(args: argparse.Namespace) -> int:
     from ..files import prepare_output_file
     from ..finetune import encode_examples, label_values, load_finetuned, metrics, predict_rows, read_examples
 
+    device = resolve_device(args.device)  # before any work
     model, tokenizer = load_finetuned(args.model)
-    model.to(resolve_device(args.device))
+    model.to(device)
     head = model.head_config
     columns = dict(text_column=args.text_column, text_pair_column=args.text_pair_column, label_column=args.label_column)
     examples = read_examples(args.file, **columns, need_labels=False, need_pairs=head.pair or None)

@@ -7,6 +7,7 @@ import os
 
 from ..data.prepare import MODES, OVERLONG, PrepareConfig, prepare_corpus
 from ..data.readers import FORMATS, INVALID_UTF8_POLICIES
+from .common import fraction, positive_int, seed_int
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -29,13 +30,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=MODES, default="sentences",
                    help="sentences: one sentence per sequence (as T-TA trains); blocks: a document's sentences "
                         "packed greedily up to --max-length")
-    p.add_argument("--max-length", type=int, default=128, help="tokens per sequence, [SOS] and [EOS] included")
-    p.add_argument("--valid-fraction", type=float, default=0.01, help="fraction of documents held out")
+    p.add_argument("--max-length", type=positive_int, default=128, help="tokens per sequence, [SOS] and [EOS] included")
+    p.add_argument("--valid-fraction", type=fraction, default=0.01, help="fraction of documents held out")
     p.add_argument("--overlong", choices=OVERLONG, default="truncate",
                    help="a sentence over --max-length is truncated, or split into windows")
-    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
+    p.add_argument("--workers", type=positive_int, default=min(4, os.cpu_count() or 1),
                    help="tokenizing processes (1 = in this process)")
-    p.add_argument("--seed", type=int, default=0, help="chooses the held-out documents")
+    p.add_argument("--seed", type=seed_int, default=0, help="chooses the held-out documents")
     p.add_argument("--format", choices=FORMATS, default="auto",
                    help="auto: by extension and first line; text: a document per line; paragraphs: blank-line-"
                         "separated hard-wrapped blocks; jsonl: a \"text\" field per line; wikiextractor: <doc> files")

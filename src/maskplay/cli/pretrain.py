@@ -11,6 +11,7 @@ from ..config import PRESETS, apply_overrides
 from ..families import family_class
 from ..registry import family_names
 from ..train.config import PRECISIONS, TrainConfig, load_train_config
+from .common import positive_float, positive_int, seed_int
 
 EPILOG = """\
 examples:
@@ -38,14 +39,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="data.corpus: text files to prepare into RUN_DIR/data first (needs --tokenizer)")
     p.add_argument("--tokenizer", metavar="PATH", help="data.tokenizer, for --corpus")
     p.add_argument("--out", metavar="RUN_DIR", help="run.out_dir: checkpoints, metrics, the final model")
-    p.add_argument("--max-steps", type=int, help="optim.max_steps")
-    p.add_argument("--max-minutes", type=float, help="run.max_minutes: wall-clock budget of the training loop")
-    p.add_argument("--batch-size", type=int, help="data.batch_size (global: sequences per optimizer step)")
-    p.add_argument("--lr", type=float, help="optim.lr (peak learning rate)")
-    p.add_argument("--grad-accum", type=int, help="optim.grad_accum")
+    p.add_argument("--max-steps", type=positive_int, help="optim.max_steps")
+    p.add_argument("--max-minutes", type=positive_float, help="run.max_minutes: wall-clock budget of the training loop")
+    p.add_argument("--batch-size", type=positive_int, help="data.batch_size (global: sequences per optimizer step)")
+    p.add_argument("--lr", type=positive_float, help="optim.lr (peak learning rate)")
+    p.add_argument("--grad-accum", type=positive_int, help="optim.grad_accum")
     p.add_argument("--precision", choices=PRECISIONS, help="run.precision")
-    p.add_argument("--device", help="run.device: auto, cpu, cuda or cuda:N")
-    p.add_argument("--seed", type=int, help="data.seed (initial weights, data order, dropout)")
+    p.add_argument("--device", help="run.device: auto, cpu, cuda, cuda:N or mps")
+    p.add_argument("--seed", type=seed_int, help="data.seed (initial weights, data order, dropout)")
     p.add_argument("--init", metavar="MODEL_DIR",
                    help="model.init: start from this model's weights and architecture (e.g. a BERT for UniLM)")
     p.add_argument("--resume", action="store_true",

@@ -16,7 +16,16 @@ from ..devices import resolve_device
 from ..files import OutputLock, prepare_output_file
 from ..precision_probe import resolve_cli
 from ..score.scorer import Method, Overflow, SentenceScore
-from .common import MAX_LENGTH_HELP, add_model_arguments, name_input, read_input, report_empty
+from .common import (
+    MAX_LENGTH_HELP,
+    add_model_arguments,
+    name_input,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    read_input,
+    report_empty,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,18 +39,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="auto = one-pass for T-TA, pll for BERT and UniLM, causal for GPT, XLNet and GPT-BERT, "
                         "discriminator for ELECTRA (sum of log P(original)); pll on ELECTRA = its generator's PLL; "
                         "fused = GPT-BERT's causal + PLL log-probability of each piece")
-    p.add_argument("--temperature", type=float, default=1.0, metavar="T",
+    p.add_argument("--temperature", type=positive_float, default=1.0, metavar="T",
                    help="divide the logits by T before the softmax (choose it on a dev set; default 1: as trained)")
     p.add_argument("--overflow", choices=[Overflow.ERROR.value, Overflow.WINDOW.value, Overflow.MEMORY.value],
                    default=Overflow.ERROR.value,
                    help="a sentence longer than the model: error; window = score it in overlapping windows (every "
                         "family); memory = XLNet causal only: consecutive segments, each reading the Transformer-XL "
                         "memory of the text before it")
-    p.add_argument("--memory-tokens", type=int, default=None, metavar="N",
+    p.add_argument("--memory-tokens", type=non_negative_int, default=None, metavar="N",
                    help="--overflow memory: how many tokens of memory each segment reads (default: xlnet.mem_len "
                         "when the model sets one, else 3x the segment length); 0 = none")
-    p.add_argument("--max-length", type=int, default=None, metavar="N", help=MAX_LENGTH_HELP)
-    p.add_argument("--segment-tokens", type=int, default=None, metavar="N",
+    p.add_argument("--max-length", type=positive_int, default=None, metavar="N", help=MAX_LENGTH_HELP)
+    p.add_argument("--segment-tokens", type=positive_int, default=None, metavar="N",
                    help="--overflow memory: tokens per segment (default: the model's max_position)")
     p.add_argument("--explain", action="store_true",
                    help="show each piece's surprisal (ELECTRA: its probability of having been replaced); mark the "
@@ -52,7 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="write the rows here instead of stdout, batch by batch in input order (locked: one writer)")
     p.add_argument("--resume", action="store_true",
                    help="continue a partly written --out (a killed run): rows already there are kept, not rescored")
-    p.add_argument("--max-pieces", type=int, default=DEFAULT_MAX_PIECES, metavar="N",
+    p.add_argument("--max-pieces", type=positive_int, default=DEFAULT_MAX_PIECES, metavar="N",
                    help=f"refuse a line of more than N word pieces (default {DEFAULT_MAX_PIECES:,}); with "
                         "--overflow window it would take minutes")
     p.set_defaults(func=run_score)

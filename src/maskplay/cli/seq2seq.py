@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from ..families import families, family_class
+from .common import positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -43,12 +44,12 @@ def add_eval_parser(tasks: argparse._SubParsersAction, name: str = "eval") -> No
                                      "MODEL may also be first-words:K, the trivial baseline.")
     e.add_argument("model_dir", metavar="MODEL", help="a unilm or gpt model directory, or first-words:K")
     e.add_argument("--data", required=True, metavar="JSONL", help="e.g. runs/titles/dev.jsonl")
-    e.add_argument("--limit", type=int, default=None, help="only the first N pairs")
+    e.add_argument("--limit", type=positive_int, default=None, help="only the first N pairs")
     e.add_argument("--strategy", choices=("greedy", "beam"), default="greedy")
-    e.add_argument("--num-beams", type=int, default=4)
-    e.add_argument("--max-new-tokens", type=int, default=24)
-    e.add_argument("--max-source", type=int, default=96, help="source pieces kept (as `data titles` cut them)")
-    e.add_argument("--batch-size", type=int, default=32)
+    e.add_argument("--num-beams", type=positive_int, default=4)
+    e.add_argument("--max-new-tokens", type=positive_int, default=24)
+    e.add_argument("--max-source", type=positive_int, default=96, help="source pieces kept (as `data titles` cut them)")
+    e.add_argument("--batch-size", type=positive_int, default=32)
     e.add_argument("--precision", choices=("auto", "fp32", "bf16", "int8"), default="auto",
                    help="auto (default): bf16 where this machine runs it faster than fp32, else fp32")
     e.add_argument("--out", default=None, help="write the scores (and every prediction) as JSON here")
@@ -62,6 +63,16 @@ def run(args: argparse.Namespace) -> int:
     return pretrain(args)
 
 
+def _first_words_k(model: str) -> int | None:
+    """K of MODEL = first-words:K (a positive integer), None for a model directory."""
+    if not model.startswith("first-words:"):
+        return None
+    k = model.split(":", 1)[1]
+    if not (k.isascii() and k.isdigit() and int(k) > 0):
+        raise ValueError(f"MODEL {model!r}: first-words:K needs a positive integer K (the words kept), got {k!r}")
+    return int(k)
+
+
 def run_eval(args: argparse.Namespace) -> int:
     import json
     import time
@@ -69,10 +80,10 @@ def run_eval(args: argparse.Namespace) -> int:
     from ..eval.seq2seq import first_words, generate_targets, read_pairs, scores, summary_line
     from ..files import atomic_path
 
+    k = _first_words_k(args.model_dir)  # checked before any work
     pairs = read_pairs(args.data, args.limit)
     start = time.monotonic()
-    if args.model_dir.startswith("first-words:"):
-        k = int(args.model_dir.split(":", 1)[1])
+    if k is not None:
         predictions = [first_words(p.source, k) for p in pairs]
     else:
         from ..score.scorer import load_model_dir

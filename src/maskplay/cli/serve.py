@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from ..precision import Precision
+from .common import non_negative_float, non_negative_int, positive_int
 
 AUTO = "auto"
 
@@ -17,22 +18,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Serve one model over HTTP with dynamic batching (docs/SERVE.md).")
     p.add_argument("model_dir", metavar="MODEL", help="a model directory or a bundled model's name")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=non_negative_int, default=8000)
     p.add_argument("--name", default=None, help="the model id clients send as `model` (default: the directory's name)")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N, mps or auto (default: cpu)")
     p.add_argument("--precision", choices=[AUTO, *(x.value for x in Precision)], default=AUTO,
                    help="auto (default): bf16 where this machine runs it faster than fp32, else fp32")
-    p.add_argument("--max-batch-size", type=int, default=32, metavar="N",
+    p.add_argument("--max-batch-size", type=positive_int, default=32, metavar="N",
                    help="inputs per model call when requests are batched together (default 32)")
-    p.add_argument("--max-wait-ms", type=float, default=5.0, metavar="MS",
+    p.add_argument("--max-wait-ms", type=non_negative_float, default=5.0, metavar="MS",
                    help="how long the oldest request waits for others to join its batch (default 5)")
     p.add_argument("--no-batching", dest="batching", action="store_false",
                    help="one model call per request, as it arrives (the load benchmark's baseline)")
-    p.add_argument("--max-queue", type=int, default=256, metavar="N",
+    p.add_argument("--max-queue", type=positive_int, default=256, metavar="N",
                    help="requests waiting at most; one more is answered 503 with Retry-After (default 256)")
-    p.add_argument("--max-tokens", type=int, default=None, metavar="N",
+    p.add_argument("--max-tokens", type=positive_int, default=None, metavar="N",
                    help="tokens per input with [SOS]/[EOS] at most (default and most: the model's max_position)")
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20, metavar="N",
+    p.add_argument("--max-body-bytes", type=positive_int, default=1 << 20, metavar="N",
                    help="a request body over this is answered 413 (default 1 MiB)")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=run_serve)

@@ -10,6 +10,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from .common import fraction, non_negative_float, non_negative_int, positive_float, positive_int, seed_int
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..precision import Precision
@@ -26,36 +28,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", nargs="+", default=None, metavar="PATH",
                    help="corpus files or directories, any format `maskplay prepare` reads (default: the shared "
                         "Wikipedia, enwiki-wikiextractor under $MASKPLAY_DATA or ../shared/data)")
-    p.add_argument("--sentences", type=int, default=None, metavar="N",
+    p.add_argument("--sentences", type=positive_int, default=None, metavar="N",
                    help="use N sentences drawn at random from the corpus (default: all)")
-    p.add_argument("--min-words", type=int, default=5, help="skip sentences of fewer words (headings, fragments)")
-    p.add_argument("--max-steps", type=int, default=None,
+    p.add_argument("--min-words", type=positive_int, default=5, help="skip sentences of fewer words (headings, fragments)")
+    p.add_argument("--max-steps", type=positive_int, default=None,
                    help="optimizer steps (default: --minutes decides; without it, one pass over the sentences)")
-    p.add_argument("--minutes", type=float, default=None, help="wall-clock budget of the training loop")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per step (each seen twice)")
-    p.add_argument("--lr", type=float, default=3e-5,
+    p.add_argument("--minutes", type=positive_float, default=None, help="wall-clock budget of the training loop")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="sentences per step (each seen twice)")
+    p.add_argument("--lr", type=positive_float, default=3e-5,
                    help="peak learning rate (3e-5: the paper's for BERT-base; small models may want more)")
-    p.add_argument("--temperature", type=float, default=0.05)
+    p.add_argument("--temperature", type=positive_float, default=0.05)
     p.add_argument("--pooling", choices=["mean", "first", "cls", "last"], default="mean",
                    help="as `maskplay embed --pooling`: mean (default, [SOS]/[EOS] excluded), first (= cls, the "
                         "[SOS]/[CLS] position) or last; evaluate with the same --pooling")
-    p.add_argument("--max-length", type=int, default=32, help="pieces per training sentence with [SOS]/[EOS]")
-    p.add_argument("--dropout", type=float, default=None,
+    p.add_argument("--max-length", type=positive_int, default=32, help="pieces per training sentence with [SOS]/[EOS]")
+    p.add_argument("--dropout", type=fraction, default=None,
                    help="every dropout of the model during SimCSE (default: the model's own); config.json keeps its own")
     p.add_argument("--diagonal-mask", action=argparse.BooleanOptionalAction, default=True,
                    help="T-TA only: train the embedding with the diagonal mask (default, as `eval sts` embeds) or "
                         "without it (then evaluate with --no-diagonal-mask)")
-    p.add_argument("--warmup-steps", type=int, default=0)
-    p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: none)")
+    p.add_argument("--warmup-steps", type=non_negative_int, default=0)
+    p.add_argument("--weight-decay", type=non_negative_float, default=0.0)
+    p.add_argument("--clip", type=non_negative_float, default=1.0, help="gradient-norm clipping (0: none)")
     p.add_argument("--precision", choices=[AUTO, *(x.value for x in Precision if x.trainable)], default=AUTO,
                    help="auto (default): bf16 where this machine trains faster in it, else fp32")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--save-every", type=int, default=None, metavar="STEPS",
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N, mps or auto (default: cpu)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--seed", type=seed_int, default=0)
+    p.add_argument("--save-every", type=positive_int, default=None, metavar="STEPS",
                    help="also write a checkpoint model directory OUT/ckpt-STEP every STEPS steps")
-    p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--log-every", type=positive_int, default=50)
     p.add_argument("--overwrite", action="store_true", help="replace a model already in --out")
     p.set_defaults(func=run_simcse)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..data.readers import FORMATS, INVALID_UTF8_POLICIES, ReadStats, iter_paragraphs
 from ..progress import track
 from ..tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer, train_byte_bpe, train_wordpiece
+from .common import positive_int
 
 MODELS = ("wordpiece", "bpe")
 
@@ -35,6 +36,9 @@ def train_tokenizer(corpus: list[str | Path], vocab_size: int, out_dir: str | Pa
     else:
         tok = train_wordpiece(texts, vocab_size=vocab_size, min_frequency=min_frequency,
                               limit_alphabet=limit_alphabet, show_progress=show_progress)
+    if tok.vocab_size <= len(SPECIAL_TOKENS):  # an empty corpus (or only blank lines): refuse, naming it
+        raise ValueError(f"--corpus {' '.join(map(str, corpus))}: no text to learn pieces from ({stats.documents} "
+                         f"documents, {stats.lines} lines, {stats.blank_lines} blank)")
     out_dir = Path(out_dir)
     tok.save(out_dir)
     if model == "wordpiece":
@@ -70,13 +74,6 @@ def _encode(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(value: str) -> int:
-    n = int(value)
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return n
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tokenizer", help="train or inspect a WordPiece or byte-level BPE tokenizer")
     tsub = p.add_subparsers(dest="tokenizer_command", required=True)
@@ -85,16 +82,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                       "tokens at ids 0-6")
     t.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
                    help="text, .gz, JSONL or WikiExtractor files; a directory means every file in it")
-    t.add_argument("--vocab-size", type=_positive, required=True)
+    t.add_argument("--vocab-size", type=positive_int, required=True)
     t.add_argument("--out", required=True, metavar="DIR",
                    help="writes DIR/tokenizer.json (and, for a WordPiece, DIR/vocab.txt)")
     t.add_argument("--model", choices=MODELS, default="wordpiece",
                    help="wordpiece: uncased, BERT's pre-tokenizer (default); bpe: cased byte-level BPE, no unknown "
                         "pieces, decoding gives the text back byte for byte (GPT-BERT's, 8k-16k pieces)")
-    t.add_argument("--min-frequency", type=_positive, default=2, help="least count of a pair to merge")
-    t.add_argument("--limit-lines", type=_positive, default=None, metavar="N",
+    t.add_argument("--min-frequency", type=positive_int, default=2, help="least count of a pair to merge")
+    t.add_argument("--limit-lines", type=positive_int, default=None, metavar="N",
                    help="train on the first N non-blank paragraphs only")
-    t.add_argument("--limit-alphabet", type=_positive, default=1000,
+    t.add_argument("--limit-alphabet", type=positive_int, default=1000,
                    help="WordPiece: keep at most this many distinct characters (the rest become [UNK])")
     t.add_argument("--format", choices=FORMATS, default="auto")
     t.add_argument("--on-invalid-utf8", choices=INVALID_UTF8_POLICIES, default="error")

@@ -23,7 +23,11 @@ class TokenDataset:
         if not meta_path.is_file():
             raise FileNotFoundError(f"{meta_path} not found: is {self.directory} a split written by "
                                     "`maskplay prepare`?")
-        self.meta = json.loads(meta_path.read_text())
+        from ..files import read_json_object
+
+        self.meta = read_json_object(meta_path)  # damaged JSON: one line naming the file
+        if self.meta.get("dtype") not in ("uint16", "int32", "uint32", "int64"):
+            raise ValueError(f"{meta_path} is damaged: \"dtype\" {self.meta.get('dtype')!r} is not a token dtype")
         self.offsets = np.load(self.directory / OFFSETS_NAME, mmap_mode="r", allow_pickle=False)
         dtype = np.dtype(self.meta["dtype"])
         n_tokens = int(self.offsets[-1])

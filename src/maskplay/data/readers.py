@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import html
+import io
 import json
 import re
 import zlib
@@ -17,6 +18,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+from .source import bad_utf8_message, is_stream, nul_message, raw_bytes
 
 # auto: by extension (.jsonl/.json) and first line (<doc ...> = WikiExtractor); plain files are sniffed
 # for hard wrapping (see _looks_wrapped).
@@ -64,7 +67,7 @@ def resolve_corpus(paths: Iterable[str | Path]) -> list[Path]:
             if not found:
                 raise FileNotFoundError(f"corpus directory {path} contains no files")
             files.extend(found)
-        elif path.is_file():
+        elif path.is_file() or is_stream(path):  # a FIFO or <(...) is read once, into memory (_open_binary)
             files.append(path)
         else:
             raise FileNotFoundError(f"corpus file {path} not found")
@@ -73,14 +76,20 @@ def resolve_corpus(paths: Iterable[str | Path]) -> list[Path]:
     return files
 
 
+def _raw(path: Path) -> IO[bytes]:
+    if is_stream(path):  # a FIFO or <(...): read once, kept in memory (maskplay.data.source.raw_bytes)
+        return io.BytesIO(raw_bytes(path))
+    return open(path, "rb")
+
+
 def _open_binary(path: Path) -> IO[bytes]:
-    with open(path, "rb") as f:
+    with _raw(path) as f:
         magic = f.read(2)
-    return gzip.open(path, "rb") if magic == GZIP_MAGIC else open(path, "rb")
+    return gzip.GzipFile(fileobj=_raw(path), mode="rb") if magic == GZIP_MAGIC else _raw(path)
 
 
 def _is_gzip(path: Path) -> bool:
-    with open(path, "rb") as f:
+    with _raw(path) as f:
         return f.read(2) == GZIP_MAGIC
 
 
@@ -124,12 +133,13 @@ class _Lines:
                         text = raw.decode("utf-8")
                     except UnicodeDecodeError as err:
                         if self.policy == "error":
-                            where = " of the decompressed data" if self.gz else ""
-                            raise ValueError(
-                                f"{self.path}: invalid UTF-8 at byte offset {offset + err.start}{where} "
-                                f"(line {self.lineno}): {raw[err.start:err.end]!r}; pass --on-invalid-utf8 replace "
-                                "to replace invalid bytes") from None
+                            where = "the offset is in the decompressed data; " if self.gz else ""
+                            raise ValueError(bad_utf8_message(
+                                str(self.path), self.lineno, offset + err.start, raw[err.start:err.end],
+                                f"{where}pass --on-invalid-utf8 replace to replace invalid bytes")) from None
                         text = self._replace(raw)
+                    if "\x00" in text:  # a binary file: refused with either policy (maskplay.data.source)
+                        raise ValueError(nul_message(str(self.path), self.lineno, offset + raw.index(b"\x00")))
                     if self.lineno == 1 and text.startswith("\ufeff"):
                         text = text[1:]  # a UTF-8 byte order mark is not text
                     offset += len(raw)

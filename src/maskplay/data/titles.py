@@ -89,6 +89,10 @@ def build_titles(corpus: list[str], tokenizer_path: str, out: str | Path, config
             counts["first paragraphs cut at max_source pieces"] += len(src.ids) > config.max_source
             sequences[split].append([sp.sos, *src.ids[:config.max_source], sp.sep, *tgt.ids, sp.eos])
             kept[split].append(row)
+    if not any(kept.values()):  # nothing to write: say why instead of an empty data set
+        why = "; ".join(f"{what}: {n:,}" for what, n in sorted(counts.items())) or "no documents"
+        raise ValueError(f"--corpus {' '.join(map(str, corpus))}: no (first paragraph, title) pairs from "
+                         f"{stats.documents:,} documents ({why}); `data titles` reads WikiExtractor <doc title=...> files")
     tmp = out.parent / f".tmp-{out.name}"
     tmp.mkdir(parents=True, exist_ok=False)
     for split in SPLITS:

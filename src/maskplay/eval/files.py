@@ -4,12 +4,12 @@ only decides which loader a file goes to, and how a results file writes a path (
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
+
+from ..data.source import is_stream
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -34,26 +34,11 @@ SEMEVAL_GOLD = re.compile(r"^(?P<head>.*)\.gs\.(?P<name>.+)\.txt$")
 
 def read_text(path: str | Path) -> str:
     """The file as text: gzip when its first bytes say so (whatever the suffix; a .gz that is not gzip is an
-    error), UTF-8 (a BOM is dropped).
-    An unreadable gzip or bytes that are not UTF-8 are a one-line error naming the file (and line)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found")
-    if path.is_dir():
-        raise ValueError(f"{path} is a directory; a data file was expected there")
-    data = path.read_bytes()
-    if path.suffix == ".gz" and data[:2] != GZIP_MAGIC:  # a misnamed or damaged file: say so rather than guess
-        raise ValueError(f"{path}: not a readable gzip file (named .gz, but it does not start as gzip does)")
-    if data[:2] == GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (gzip.BadGzipFile, EOFError, zlib.error) as err:
-            raise ValueError(f"{path}: not a readable gzip file ({type(err).__name__}: {err})") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = data[:err.start].count(b"\n") + 1
-        raise ValueError(f"{path}:{line}: invalid UTF-8 ({err.reason})") from None
+    error), UTF-8 (a BOM is dropped), a FIFO or <(...) read as a file is (maskplay.data.source, the one reader).
+    An unreadable gzip, bytes that are not UTF-8 or a NUL byte are a one-line error naming the file and line."""
+    from ..data.source import read_text as read_source
+
+    return read_source(path)[1]
 
 
 def lines(path: str | Path) -> list[str]:
@@ -74,7 +59,7 @@ def expand(task: str, given: Sequence[str | Path]) -> list[Path]:
             if not found:
                 raise FileNotFoundError(f"{p}: no {' or '.join(globs)} files in this directory")
             files.extend(found)
-        elif p.is_file():
+        elif p.is_file() or is_stream(p):  # a FIFO or <(...) is read as a file is
             files.append(p)
         else:
             raise FileNotFoundError(f"{p} not found")

@@ -22,24 +22,28 @@ class Pair:
 
 def read_pairs(path: str | Path, limit: int | None = None) -> list[Pair]:
     """The pairs of a JSONL file; a malformed line is an error naming file:line."""
+    from ..data.source import read_lines
+
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be a positive integer, got {limit}")
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"{path} not found (a JSONL file of {{\"source\", \"target\"}} objects)")
     pairs = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                raise ValueError(f"{path}:{number}: blank line (one JSON object per line)")
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not valid JSON: {err.msg}") from None
-            if not isinstance(row, dict) or not isinstance(row.get("source"), str) or \
-                    not isinstance(row.get("target"), str):
-                raise ValueError(f"{path}:{number}: expected an object with string \"source\" and \"target\"")
-            pairs.append(Pair(row["source"], row["target"]))
-            if limit is not None and len(pairs) >= limit:
-                break
+    # one reader for every text input: strict UTF-8, no NUL, lines on \n only, FIFOs, gzip
+    for number, line in enumerate(read_lines(path, "--data")[1], start=1):
+        if not line.strip():
+            raise ValueError(f"{path}:{number}: blank line (one JSON object per line)")
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{number}: not valid JSON: {err.msg}") from None
+        if not isinstance(row, dict) or not isinstance(row.get("source"), str) or \
+                not isinstance(row.get("target"), str):
+            raise ValueError(f"{path}:{number}: expected an object with string \"source\" and \"target\"")
+        pairs.append(Pair(row["source"], row["target"]))
+        if limit is not None and len(pairs) >= limit:
+            break
     if not pairs:
         raise ValueError(f"{path}: no pairs")
     return pairs
@@ -66,12 +70,17 @@ def scores(predictions: list[str], references: list[str]) -> dict[str, float]:
 
 
 def first_words(source: str, k: int) -> str:
+    """The first k words of `source` (the trivial baseline `first-words:K`); k must be positive."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"first-words:K needs a positive integer K, got {k!r}")
     return " ".join(source.split()[:k])
 
 
 def generate_targets(model: Any, tokenizer: Any, sources: list[str], max_source: int, **options: Any) -> list[str]:
     """Each source as `[SOS] source pieces (the first max_source) [SEP]`, the way `maskplay data titles` frames
     it for every family, then the model's continuation up to its end token, decoded."""
+    if max_source < 1:
+        raise ValueError(f"--max-source must be a positive integer, got {max_source}")
     cfg = model.config
     prompts = [[cfg.sos_token_id, *enc.ids[:max_source], cfg.separator_id]
                for enc in tokenizer.backend.encode_batch(sources, add_special_tokens=False)]

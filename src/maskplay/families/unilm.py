@@ -91,6 +91,11 @@ class UniLM(BertMLM):
         has_target = (segments.bool() & attention_mask).any(1)
         if not bool(has_target.all()):
             row = int((~has_target).nonzero()[0, 0])
+            if bool(attention_mask[row].all()):  # it fills every position: the cut, not the data, lost the target
+                raise ValueError(f"sequence {row} of the batch fills all {input_ids.shape[1]} positions and has no "
+                                 "target after its separator: data.max_length (--set data.max_length=N) is "
+                                 "shorter than the `[SOS] source [SEP] target [EOS]` sequences, so their targets were "
+                                 "cut off; raise it, or cut the sources shorter (`maskplay data titles --max-source`)")
             raise ValueError(f"sequence {row} of the batch has no target: the seq2seq objective needs "
                              f"`[SOS] source [SEP] target [EOS]` sequences (separator id {self.config.separator_id}; "
                              "`maskplay data titles` writes them), or model.unilm.objective = \"mixed\" for "

@@ -3,7 +3,6 @@ needs (which pieces form a word, where each piece sits in the original string)."
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,24 +67,11 @@ def _nothing_to_score(index: int, text: str) -> None:
 
 
 def decode_text(data: bytes, source: str) -> str:
-    """Strict UTF-8: invalid bytes and NUL bytes (a binary file) are errors naming the byte offset, never
-    silently replaced, so that a score always belongs to the text that was asked about."""
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]  # a UTF-8 byte order mark is not text
-        shift = 3
-    else:
-        shift = 0
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        bad = data[err.start:err.start + 4]
-        raise ValueError(f"{source}: byte offset {err.start + shift}: invalid UTF-8 ({bad!r}); "
-                         "input must be UTF-8 text") from None
-    nul = data.find(b"\x00")
-    if nul >= 0:
-        raise ValueError(f"{source}: byte offset {nul + shift}: NUL byte; this looks like a binary file, "
-                         "not one sentence per line")
-    return text
+    """Strict UTF-8: invalid bytes and NUL bytes (a binary file) are errors naming the line and byte offset, never
+    silently replaced, so that a score always belongs to the text that was asked about (maskplay.data.source)."""
+    from ..data.source import decode
+
+    return decode(data, source)
 
 
 def is_empty(text: str) -> bool:
@@ -98,23 +84,11 @@ def read_lines(path: str | Path | None, empty: str = "error") -> list[tuple[int,
     can give it an output row marked empty and keep output rows aligned with input lines."""
     if empty not in ("error", "keep"):
         raise ValueError(f"empty must be 'error' or 'keep', got {empty!r}")
-    if path is None or str(path) == "-":
-        source, data = "<stdin>", sys.stdin.buffer.read()
-    else:
-        p = Path(path)
-        if p.is_dir():
-            raise ValueError(f"{p} is a directory; --file needs a text file, one sentence per line")
-        if not p.is_file():
-            raise FileNotFoundError(f"{p} not found")
-        source, data = str(p), p.read_bytes()
+    from ..data.source import read_lines as read_source_lines
+
+    source, rows = read_source_lines(path, "--file")
     lines = []
-    text = decode_text(data, source)
-    # Split on newlines only: str.splitlines would also break at form feeds, U+2028 and other separators.
-    rows = text.split("\n")
-    if rows and rows[-1] == "":
-        rows.pop()
     for number, line in enumerate(rows, start=1):
-        line = line.removesuffix("\r")
         if is_empty(line) and empty == "error":
             raise ValueError(f"{source}:{number}: empty line; write one sentence per line, no blank lines "
                              "(or keep them as empty rows: --empty keep)")

@@ -344,7 +344,9 @@ def load_train_config(path: str | Path) -> TrainConfig:
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} not found")
     if path.suffix == ".json":
-        return train_config_from_dict(json.loads(path.read_text()), source=str(path))
+        from ..files import read_json_object
+
+        return train_config_from_dict(read_json_object(path), source=str(path))
     return load_toml(TrainConfig, path)
 
 

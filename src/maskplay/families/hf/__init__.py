@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from .bert import BERT, bert_config_dict
-from .common import HF_DEFAULTS, HFCheckpoint, HFConverter, HFExport
+from .common import HF_DEFAULTS, HFCheckpoint, HFConverter, HFExport, check_hf_types
 from .electra import ELECTRA, electra_config_dict
 from .gpt import GPT_CONVERTER
 from .registry import architectures, check_complete, converter_for_architecture, from_hf, hf_architecture, register, to_hf
@@ -36,9 +36,11 @@ for _converter in (BERT, ELECTRA, GPT_CONVERTER, XLNET):  # this order is the or
 ARCHITECTURES = architectures()
 
 
-def hf_config(architecture: str, data: dict[str, Any]) -> SimpleNamespace:
+def hf_config(architecture: str, data: dict[str, Any], source: str = "config.json") -> SimpleNamespace:
     """A config.json's fields (`data`) as attributes, with what transformers assumes for the keys it leaves out
-    (`architecture` from ARCHITECTURES or SEQUENCE_ARCHITECTURES)."""
+    (`architecture` from ARCHITECTURES or SEQUENCE_ARCHITECTURES). A value of the wrong type is a ValueError
+    naming `source` and the key (check_hf_types)."""
+    check_hf_types(data, source)
     if architecture in SEQUENCE_ARCHITECTURES:
         defaults = sequence_converter(architecture).hf_defaults
     else:
@@ -75,6 +77,6 @@ def hf_electra_config(config: ModelConfig, generator: bool = False) -> Any:
 
 
 __all__ = ["ARCHITECTURES", "BERT", "ELECTRA", "GPT_CONVERTER", "HF_DEFAULTS", "SEQUENCE_ARCHITECTURES", "XLNET",
-           "HFCheckpoint", "HFConverter", "HFExport", "check_complete", "converter_for_architecture",
+           "HFCheckpoint", "HFConverter", "HFExport", "check_complete", "check_hf_types", "converter_for_architecture",
            "describe_conversion", "from_hf", "hf_architecture", "hf_config", "hf_config_dict", "hf_electra_config",
            "register", "sequence_converter", "to_hf"]

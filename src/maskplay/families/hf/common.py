@@ -29,6 +29,45 @@ BERT_DEFAULTS: dict[str, Any] = {"hidden_size": 768, "num_hidden_layers": 12, "n
 ELECTRA_DEFAULTS: dict[str, Any] = {"embedding_size": 128, "hidden_size": 256, "num_hidden_layers": 12,
                                     "num_attention_heads": 4, "intermediate_size": 1024}
 
+# The types of the config.json keys the converters read: a value of another type ("hidden_size": "256") is an error
+# naming the file and key (check_hf_types), not a TypeError inside a converter. None is accepted (transformers
+# writes null for a key it leaves to a default); the sizes must also be positive.
+HF_POSITIVE_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                    "max_position_embeddings", "embedding_size", "num_labels", "n_layer", "n_head", "n_embd",
+                    "n_positions", "n_ctx", "n_inner", "d_model", "d_inner", "d_head")
+HF_INTS = ("type_vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "mem_len", "sep_token_id")
+HF_FLOATS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
+             "layer_norm_epsilon", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout", "classifier_dropout")
+HF_STRS = ("hidden_act", "position_embedding_type", "problem_type", "activation_function", "model_type")
+HF_BOOLS = ("tie_word_embeddings", "is_decoder", "add_cross_attention")
+
+
+def check_hf_types(data: dict[str, Any], source: str) -> None:
+    """Every key of HF_* above that `data` holds has its type; else a ValueError naming `source` and the key."""
+    import math
+
+    def bad(key: str, what: str) -> ValueError:
+        return ValueError(f"{source}: \"{key}\": {data[key]!r} is not {what}")
+
+    for key, value in data.items():
+        if value is None:
+            continue
+        is_int = isinstance(value, int) and not isinstance(value, bool)
+        if key in HF_POSITIVE_INTS and not (is_int and value > 0):
+            raise bad(key, "a positive integer")
+        if key in HF_INTS and not is_int:
+            raise bad(key, "an integer")
+        if key in HF_FLOATS and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                     and math.isfinite(value)):
+            raise bad(key, "a finite number")
+        if key in HF_STRS and not isinstance(value, str):
+            raise bad(key, "a string")
+        if key in HF_BOOLS and not isinstance(value, bool):
+            raise bad(key, "true or false")
+    if data.get("id2label") is not None and not isinstance(data["id2label"], dict):
+        raise bad("id2label", "an object of label names")
+
+
 # Tied copies HuggingFace may leave out of a checkpoint (transformers 5 saves none of them): BERT's decoder weight
 # and bias, ELECTRA's generator decoder.
 OPTIONAL_HF_KEYS = frozenset({"cls.predictions.decoder.weight", "cls.predictions.decoder.bias",
