@@ -218,13 +218,7 @@ class Scorer:
                     results[sentence][piece] = value
                 for k, count in counts.items():
                     windows[k] = count
-            if self.method in (Method.PLL, Method.PLL_WORD):
-                found = pll_log_probs(Runner(self._masked_lm(), self.precision), segments,
-                                      word_l2r=self.method is Method.PLL_WORD, batch_size=self.batch_size,
-                                      progress=self.progress)
-            else:
-                found = self._one_pass(Runner(self.model, self.precision), segments)
-            for (sentence, piece), value in found:
+            for (sentence, piece), value in self.segment_log_probs(segments):
                 results[sentence][piece] = value
         for seg in segments:
             windows[seg.sentence] += 1
@@ -236,6 +230,25 @@ class Scorer:
             out.append(SentenceScore(enc.text, enc.tokens, enc.ids, values, enc.word_ids, enc.offsets,
                                      self.method.value, n_windows))
         return out
+
+    def runner(self, kind: type[Runner] = Runner) -> Runner:
+        """The Runner this scorer's method runs on (`kind`: Runner or a subclass): the model, or for pll and
+        pll-word the model a PLL reads (an ELECTRA model's generator), in this scorer's precision."""
+        pll = self.method in (Method.PLL, Method.PLL_WORD)
+        return kind(self._masked_lm() if pll else self.model, self.precision)
+
+    def segment_log_probs(self, segments: list[Segment],
+                          runner: Runner | None = None) -> list[tuple[tuple[int, int], float]]:
+        """((segment.sentence, piece), log p) for every scored piece of `segments` (passes.Segment: the pieces
+        a segment lists in `scored`, with the others visible as context), by this scorer's method, batched as
+        score() batches: what score() and maskplay.lm_eval_backend (a continuation given its context) share.
+        `runner`: default self.runner()."""
+        runner = self.runner() if runner is None else runner
+        with torch.inference_mode():
+            if self.method in (Method.PLL, Method.PLL_WORD):
+                return pll_log_probs(runner, segments, word_l2r=self.method is Method.PLL_WORD,
+                                     batch_size=self.batch_size, progress=self.progress)
+            return self._one_pass(runner, segments)
 
     def _masked_lm(self) -> MaskplayModel:
         """The model PLL runs on: the model itself, or an ELECTRA model's generator."""
