@@ -9,13 +9,21 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..generation import STRATEGIES, GenerationOutput, default_stop_ids, generate, require_generative
+from ..generation import (
+    STRATEGIES,
+    GenerationOutput,
+    default_stop_ids,
+    generate,
+    generating_families,
+    require_generative,
+)
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="generate text with a GPT or UniLM model (greedy, beam search, sampling)",
+    p = sub.add_parser("generate", help=f"generate text with a {' or '.join(generating_families())} model (greedy, "
+                       "beam search, sampling)",
                        description="Continue each prompt (GPT) or generate a target for each source (UniLM). "
                                    "Prompts come as arguments, or one per line with --file (blank lines give "
                                    "blank outputs, so output lines match input lines).")
