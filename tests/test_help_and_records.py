@@ -40,8 +40,15 @@ def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Ite
 
 
 def named(text: str, names: set[str] | tuple[str, ...]) -> set[str]:
-    """The family names `text` mentions, in any case and with hyphens inside (T-TA, BERT-MLM, UniLM, XLNet)."""
-    return {name for name in names if re.search(r"\b" + "-?".join(map(re.escape, name)) + r"\b", text, re.I)}
+    """The family names `text` mentions, in any case and with hyphens inside (T-TA, BERT-MLM, UniLM, XLNet); the
+    longer names first, each mention taken out once found (gpt-bert names neither gpt nor bert)."""
+    found = set()
+    for name in sorted(names, key=len, reverse=True):
+        pattern = re.compile(r"\b" + "-?".join(map(re.escape, name)) + r"\b", re.I)
+        if pattern.search(text):
+            found.add(name)
+            text = pattern.sub(" ", text)
+    return found
 
 
 def prose(parser: argparse.ArgumentParser) -> str:
@@ -91,6 +98,7 @@ def test_the_help_check_finds_a_stale_family_list():
     p = sub.add_parser("pretrain", help="pretrain a model (T-TA, BERT-MLM, GPT)", description="train a model")
     p.add_argument("--family", choices=family_names())
     problems = help_problems(parser)
+    assert named("GPT-BERT, T-TA and BERT-MLM", ("gpt", "bert", "gpt-bert", "tta")) == {"gpt-bert", "tta", "bert"}
     assert len(problems) == 2 and "electra" in problems[0] and "names ['bert', 'gpt', 'tta']" in problems[1]
 
 

@@ -249,3 +249,23 @@ def test_task_loader(tmp_path):
     assert len(data["train"]) == 10 and set(data["train"][0]) >= {"sentence_good", "sentence_bad"}
     gz = loader.load(pairs=str(shared_path("blimp-dev", "adjunct_island.jsonl.gz")))  # the json builder reads .gz
     assert len(gz["train"]) == 1000
+
+
+def test_fused_method_scores_as_scorer():
+    """GPT-BERT's fused method (causal + PLL log p of each piece): a continuation with an empty context is exactly
+    Scorer's sentence score; is_greedy is the causal reading's (the flags of the pass that ran last)."""
+    tokenizer = _tokenizer()
+    torch.manual_seed(0)
+    model = build_model(preset("tiny", family="gpt-bert", vocab_size=tokenizer.vocab_size, max_position=128)).eval()
+    lm = MaskplayLM(model, tokenizer=tokenizer, method="fused", device="cpu", precision="fp32")
+    texts = ["the cat sat on the mat .", "a river flows into the sea ."]
+    got = lm.loglikelihood([_request("loglikelihood", ("", t), k) for k, t in enumerate(texts)])
+    want = Scorer(model, tokenizer, method="fused", precision="fp32").score(texts)
+    assert [v for v, _ in got] == pytest.approx([s.log_prob for s in want], rel=1e-6)
+    # the model's own greedy continuation is greedy under the fused method too; another one is not
+    own = generate(model, ["the cat"], tokenizer=tokenizer, max_new_tokens=3, stop_ids=()).generations[0]
+    continuation = tokenizer.decode(own.token_ids)
+    assert tokenizer.backend.encode("the cat " + continuation, add_special_tokens=False).ids[2:] == own.token_ids
+    flags = [g for _, g in lm.loglikelihood([_request("loglikelihood", ("the cat", " " + continuation)),
+                                              _request("loglikelihood", ("the cat", " sat on"), 1)])]
+    assert flags == [True, False]

@@ -59,8 +59,8 @@ class _GreedyRunner(Runner):
     """A Runner that also records, for every log-probability it returns, whether the target is the argmax of its
     distribution (ELECTRA's discriminator: whether P(original) > 1/2), in the order it returns them."""
 
-    def __init__(self, model: Any, precision: Any) -> None:
-        super().__init__(model, precision)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.greedy: list[bool] = []
 
     def log_probs(self, hidden: Tensor, targets: Tensor) -> Tensor:
@@ -183,9 +183,10 @@ class MaskplayLM(LM):
         encoded = [encode_pair(self.tokenizer, context, continuation) for context, continuation in pairs]
         cfg = self.model.config
         segments = pair_segments(encoded, cfg.sos_token_id, cfg.eos_token_id, self.scorer.max_length, self.causal)
-        runner = self.scorer.runner(_GreedyRunner if greedy else Runner)
-        found = self.scorer.segment_log_probs(segments, runner)
-        flags = runner.greedy if greedy else [True] * len(found)
+        made: list[Runner] = []
+        found = self.scorer.segment_log_probs(segments, _GreedyRunner if greedy else Runner, made)
+        # the last runner's flags follow the order returned (fused: the causal reading's argmax)
+        flags = made[-1].greedy if greedy and made else [True] * len(found)
         if len(flags) != len(found):
             raise RuntimeError(f"{len(flags)} greedy flags for {len(found)} scored pieces")
         values: list[list[float]] = [[] for _ in pairs]

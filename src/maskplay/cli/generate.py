@@ -26,7 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "beam search, sampling)",
                        description="Continue each prompt (GPT) or generate a target for each source (UniLM). "
                                    "Prompts come as arguments, or one per line with --file (blank lines give "
-                                   "blank outputs, so output lines match input lines).")
+                                   "blank outputs, so output lines match input lines). Families that generate: "
+                                   f"{', '.join(generating_families())}.")
     p.add_argument("model_dir", metavar="MODEL", help="a model directory (config.json, model.safetensors, "
                                                      "tokenizer.json) or a bundled model's name")
     p.add_argument("prompts", nargs="*", metavar="PROMPT")

@@ -151,7 +151,7 @@ class Scorer:
                  device: str | torch.device | None = None, method: Method | str = Method.AUTO,
                  overflow: Overflow | str = Overflow.ERROR, precision: Precision | str = Precision.fp32,
                  progress: bool = False, segment_tokens: int | None = None,
-                 memory_tokens: int | None = None, max_length: int | None = None) -> None:
+                 memory_tokens: int | None = None, max_length: int | None = None, temperature: float = 1.0) -> None:
         """overflow='memory' (XLNet, method causal; maskplay.score.long): a text of more than `segment_tokens`
         tokens with [SOS]/[EOS] (default: the model's max_position) is scored in consecutive segments of that many
         tokens, each reading the memory of the last `memory_tokens` tokens before it (default: xlnet.mem_len when
@@ -159,6 +159,8 @@ class Scorer:
         model's max_position); a longer text goes to `overflow` (windows of max_length - 2 pieces)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if not (temperature > 0 and math.isfinite(temperature)):
+            raise ValueError(f"temperature must be a positive number, got {temperature}")
         check_compatible(model, tokenizer)
         self.overflow = Overflow(overflow)
         if self.overflow is Overflow.TRUNCATE:
@@ -179,6 +181,7 @@ class Scorer:
         self.batch_size = batch_size
         self.precision = resolve_precision(model, precision)
         self.progress = progress
+        self.temperature = temperature
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, **kwargs: Any) -> Scorer:
@@ -211,7 +214,7 @@ class Scorer:
         windows = [0] * len(encoded)
         with torch.inference_mode():
             if long:
-                found, counts = memory_log_probs(Runner(self.model, self.precision), [(k, encoded[k]) for k in long],
+                found, counts = memory_log_probs(self._runner(self.model), [(k, encoded[k]) for k in long],
                                                  self.segment_tokens, self.memory_tokens, self.batch_size,
                                                  progress=self.progress)
                 for (sentence, piece), value in found:
@@ -231,24 +234,34 @@ class Scorer:
                                      self.method.value, n_windows))
         return out
 
-    def runner(self, kind: type[Runner] = Runner) -> Runner:
-        """The Runner this scorer's method runs on (`kind`: Runner or a subclass): the model, or for pll and
-        pll-word the model a PLL reads (an ELECTRA model's generator), in this scorer's precision."""
-        pll = self.method in (Method.PLL, Method.PLL_WORD)
-        return kind(self._masked_lm() if pll else self.model, self.precision)
+    def segment_log_probs(self, segments: list[Segment], kind: type[Runner] = Runner,
+                          made: list[Runner] | None = None) -> list[tuple[tuple[int, int], float]]:
+        """((segment.sentence, piece), log p) for every scored piece of `segments` (passes.Segment: the pieces a
+        segment lists in `scored`, the others visible as context), by this scorer's method, batched as score()
+        batches: what score() and maskplay.lm_eval_backend (a continuation given its context) share. The passes run
+        on `kind` (Runner or a subclass that records more); `made`, when given, receives the runners in the order
+        they ran (fused: the PLL's, then the causal one's, whose order is the order returned)."""
 
-    def segment_log_probs(self, segments: list[Segment],
-                          runner: Runner | None = None) -> list[tuple[tuple[int, int], float]]:
-        """((segment.sentence, piece), log p) for every scored piece of `segments` (passes.Segment: the pieces
-        a segment lists in `scored`, with the others visible as context), by this scorer's method, batched as
-        score() batches: what score() and maskplay.lm_eval_backend (a continuation given its context) share.
-        `runner`: default self.runner()."""
-        runner = self.runner() if runner is None else runner
+        def runner(model: MaskplayModel) -> Runner:
+            made_now = self._runner(model, kind)
+            if made is not None:
+                made.append(made_now)
+            return made_now
+
         with torch.inference_mode():
             if self.method in (Method.PLL, Method.PLL_WORD):
-                return pll_log_probs(runner, segments, word_l2r=self.method is Method.PLL_WORD,
-                                     batch_size=self.batch_size, progress=self.progress)
-            return self._one_pass(runner, segments)
+                return self._pll(segments, runner(self._masked_lm()))
+            if self.method is Method.FUSED:  # each piece's causal and PLL log-probabilities, summed
+                pll = dict(self._pll(segments, runner(self._masked_lm())))
+                return [(key, value + pll[key]) for key, value in self._one_pass(runner(self.model), segments)]
+            return self._one_pass(runner(self.model), segments)
+
+    def _runner(self, model: MaskplayModel, kind: type[Runner] = Runner) -> Runner:
+        return kind(model, self.precision, self.temperature)
+
+    def _pll(self, segments: list[Segment], runner: Runner) -> list[tuple[tuple[int, int], float]]:
+        return pll_log_probs(runner, segments, word_l2r=self.method is Method.PLL_WORD, batch_size=self.batch_size,
+                             progress=self.progress)
 
     def _masked_lm(self) -> MaskplayModel:
         """The model PLL runs on: the model itself, or an ELECTRA model's generator."""
