@@ -296,7 +296,9 @@ def main() -> None:
             print(f"switch cost: {name}: step time {s / seconds[base]:.2f}x the default's ({base})")
     if args.out:
         Path(args.out).write_text(json.dumps({"machine": machine(), "peak_bf16": peak_bf16, "peak_fp32": peak_fp32,
-                                              "args": vars(args), "rows": rows}, indent=2) + "\n")
+                                              "args": {k: Path(v).name if isinstance(v, str) and Path(v).is_absolute()
+                                                       else v for k, v in vars(args).items()},  # no machine paths
+                                              "rows": rows}, indent=2) + "\n")
         print(f"wrote {args.out}")
 
 

@@ -1,5 +1,6 @@
-"""`maskplay convert`: HuggingFace BERT / ELECTRA / BERT-decoder / XLNet checkpoints to maskplay model directories and back
-(see docs/CONVERT.md). Weights are read from safetensors only: a pickled pytorch_model.bin is never loaded."""
+"""`maskplay convert`: HuggingFace checkpoints of the families with a HuggingFace twin (BERT, ELECTRA, GPT as a
+BERT decoder, XLNet) to maskplay model directories and back (see docs/CONVERT.md). Weights are read from
+safetensors only: a pickled pytorch_model.bin is never loaded."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ from typing import Any
 
 from torch import Tensor
 
-from ..families.hf import check_hf_types, describe_conversion, hf_architecture, hf_config
+from ..families.hf import (
+    ARCHITECTURES,
+    check_hf_types,
+    converted_families,
+    describe_conversion,
+    hf_architecture,
+    hf_config,
+)
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -22,16 +30,17 @@ WEIGHTS_INDEX = "model.safetensors.index.json"
 TOKENIZER = "tokenizer.json"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("convert", help="convert HuggingFace BERT / ELECTRA / BertLMHeadModel checkpoints to maskplay "
-                       "and back",
+    families = ", ".join(converted_families())  # the families with a HuggingFace twin (families/hf)
+    p = sub.add_parser("convert", help=f"convert HuggingFace checkpoints to maskplay and back (families {families})",
                        description="--from-hf: a HuggingFace directory (config.json + model.safetensors) -> a "
                                    "maskplay model directory. --to-hf: a maskplay model directory -> HuggingFace "
-                                   "directories that transformers' from_pretrained loads.")
+                                   "directories that transformers' from_pretrained loads. Families with a "
+                                   f"HuggingFace twin: {families}.")
     direction = p.add_mutually_exclusive_group(required=True)
-    direction.add_argument("--from-hf", metavar="HF_DIR", help="BertForMaskedLM, ElectraForPreTraining (the "
-                           "discriminator), ElectraForMaskedLM (a generator alone) or BertLMHeadModel "
-                           "(is_decoder=True: becomes a gpt)")
-    direction.add_argument("--to-hf", metavar="MASKPLAY_DIR", help="a bert, electra or gpt model directory (a gpt "
+    direction.add_argument("--from-hf", metavar="HF_DIR", help=f"one of {', '.join(ARCHITECTURES)} "
+                           "(ElectraForPreTraining: the discriminator; ElectraForMaskedLM: a generator alone; "
+                           "BertLMHeadModel with is_decoder=True becomes a gpt)")
+    direction.add_argument("--to-hf", metavar="MASKPLAY_DIR", help=f"a model directory of family {families} (a gpt "
                            "becomes a BertLMHeadModel)")
     p.add_argument("--generator", metavar="HF_GEN_DIR", default=None,
                    help="with --from-hf: the ElectraForMaskedLM generator that goes with the discriminator in HF_DIR; "

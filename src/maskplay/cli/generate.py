@@ -8,17 +8,26 @@ import sys
 import warnings
 from typing import Any
 
-from ..generation import STRATEGIES, GenerationOutput, default_stop_ids, generate, require_generative
+from ..generation import (
+    STRATEGIES,
+    GenerationOutput,
+    default_stop_ids,
+    generate,
+    generating_families,
+    require_generative,
+)
 from .common import finite_float, non_negative_int, positive_float, positive_int, probability, seed_int
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="generate text with a GPT or UniLM model (greedy, beam search, sampling)",
+    p = sub.add_parser("generate", help=f"generate text with a {' or '.join(generating_families())} model (greedy, "
+                       "beam search, sampling)",
                        description="Continue each prompt (GPT) or generate a target for each source (UniLM). "
                                    "Prompts come as arguments, or one per line with --file (blank lines give "
-                                   "blank outputs, so output lines match input lines).")
+                                   "blank outputs, so output lines match input lines). Families that generate: "
+                                   f"{', '.join(generating_families())}.")
     p.add_argument("model_dir", metavar="MODEL", help="a model directory (config.json, model.safetensors, "
                                                      "tokenizer.json) or a bundled model's name")
     p.add_argument("prompts", nargs="*", metavar="PROMPT")

@@ -10,7 +10,9 @@ from .common import non_negative_int, positive_int
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("masks", help="draw a family's attention mask as a picture")
-    p.add_argument("--family", choices=[*mask_pictures(), "all"], default="tta")
+    pictures = ", ".join(mask_pictures())  # every registered family's masks (a two-stream family's streams apart)
+    p.add_argument("--family", choices=[*mask_pictures(), "all"], default="tta",
+                   help=f"the mask to draw: {pictures}; or all of them")
     p.add_argument("--length", type=positive_int, default=8)
     p.add_argument("--padding", type=non_negative_int, default=0, help="padded positions at the end of the sequence")
     p.add_argument("--out", default="mask.png")

@@ -1,4 +1,4 @@
-"""`maskplay pretrain`: train a T-TA, BERT or GPT model on a prepared corpus (also under torchrun)."""
+"""`maskplay pretrain`: train a model of any registered family on a prepared corpus (also under torchrun)."""
 
 from __future__ import annotations
 
@@ -26,13 +26,15 @@ checkpoints and exits 130; a second Ctrl-C stops at once. See docs/TRAINING.md."
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("pretrain", help="pretrain a model (T-TA, BERT-MLM, GPT) from a prepared corpus",
-                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    families = ", ".join(family_names())  # every registered family (maskplay.registry)
+    p = sub.add_parser("pretrain", help=f"pretrain a model ({families}) from a prepared corpus",
+                       description=f"{__doc__.strip()}\nFamilies: {families}.", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", metavar="TOML", help="training config (see configs/*.toml)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config field, e.g. --set optim.lr=5e-4 --set model.hidden_dropout=0 "
                         "(repeatable)")
-    p.add_argument("--family", choices=family_names(), help="model.family")
+    p.add_argument("--family", choices=family_names(), help=f"model.family: {families}")
     p.add_argument("--preset", choices=sorted(PRESETS), help="model.preset")
     p.add_argument("--data", metavar="DIR", help="data.path: a directory prepared by `maskplay prepare`")
     p.add_argument("--corpus", nargs="+", metavar="FILE",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..devices import resolve_device
+from ..families import families
 from ..files import OutputLock, prepare_output_file
 from ..precision_probe import resolve_cli
 from ..score.scorer import Method, Overflow, SentenceScore
@@ -29,7 +30,8 @@ from .common import (
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("score", help="sentence log-likelihoods (T-TA one pass, BERT PLL, GPT causal)",
+    own = ", ".join(f"{cls.family} {cls.score_methods[0]}" for cls in families())  # each family's own score
+    p = sub.add_parser("score", help=f"sentence log-likelihoods ({own})",
                        description="Log-likelihood of each sentence: the sum over its word pieces of log p "
                                    "(nats); [SOS]/[EOS] are not scored.")
     add_model_arguments(p)

@@ -23,13 +23,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     pretrain = holder.choices["pretrain"]
     p = sub.add_parser("seq2seq", help="fine-tune UniLM (a BERT + the seq2seq mask) or GPT on source -> target pairs")
     tasks = p.add_subparsers(dest="task", required=True)
+    generating = [f.family for f in families() if f.can_generate]  # a seq2seq model generates its targets
     t = tasks.add_parser("train", parents=[pretrain], conflict_handler="resolve", description=__doc__,
-                         help="maskplay pretrain on seq2seq data, family unilm (default) or gpt",
+                         help=f"maskplay pretrain on seq2seq data, family {', '.join(generating)} (default unilm)",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
                          epilog="example:\n  maskplay seq2seq train --init runs/bert/final --data runs/titles "
                                 "--out runs/unilm-titles --max-minutes 20")
-    generating = [f.family for f in families() if f.can_generate]  # a seq2seq model generates its targets
-    t.add_argument("--family", choices=generating, default="unilm", help="model.family")
+    t.add_argument("--family", choices=generating, default="unilm", help=f"model.family: {', '.join(generating)}")
     t.set_defaults(func=run)
 
     add_eval_parser(tasks)

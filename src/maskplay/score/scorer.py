@@ -221,14 +221,7 @@ class Scorer:
                     results[sentence][piece] = value
                 for k, count in counts.items():
                     windows[k] = count
-            if self.method in (Method.PLL, Method.PLL_WORD):
-                found = self._pll(segments)
-            elif self.method is Method.FUSED:  # each piece's causal and PLL log-probabilities, summed
-                pll = dict(self._pll(segments))
-                found = [(key, value + pll[key]) for key, value in self._one_pass(self._runner(self.model), segments)]
-            else:
-                found = self._one_pass(self._runner(self.model), segments)
-            for (sentence, piece), value in found:
+            for (sentence, piece), value in self.segment_log_probs(segments):
                 results[sentence][piece] = value
         for seg in segments:
             windows[seg.sentence] += 1
@@ -241,12 +234,34 @@ class Scorer:
                                      self.method.value, n_windows))
         return out
 
-    def _runner(self, model: MaskplayModel) -> Runner:
-        return Runner(model, self.precision, self.temperature)
+    def segment_log_probs(self, segments: list[Segment], kind: type[Runner] = Runner,
+                          made: list[Runner] | None = None) -> list[tuple[tuple[int, int], float]]:
+        """((segment.sentence, piece), log p) for every scored piece of `segments` (passes.Segment: the pieces a
+        segment lists in `scored`, the others visible as context), by this scorer's method, batched as score()
+        batches: what score() and maskplay.lm_eval_backend (a continuation given its context) share. The passes run
+        on `kind` (Runner or a subclass that records more); `made`, when given, receives the runners in the order
+        they ran (fused: the PLL's, then the causal one's, whose order is the order returned)."""
 
-    def _pll(self, segments: list[Segment]) -> list[tuple[tuple[int, int], float]]:
-        return pll_log_probs(self._runner(self._masked_lm()), segments, word_l2r=self.method is Method.PLL_WORD,
-                             batch_size=self.batch_size, progress=self.progress)
+        def runner(model: MaskplayModel) -> Runner:
+            made_now = self._runner(model, kind)
+            if made is not None:
+                made.append(made_now)
+            return made_now
+
+        with torch.inference_mode():
+            if self.method in (Method.PLL, Method.PLL_WORD):
+                return self._pll(segments, runner(self._masked_lm()))
+            if self.method is Method.FUSED:  # each piece's causal and PLL log-probabilities, summed
+                pll = dict(self._pll(segments, runner(self._masked_lm())))
+                return [(key, value + pll[key]) for key, value in self._one_pass(runner(self.model), segments)]
+            return self._one_pass(runner(self.model), segments)
+
+    def _runner(self, model: MaskplayModel, kind: type[Runner] = Runner) -> Runner:
+        return kind(model, self.precision, self.temperature)
+
+    def _pll(self, segments: list[Segment], runner: Runner) -> list[tuple[tuple[int, int], float]]:
+        return pll_log_probs(runner, segments, word_l2r=self.method is Method.PLL_WORD, batch_size=self.batch_size,
+                             progress=self.progress)
 
     def _masked_lm(self) -> MaskplayModel:
         """The model PLL runs on: the model itself, or an ELECTRA model's generator."""

@@ -22,7 +22,16 @@ from .bert import BERT, bert_config_dict
 from .common import HF_DEFAULTS, HFCheckpoint, HFConverter, HFExport, check_hf_types
 from .electra import ELECTRA, electra_config_dict
 from .gpt import GPT_CONVERTER
-from .registry import architectures, check_complete, converter_for_architecture, from_hf, hf_architecture, register, to_hf
+from .registry import (
+    architectures,
+    check_complete,
+    converted_families,
+    converter_for_architecture,
+    from_hf,
+    hf_architecture,
+    register,
+    to_hf,
+)
 from .sequence import SEQUENCE_ARCHITECTURES, sequence_converter
 from .xlnet import XLNET
 
@@ -77,6 +86,7 @@ def hf_electra_config(config: ModelConfig, generator: bool = False) -> Any:
 
 
 __all__ = ["ARCHITECTURES", "BERT", "ELECTRA", "GPT_CONVERTER", "HF_DEFAULTS", "SEQUENCE_ARCHITECTURES", "XLNET",
-           "HFCheckpoint", "HFConverter", "HFExport", "check_complete", "check_hf_types", "converter_for_architecture",
+           "HFCheckpoint", "HFConverter", "HFExport", "check_complete", "check_hf_types", "converted_families",
+           "converter_for_architecture",
            "describe_conversion", "from_hf", "hf_architecture", "hf_config", "hf_config_dict", "hf_electra_config",
            "register", "sequence_converter", "to_hf"]

@@ -30,6 +30,11 @@ def architectures() -> tuple[str, ...]:
     return tuple(_BY_ARCHITECTURE)
 
 
+def converted_families() -> tuple[str, ...]:
+    """The maskplay families with a HuggingFace twin (a converter), in registration order."""
+    return tuple(_BY_FAMILY)
+
+
 def converter_for_architecture(architecture: str) -> HFConverter:
     converter = _BY_ARCHITECTURE.get(architecture)
     if converter is None:
