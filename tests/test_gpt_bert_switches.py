@@ -406,6 +406,21 @@ def test_gpt_output_i_never_sees_later_tokens(switch):
     assert torch.all(norms[:, 0][:, ~future] > 0)
 
 
+@pytest.mark.parametrize("switch", ["denseformer", "gpt-bert"])
+@pytest.mark.parametrize("family", ["bert", "tta"])
+def test_packing_and_last_layer_rows_with_depth_weights_away_from_the_identity(family, switch):
+    model = switched(family, **SWITCHES[switch])
+    ids, mask = padded_batch([7, 4, 6])
+    rows = torch.tensor([5, 0, 3])
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask).last_hidden_state
+        one = model(ids, attention_mask=mask, query_positions=rows).last_hidden_state[:, 0]
+    with torch.inference_mode():
+        packed = model(ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(one, full[torch.arange(3), rows], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(packed[mask], full[mask], atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("switch", ["disentangled", "denseformer", "gpt-bert"])
 @pytest.mark.parametrize("padding_side", ["left", "right"])
 def test_cached_generation_equals_the_uncached_path(switch, padding_side, tmp_path):

@@ -26,8 +26,8 @@ from .norms import deepnorm_alpha, make_norm
 from .positions import IN_ATTENTION, Disentangled, PassPositions, PositionScheme, sinusoidal_embedding
 
 # where these lived before the attention package: tests, precision.py and families still import them from here
-__all__ = ["Embeddings", "Block", "DepthWeights", "SharedLayers", "Encoder", "Attention", "FeedForward", "Packing", "PassInputs",
-           "fused_linear", "wide_linear", "guard_empty_rows"]
+__all__ = ["Embeddings", "Block", "SharedLayers", "Encoder", "Attention", "FeedForward", "Packing", "PassInputs",
+           "fused_linear", "wide_linear", "guard_empty_rows", "DepthWeights"]
 
 
 class Embeddings(nn.Module):
