@@ -10,7 +10,7 @@ $(BIN)/maskplay: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# the CPU build first: a plain `torch` requirement would pull GBs of CUDA packages
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,serve]'
 	touch $(BIN)/maskplay
 
 venv: $(BIN)/maskplay

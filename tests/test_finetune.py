@@ -28,7 +28,7 @@ from maskplay.finetune import (
 )
 from tests.test_score_support import one_thread, save_model_dir, small_tokenizer  # noqa: F401 (autouse fixture)
 
-FAMILIES = ["tta", "bert", "gpt", "electra", "unilm", "xlnet"]
+FAMILIES = ["tta", "bert", "gpt", "electra", "unilm", "xlnet", "gpt-bert"]
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "is", "it"]
 
 

@@ -175,10 +175,10 @@ def test_classes_and_options_check_what_applies(tok):
     assert MaskedLMScorer(electra, tokenizer=tok).method is Method.PLL  # the generator's PLL
     assert MaskedLMScorer(electra, tokenizer=tok, PLL_metric="within_word_l2r").method is Method.PLL_WORD
     assert IncrementalLMScorer(gpt, tokenizer=tok).method is Method.CAUSAL
-    with pytest.raises(ValueError,
-                       match="MaskedLMScorer scores tta / bert / electra / unilm / xlnet models, not 'gpt'.*Incremental"):
+    with pytest.raises(ValueError, match="MaskedLMScorer scores tta / bert / electra / unilm / xlnet / gpt-bert models, "
+                                         "not 'gpt'.*Incremental"):
         MaskedLMScorer(gpt, tokenizer=tok)
-    with pytest.raises(ValueError, match="IncrementalLMScorer scores gpt / xlnet models, not 'bert'"):
+    with pytest.raises(ValueError, match="IncrementalLMScorer scores gpt / xlnet / gpt-bert models, not 'bert'"):
         IncrementalLMScorer(bert, tokenizer=tok)
     with pytest.raises(ValueError, match="needs its tokenizer"):
         MaskedLMScorer(bert)

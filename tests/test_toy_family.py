@@ -142,5 +142,5 @@ def test_the_commands_know_it(reverse_lm, tmp_path):
     assert main(["masks", "--family", NAME, "--length", "5", "--out", str(tmp_path / "mask.png")]) == 0
     assert (tmp_path / "mask.png").stat().st_size > 0
     model = build_model(preset("tiny", family=NAME))
-    with pytest.raises(ValueError, match="cannot generate text.*families that can: gpt, unilm"):
+    with pytest.raises(ValueError, match="cannot generate text.*families that can: gpt, gpt-bert, unilm"):
         generate(model, [[3, 10, 11]], max_new_tokens=2)

@@ -46,9 +46,13 @@ class LMHead(nn.Module):
         """loss(...) and one token per row sampled from the same predictions (linear_cross_entropy_and_sample)."""
         return linear_cross_entropy_and_sample(self.transform(hidden), embedding_weight, self.bias, targets, uniforms)
 
-    def log_probs(self, hidden: Tensor, embedding_weight: Tensor, targets: Tensor) -> Tensor:
-        """log p(targets[n]) at `hidden[n]`, fp32, (N,): what scoring needs, without the (N, V) logits."""
-        return linear_log_probs(self.transform(hidden), embedding_weight, self.bias, targets)
+    def log_probs(self, hidden: Tensor, embedding_weight: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
+        """log p(targets[n]) at `hidden[n]`, fp32, (N,): what scoring needs, without the (N, V) logits. A
+        temperature divides the logits ((x W + b) / t = (x / t) W + b / t)."""
+        x = self.transform(hidden)
+        if temperature == 1.0:
+            return linear_log_probs(x, embedding_weight, self.bias, targets)
+        return linear_log_probs(x / temperature, embedding_weight, self.bias / temperature, targets)
 
 
 # Rows of the vocabulary projection per matmul. On this project's CPU (AMD EPYC, AVX-512 BF16) oneDNN runs

@@ -1,4 +1,5 @@
-"""Uncased WordPiece tokenizers (HuggingFace `tokenizers`) with maskplay's special tokens.
+"""Uncased WordPiece tokenizers, or cased byte-level BPE ones (GPT-BERT's), built with HuggingFace `tokenizers`,
+with maskplay's special tokens at ids 0-6.
 
 Every sentence is encoded as `[SOS] pieces [EOS]` ([CLS] ... [SEP] with a BERT vocabulary)."""
 
@@ -130,6 +131,29 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, min_frequency: int = 
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                         special_tokens=list(SPECIAL_TOKENS), limit_alphabet=limit_alphabet,
                                         continuing_subword_prefix="##", show_progress=show_progress)
+    tok.train_from_iterator(texts, trainer=trainer)
+    vocab = tok.get_vocab()
+    if [vocab.get(t) for t in SPECIAL_TOKENS] != list(range(len(SPECIAL_TOKENS))):
+        raise RuntimeError(f"trained vocabulary lost the special-token layout: {[vocab.get(t) for t in SPECIAL_TOKENS]}")
+    return Tokenizer(tok, source="(trained)")
+
+
+def train_byte_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2,
+                   show_progress: bool = False) -> Tokenizer:
+    """Train a byte-level BPE on `texts` (GPT-2's byte alphabet, so no text has an unknown piece and decoding
+    gives back the text byte for byte: no normalisation, cased), with maskplay's SPECIAL_TOKENS at ids 0-6 and
+    the 256 bytes after them."""
+    if vocab_size <= len(SPECIAL_TOKENS) + 256:
+        raise ValueError(f"a byte-level BPE needs vocab_size above the {len(SPECIAL_TOKENS)} special tokens and "
+                         f"256 bytes, got {vocab_size}")
+    if min_frequency < 1:
+        raise ValueError(f"min_frequency must be at least 1, got {min_frequency}")
+    tok = HFTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                  special_tokens=list(SPECIAL_TOKENS), show_progress=show_progress,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer=trainer)
     vocab = tok.get_vocab()
     if [vocab.get(t) for t in SPECIAL_TOKENS] != list(range(len(SPECIAL_TOKENS))):

@@ -27,8 +27,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("sentences", nargs="*", metavar="SENTENCE")
     p.add_argument("--format", choices=["table", "jsonl", "tsv"], default="table")
     p.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value,
-                   help="auto = one-pass for T-TA, pll for BERT and UniLM, causal for GPT, discriminator for ELECTRA "
-                        "(sum of log P(original)); pll on ELECTRA = its generator's PLL")
+                   help="auto = one-pass for T-TA, pll for BERT and UniLM, causal for GPT, XLNet and GPT-BERT, "
+                        "discriminator for ELECTRA (sum of log P(original)); pll on ELECTRA = its generator's PLL; "
+                        "fused = GPT-BERT's causal + PLL log-probability of each piece")
+    p.add_argument("--temperature", type=float, default=1.0, metavar="T",
+                   help="divide the logits by T before the softmax (choose it on a dev set; default 1: as trained)")
     p.add_argument("--overflow", choices=[Overflow.ERROR.value, Overflow.WINDOW.value, Overflow.MEMORY.value],
                    default=Overflow.ERROR.value,
                    help="a sentence longer than the model: error; window = score it in overlapping windows (every "
@@ -80,7 +83,7 @@ def run_score(args: argparse.Namespace) -> int:
         scorer = Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=device,
                                         method=Method(args.method), overflow=Overflow(args.overflow),
                                         segment_tokens=args.segment_tokens, memory_tokens=args.memory_tokens,
-                                        max_length=args.max_length,
+                                        max_length=args.max_length, temperature=args.temperature,
                                         precision=resolve_cli(args.precision, device, model_dir=args.model_dir,
                                                              rows=args.batch_size * 32, command="score"),
                                         progress=False)

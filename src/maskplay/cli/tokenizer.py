@@ -1,4 +1,5 @@
-"""`maskplay tokenizer train|encode`: train an uncased WordPiece on a corpus, or show how a text is split."""
+"""`maskplay tokenizer train|encode`: train an uncased WordPiece (or, --model bpe, a cased byte-level BPE) on a
+corpus, or show how a text is split."""
 
 from __future__ import annotations
 
@@ -8,14 +9,20 @@ from pathlib import Path
 
 from ..data.readers import FORMATS, INVALID_UTF8_POLICIES, ReadStats, iter_paragraphs
 from ..progress import track
-from ..tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer, train_wordpiece
+from ..tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer, train_byte_bpe, train_wordpiece
+
+MODELS = ("wordpiece", "bpe")
 
 
 def train_tokenizer(corpus: list[str | Path], vocab_size: int, out_dir: str | Path, min_frequency: int = 2,
                     limit_lines: int | None = None, limit_alphabet: int = 1000, fmt: str = "auto",
-                    on_invalid_utf8: str = "error", show_progress: bool = False) -> tuple[Tokenizer, ReadStats]:
+                    on_invalid_utf8: str = "error", show_progress: bool = False,
+                    model: str = "wordpiece") -> tuple[Tokenizer, ReadStats]:
     """Train on the paragraphs of `corpus` (files or directories, read like `maskplay prepare` reads them) and
-    save out_dir/tokenizer.json and out_dir/vocab.txt."""
+    save out_dir/tokenizer.json and, for a WordPiece, out_dir/vocab.txt (a BPE needs its merges: tokenizer.json
+    only). model: wordpiece | bpe (byte-level; limit_alphabet does not apply)."""
+    if model not in MODELS:
+        raise ValueError(f"tokenizer model must be one of {MODELS}, got {model!r}")
     if limit_lines is not None and limit_lines <= 0:
         raise ValueError(f"--limit-lines must be positive, got {limit_lines}")
     stats = ReadStats()
@@ -23,11 +30,15 @@ def train_tokenizer(corpus: list[str | Path], vocab_size: int, out_dir: str | Pa
     # reading the corpus is most of the time: a bar on a terminal, plain lines otherwise (the trainer's own bars,
     # show_progress, would draw over it while reading)
     texts = track(texts, desc="tokenizer: reading", unit="paragraph", enabled=not show_progress)
-    tok = train_wordpiece(texts, vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
-                          show_progress=show_progress)
+    if model == "bpe":
+        tok = train_byte_bpe(texts, vocab_size=vocab_size, min_frequency=min_frequency, show_progress=show_progress)
+    else:
+        tok = train_wordpiece(texts, vocab_size=vocab_size, min_frequency=min_frequency,
+                              limit_alphabet=limit_alphabet, show_progress=show_progress)
     out_dir = Path(out_dir)
     tok.save(out_dir)
-    tok.save_vocab(out_dir / "vocab.txt")
+    if model == "wordpiece":
+        tok.save_vocab(out_dir / "vocab.txt")
     return load_tokenizer(out_dir / "tokenizer.json"), stats
 
 
@@ -35,7 +46,7 @@ def _train(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     tok, stats = train_tokenizer(args.corpus, args.vocab_size, args.out, min_frequency=args.min_frequency,
                                  limit_lines=args.limit_lines, limit_alphabet=args.limit_alphabet, fmt=args.format,
-                                 on_invalid_utf8=args.on_invalid_utf8, show_progress=args.progress)
+                                 on_invalid_utf8=args.on_invalid_utf8, show_progress=args.progress, model=args.model)
     seconds = time.perf_counter() - start
     print(f"read {stats.files} files ({', '.join(f'{n} {k}' for k, n in stats.formats.items())}), "
           f"{stats.documents} documents, {stats.lines} lines ({stats.blank_lines} blank), "
@@ -43,7 +54,8 @@ def _train(args: argparse.Namespace) -> int:
     if tok.vocab_size < args.vocab_size:
         print(f"note: the corpus supports only {tok.vocab_size} pieces at --min-frequency {args.min_frequency} "
               f"(asked for {args.vocab_size})")
-    print(f"wrote {Path(args.out) / 'tokenizer.json'} and vocab.txt: {tok.vocab_size} pieces, "
+    also = " and vocab.txt" if args.model == "wordpiece" else f" ({args.model})"
+    print(f"wrote {Path(args.out) / 'tokenizer.json'}{also}: {tok.vocab_size} pieces, "
           f"specials {' '.join(SPECIAL_TOKENS)} at 0-{len(SPECIAL_TOKENS) - 1}, {seconds:.1f} s")
     return 0
 
@@ -66,19 +78,24 @@ def _positive(value: str) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tokenizer", help="train or inspect a WordPiece tokenizer")
+    p = sub.add_parser("tokenizer", help="train or inspect a WordPiece or byte-level BPE tokenizer")
     tsub = p.add_subparsers(dest="tokenizer_command", required=True)
 
-    t = tsub.add_parser("train", help="train an uncased WordPiece with maskplay's special tokens at ids 0-6")
+    t = tsub.add_parser("train", help="train an uncased WordPiece (or a byte-level BPE) with maskplay's special "
+                                      "tokens at ids 0-6")
     t.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
                    help="text, .gz, JSONL or WikiExtractor files; a directory means every file in it")
     t.add_argument("--vocab-size", type=_positive, required=True)
-    t.add_argument("--out", required=True, metavar="DIR", help="writes DIR/tokenizer.json and DIR/vocab.txt")
+    t.add_argument("--out", required=True, metavar="DIR",
+                   help="writes DIR/tokenizer.json (and, for a WordPiece, DIR/vocab.txt)")
+    t.add_argument("--model", choices=MODELS, default="wordpiece",
+                   help="wordpiece: uncased, BERT's pre-tokenizer (default); bpe: cased byte-level BPE, no unknown "
+                        "pieces, decoding gives the text back byte for byte (GPT-BERT's, 8k-16k pieces)")
     t.add_argument("--min-frequency", type=_positive, default=2, help="least count of a pair to merge")
     t.add_argument("--limit-lines", type=_positive, default=None, metavar="N",
                    help="train on the first N non-blank paragraphs only")
     t.add_argument("--limit-alphabet", type=_positive, default=1000,
-                   help="keep at most this many distinct characters (the rest become [UNK])")
+                   help="WordPiece: keep at most this many distinct characters (the rest become [UNK])")
     t.add_argument("--format", choices=FORMATS, default="auto")
     t.add_argument("--on-invalid-utf8", choices=INVALID_UTF8_POLICIES, default="error")
     t.add_argument("--progress", action="store_true",

@@ -9,9 +9,10 @@ from .gpt import GPT
 from .electra import Electra
 from .unilm import UniLM
 from .xlnet import XLNet
+from .gpt_bert import GPTBert
 
 # name -> class for the built-in families (registry.FAMILIES also holds any family registered later)
 FAMILY_CLASSES: dict[str, type[MaskplayModel]] = {cls.family: cls for cls in families()}
 
-__all__ = ["BertMLM", "Electra", "GPT", "TTA", "UniLM", "XLNet", "FAMILY_CLASSES", "MaskplayModel", "build_model",
+__all__ = ["BertMLM", "Electra", "GPT", "GPTBert", "TTA", "UniLM", "XLNet", "FAMILY_CLASSES", "MaskplayModel", "build_model",
            "families", "family_class"]

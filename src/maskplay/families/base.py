@@ -22,7 +22,8 @@ look a family up by name there and ask it, so no module outside families/ compar
                                   generation_frame(tokenizer),
                                   generated_token_type
     training                      num_targets(batch),                labelled tokens; the head at 15 %
-                                  predicted_fraction, parts
+                                  predicted_fraction, parts,
+                                  set_training_progress(fraction)
     pictures / commands           masks_shown, growable,             -
                                   seq2seq_overrides
     HuggingFace conversion        families/hf/<family>.py            no twin
@@ -138,6 +139,10 @@ class MaskplayModel(ModelBase):
         raise ValueError(f"a {self.family!r} model cannot generate text")
 
     # ---- training -----------------------------------------------------------------------------------------
+
+    def set_training_progress(self, fraction: float) -> None:
+        """The trainer says how much of training is done (0..1, a function of the step, so resumes stay exact)
+        before each step's batches: for an objective that changes over training (GPT-BERT's masking rate)."""
 
     def num_targets(self, batch: dict[str, Tensor]) -> int:
         """How many target tokens model(**batch).loss averages over, read from the labels."""

@@ -33,6 +33,7 @@ class Method(str, Enum):
     # boundaries_first_order): what its pretraining shows a query, where plain causal hides [EOS]
     CAUSAL_BOUNDARIES = "causal-boundaries"
     DISCRIMINATOR = "discriminator"  # ELECTRA: log P(original) per piece, one pass
+    FUSED = "fused"  # GPT-BERT: its causal and its (MNTP) PLL log-probability of each piece, summed
 
 
 
@@ -153,8 +154,10 @@ class Runner:
     int8 encoder saves). The bf16 and int8 copies are made on first use and reused while the model's weights stay
     the same."""
 
-    def __init__(self, model: MaskplayModel, precision: Precision | str) -> None:
+    def __init__(self, model: MaskplayModel, precision: Precision | str, temperature: float = 1.0) -> None:
+        """temperature: the logits are divided by it before the softmax of log_probs (1: as trained)."""
         self.precision = Precision(precision)
+        self.temperature = temperature
         self.model = _cached(model, "int8", quantize_int8) if self.precision is Precision.int8 else model
         self.head = self.model.head
         self.bf16_head = self.precision is Precision.bf16 or (self.precision is Precision.int8 and _fast_bf16(model))
@@ -184,9 +187,10 @@ class Runner:
     def log_probs(self, hidden: Tensor, targets: Tensor) -> Tensor:
         """log p(targets[n]) from the LM head at hidden[n], fp32 (heads.LMHead.log_probs)."""
         if self.bf16_head:
-            return self.head.log_probs(hidden.to(torch.bfloat16), self.params["embeddings.word.weight"], targets)
+            return self.head.log_probs(hidden.to(torch.bfloat16), self.params["embeddings.word.weight"], targets,
+                                       self.temperature)
         with self._autocast():
-            return self.head.log_probs(hidden, self.model.embeddings.word.weight, targets)
+            return self.head.log_probs(hidden, self.model.embeddings.word.weight, targets, self.temperature)
 
 
 

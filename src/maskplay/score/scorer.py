@@ -151,7 +151,7 @@ class Scorer:
                  device: str | torch.device | None = None, method: Method | str = Method.AUTO,
                  overflow: Overflow | str = Overflow.ERROR, precision: Precision | str = Precision.fp32,
                  progress: bool = False, segment_tokens: int | None = None,
-                 memory_tokens: int | None = None, max_length: int | None = None) -> None:
+                 memory_tokens: int | None = None, max_length: int | None = None, temperature: float = 1.0) -> None:
         """overflow='memory' (XLNet, method causal; maskplay.score.long): a text of more than `segment_tokens`
         tokens with [SOS]/[EOS] (default: the model's max_position) is scored in consecutive segments of that many
         tokens, each reading the memory of the last `memory_tokens` tokens before it (default: xlnet.mem_len when
@@ -159,6 +159,8 @@ class Scorer:
         model's max_position); a longer text goes to `overflow` (windows of max_length - 2 pieces)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if not (temperature > 0 and math.isfinite(temperature)):
+            raise ValueError(f"temperature must be a positive number, got {temperature}")
         check_compatible(model, tokenizer)
         self.overflow = Overflow(overflow)
         if self.overflow is Overflow.TRUNCATE:
@@ -179,6 +181,7 @@ class Scorer:
         self.batch_size = batch_size
         self.precision = resolve_precision(model, precision)
         self.progress = progress
+        self.temperature = temperature
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, **kwargs: Any) -> Scorer:
@@ -211,7 +214,7 @@ class Scorer:
         windows = [0] * len(encoded)
         with torch.inference_mode():
             if long:
-                found, counts = memory_log_probs(Runner(self.model, self.precision), [(k, encoded[k]) for k in long],
+                found, counts = memory_log_probs(self._runner(self.model), [(k, encoded[k]) for k in long],
                                                  self.segment_tokens, self.memory_tokens, self.batch_size,
                                                  progress=self.progress)
                 for (sentence, piece), value in found:
@@ -219,11 +222,12 @@ class Scorer:
                 for k, count in counts.items():
                     windows[k] = count
             if self.method in (Method.PLL, Method.PLL_WORD):
-                found = pll_log_probs(Runner(self._masked_lm(), self.precision), segments,
-                                      word_l2r=self.method is Method.PLL_WORD, batch_size=self.batch_size,
-                                      progress=self.progress)
+                found = self._pll(segments)
+            elif self.method is Method.FUSED:  # each piece's causal and PLL log-probabilities, summed
+                pll = dict(self._pll(segments))
+                found = [(key, value + pll[key]) for key, value in self._one_pass(self._runner(self.model), segments)]
             else:
-                found = self._one_pass(Runner(self.model, self.precision), segments)
+                found = self._one_pass(self._runner(self.model), segments)
             for (sentence, piece), value in found:
                 results[sentence][piece] = value
         for seg in segments:
@@ -236,6 +240,13 @@ class Scorer:
             out.append(SentenceScore(enc.text, enc.tokens, enc.ids, values, enc.word_ids, enc.offsets,
                                      self.method.value, n_windows))
         return out
+
+    def _runner(self, model: MaskplayModel) -> Runner:
+        return Runner(model, self.precision, self.temperature)
+
+    def _pll(self, segments: list[Segment]) -> list[tuple[tuple[int, int], float]]:
+        return pll_log_probs(self._runner(self._masked_lm()), segments, word_l2r=self.method is Method.PLL_WORD,
+                             batch_size=self.batch_size, progress=self.progress)
 
     def _masked_lm(self) -> MaskplayModel:
         """The model PLL runs on: the model itself, or an ELECTRA model's generator."""

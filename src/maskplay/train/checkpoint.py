@@ -5,6 +5,7 @@ One directory per checkpoint, RUN_DIR/ckpt-000123/:
     model.safetensors      the weights
     optimizer.safetensors  AdamW state flattened by parameter name: state/<param name>/<exp_avg|exp_avg_sq|step>
     rng.safetensors        every process's RNG states: rank<r>/<torch_cpu|generator|cuda|python_*|numpy_*>
+    ema.safetensors        with optim.ema only: the weights' moving average by parameter name
     state.json             step, data position, schedule, optimizer hyper-parameters, elapsed time, versions
     config.json            the resolved TrainConfig; model_config.json the ModelConfig
     manifest.json          sha256 and size of every file above, written last

@@ -37,6 +37,7 @@ from .checkpoint import (
 )
 from .config import RESUMABLE_CHANGES, TrainConfig, config_differences, train_config_from_dict
 from .distributed import Dist, all_gather, barrier, broadcast_int
+from .ema import EMA_FILE, WeightEma
 from .schedule import schedule_state
 from .state import TrainState
 
@@ -83,11 +84,12 @@ def checkpoint_step(path: Path) -> int:
 
 class Checkpointer:
     """Saves and restores everything a bitwise-exact resumption needs: weights, AdamW state, the run's counters
-    (state.json) and every process's RNG streams."""
+    (state.json), every process's RNG streams and, with optim.ema, the weights' moving average (ema.safetensors)."""
 
     def __init__(self, config: TrainConfig, d: Dist, run_dir: Path, model: MaskplayModel, model_config: ModelConfig,
                  optimizer: torch.optim.Optimizer, generator: torch.Generator, precision: Precision,
-                 log: Log) -> None:
+                 log: Log, ema: WeightEma | None = None) -> None:
+        self.ema = ema
         self.config, self.d, self.run_dir = config, d, run_dir
         self.model, self.model_config = model, model_config
         self.optimizer, self.generator, self.precision = optimizer, generator, precision
@@ -132,6 +134,11 @@ class Checkpointer:
                                source=str(path / MODEL_FILE))
         optimizer_from_tensors(self.optimizer, read_tensors(path / OPTIMIZER_FILE), state["optimizer_param_groups"],
                                source=str(path / OPTIMIZER_FILE))
+        if self.ema is not None:  # optim.ema is the checkpoint's (a changed one is refused above)
+            if not (path / EMA_FILE).is_file():
+                raise CheckpointError(f"{path / EMA_FILE} is missing: optim.ema is on but the checkpoint has no "
+                                      "moving average")
+            self.ema.load(read_tensors(path / EMA_FILE), source=str(path / EMA_FILE))
         resumed = TrainState(step=state["step"], epoch=state["epoch"], position=state["step_in_epoch"],
                              tokens_seen=state["tokens_seen"], elapsed_before=state["elapsed_s"],
                              last_eval=state.get("eval_loss"))
@@ -177,9 +184,10 @@ class Checkpointer:
                 "precision": self.precision.value,
                 "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             }
-            write_checkpoint(self.run_dir, state.step, {
-                MODEL_FILE: self.model.state_dict(), OPTIMIZER_FILE: opt_tensors, RNG_FILE: gathered,
-            }, {
+            tensors = {MODEL_FILE: self.model.state_dict(), OPTIMIZER_FILE: opt_tensors, RNG_FILE: gathered}
+            if self.ema is not None:
+                tensors[EMA_FILE] = self.ema.state_tensors()
+            write_checkpoint(self.run_dir, state.step, tensors, {
                 STATE_FILE: saved, CONFIG_FILE: self.config.to_dict(), MODEL_CONFIG_FILE: self.model_config.to_dict(),
             })
             for old in prune_checkpoints(self.run_dir, self.config.run.keep_last):

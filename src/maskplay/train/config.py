@@ -13,6 +13,7 @@ from typing import Any
 from ..config import (
     PRESETS,
     ElectraConfig,
+    GptBertConfig,
     LongAttentionConfig,
     ModelConfig,
     UnilmConfig,
@@ -26,10 +27,15 @@ from ..precision import Precision
 from ..precision_probe import AUTO
 from ..registry import family_names
 
+OPTIMIZERS = ("adamw", "lamb")
+SCHEDULES = ("linear", "cosine-cooldown")
 PRECISIONS = (AUTO, *(p.value for p in Precision if p.trainable))  # auto, fp32, bf16, bf16-autocast
 # ModelConfig fields that come from the tokenizer of the data, never from the training config.
 TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "eos_token_id", "unk_token_id", "sos_token_id", "mask_token_id",
                     "sep_token_id", "special_token_ids")
+
+
+FAMILY_SECTIONS = ("electra", "unilm", "xlnet", "gpt_bert")  # ModelConfig's sections that one family reads
 
 
 @dataclass
@@ -73,6 +79,7 @@ class ModelSection:
     electra: ElectraConfig = field(default_factory=ElectraConfig)  # [model.electra], read by family = "electra"
     unilm: UnilmConfig = field(default_factory=UnilmConfig)  # [model.unilm], read by family = "unilm"
     xlnet: XlnetConfig = field(default_factory=XlnetConfig)  # [model.xlnet], read by family = "xlnet"
+    gpt_bert: GptBertConfig = field(default_factory=GptBertConfig)  # [model.gpt_bert], read by family = "gpt-bert"
     long: LongAttentionConfig = field(default_factory=LongAttentionConfig)  # [model.long]: long-text attention
     # a model directory whose weights start the run (e.g. a BERT for UniLM seq2seq fine-tuning): its architecture
     # is used, the preset and the size fields above are then ignored; "" = random initialisation
@@ -88,13 +95,17 @@ class ModelSection:
             # the architecture checks of ModelConfig (sizes, ELECTRA's generator) now, with the preset's
             # vocabulary, so that a bad [model] section stops the run before it writes anything
             try:
-                preset(self.preset, family=self.family, electra=self.electra, unilm=self.unilm, xlnet=self.xlnet,
+                preset(self.preset, family=self.family, **self.family_sections(),
                        **self.overrides())
             except ValueError as err:
                 raise ValueError(f"model: {err}") from None
 
+    def family_sections(self) -> dict[str, Any]:
+        """The family-specific sections ([model.electra], ...), as ModelConfig takes them."""
+        return {name: getattr(self, name) for name in FAMILY_SECTIONS}
+
     def overrides(self) -> dict[str, Any]:
-        sections = ("family", "preset", "electra", "unilm", "xlnet", "init")
+        sections = ("family", "preset", *FAMILY_SECTIONS, "init")
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name not in sections and getattr(self, f.name) is not None}
 
@@ -102,7 +113,7 @@ class ModelSection:
         """The ModelConfig of this section for a vocabulary (Tokenizer.model_config_ids())."""
         if self.init:
             return self._init_config(tokenizer_fields)
-        return preset(self.preset, family=self.family, electra=self.electra, unilm=self.unilm, xlnet=self.xlnet,
+        return preset(self.preset, family=self.family, **self.family_sections(),
                       **{**self.overrides(), **tokenizer_fields})
 
     def _init_config(self, tokenizer_fields: dict[str, Any]) -> ModelConfig:
@@ -117,13 +128,14 @@ class ModelSection:
             if getattr(saved, name) != tokenizer_fields[name]:
                 raise ValueError(f"model.init: {self.init} has {name}={getattr(saved, name)}, the data's tokenizer "
                                  f"{tokenizer_fields[name]}: train with the tokenizer the model was trained with")
-        return dataclasses.replace(saved, family=self.family, electra=self.electra, unilm=self.unilm, xlnet=self.xlnet,
+        return dataclasses.replace(saved, family=self.family, **self.family_sections(),
                                    **{**self.overrides(), **tokenizer_fields})
 
 
 @dataclass
 class OptimSection:
-    """AdamW with linear warmup then linear decay to 0 at max_steps. Defaults are the T-TA paper's."""
+    """AdamW with linear warmup then linear decay to 0 at max_steps. Defaults are the T-TA paper's. GPT-BERT's
+    recipe pieces (docs/TRAINING.md): optimizer = "lamb", schedule = "cosine-cooldown", ema."""
 
     lr: float = 1e-4
     weight_decay: float = 0.01
@@ -133,8 +145,25 @@ class OptimSection:
     max_steps: int = 10000
     clip: float = 1.0  # max gradient norm; 0 turns clipping off
     grad_accum: int = 1  # micro-batches per optimizer step (per process)
+    optimizer: str = "adamw"  # adamw | lamb (Adam's step times a layer-wise trust ratio on the decayed weights)
+    # linear: warmup to lr, linear decay to 0 | cosine-cooldown: warmup to lr, cosine to min_lr_ratio x lr at
+    # max_steps - cooldown_steps, then linear to 0 over the last cooldown_steps (GPT-BERT's)
+    schedule: str = "linear"
+    cooldown_steps: int = 0  # cosine-cooldown only
+    min_lr_ratio: float = 0.1  # cosine-cooldown only: the floor of the cosine, as a share of lr
+    ema: float = 0.0  # decay of an exponential moving average of the weights, exported as final/ (0 = off)
 
     def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optim.optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"optim.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.cooldown_steps < 0:
+            raise ValueError(f"optim.cooldown_steps must be >= 0, got {self.cooldown_steps}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"optim.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if not 0 <= self.ema < 1:
+            raise ValueError(f"optim.ema must be in [0, 1) (0 = off), got {self.ema}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"optim.lr must be a positive number, got {self.lr}")
         if self.weight_decay < 0:
@@ -172,11 +201,31 @@ class DataSection:
     pack: bool = False
     # a sentence-length curriculum: epoch 0's first N steps ordered shortest first (the same batches); 0 = off
     curriculum_steps: int = 0
+    # a batch-size ramp: the batch grows linearly from batch_ramp_start x batch_size to batch_size over the first
+    # batch_ramp x optim.max_steps steps (0 = off; GPT-BERT: a quarter to full)
+    batch_ramp: float = 0.0
+    batch_ramp_start: float = 0.25
+    # a sequence-length schedule: from step length_at[i] x optim.max_steps on, sequences (packed rows) are
+    # length_to[i] pieces instead of max_length, and the batch shrinks so that batch x length stays batch_size x
+    # max_length (GPT-BERT: max_length 128, length_at [0.7, 0.9], length_to [256, 512]); [] = off
+    length_at: list[float] = field(default_factory=list)
+    length_to: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_length", "bucket_window"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"data.{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.batch_ramp <= 1:
+            raise ValueError(f"data.batch_ramp must be in [0, 1] (a share of optim.max_steps; 0 = off), "
+                             f"got {self.batch_ramp}")
+        if not 0 < self.batch_ramp_start <= 1:
+            raise ValueError(f"data.batch_ramp_start must be in (0, 1], got {self.batch_ramp_start}")
+        steps = self.length_at
+        if any(not 0 < a < 1 for a in steps) or any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
+            raise ValueError(f"data.length_at must be increasing shares of optim.max_steps in (0, 1), "
+                             f"got {self.length_at}")
+        if any(n <= 0 for n in self.length_to):
+            raise ValueError(f"data.length_to must be positive lengths, got {self.length_to}")
         for name in ("num_workers", "curriculum_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"data.{name} must be >= 0, got {getattr(self, name)}")
@@ -238,6 +287,21 @@ class TrainConfig:
                              f"{self.optim.max_steps}")
         if self.data.path and self.data.corpus:
             raise ValueError("set data.path (a prepared directory) or data.corpus (files to prepare), not both")
+        optim, data = self.optim, self.data
+        if optim.cooldown_steps and optim.schedule != "cosine-cooldown":
+            raise ValueError(f"optim.cooldown_steps={optim.cooldown_steps} needs optim.schedule = "
+                             f"\"cosine-cooldown\" (the {optim.schedule!r} schedule has no cooldown)")
+        if optim.warmup_steps + optim.cooldown_steps > optim.max_steps:
+            raise ValueError(f"optim.warmup_steps + optim.cooldown_steps = {optim.warmup_steps} + "
+                             f"{optim.cooldown_steps} exceeds optim.max_steps={optim.max_steps}")
+        if len(data.length_at) != len(data.length_to):
+            raise ValueError(f"data.length_at ({len(data.length_at)} shares) and data.length_to "
+                             f"({len(data.length_to)} lengths) must be as long as each other")
+        if data.batch_ramp or data.length_at:
+            for name, off in (("bucket_window", 1), ("curriculum_steps", 0)):
+                if getattr(data, name) != off:
+                    raise ValueError(f"data.batch_ramp / data.length_at draw batches of changing sizes from a "
+                                     f"plain seeded shuffle: set data.{name} = {off} (got {getattr(data, name)})")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The final model of a run: RUN_DIR/final, a directory MaskplayModel.from_pretrained reads."""
+"""The final model of a run: RUN_DIR/final, a directory MaskplayModel.from_pretrained reads. With optim.ema,
+final holds the weights' moving average and RUN_DIR/final-raw the trained weights themselves."""
 
 from __future__ import annotations
 
@@ -13,28 +14,42 @@ from ..families import MaskplayModel
 from ..tokenizer import Tokenizer
 from .config import TrainConfig
 from .distributed import Dist, barrier
+from .ema import WeightEma
 
 FINAL_DIR = "final"
+RAW_DIR = "final-raw"  # with optim.ema: the trained weights, next to their moving average in final/
 
 
 def export_final(run_dir: Path, d: Dist, model: MaskplayModel, model_config: ModelConfig, tokenizer: Tokenizer,
-                 config: TrainConfig, log: Callable[[str], None]) -> Path:
+                 config: TrainConfig, log: Callable[[str], None], ema: WeightEma | None = None) -> Path:
     """RUN_DIR/final: config.json + model.safetensors (MaskplayModel.from_pretrained) + tokenizer.json, swapped
-    in whole for an earlier export (a collective: every process must call it)."""
+    in whole for an earlier export (a collective: every process must call it). With `ema`, final holds the
+    moving average and RUN_DIR/final-raw the model's own weights."""
     final = run_dir / FINAL_DIR
     if d.is_main:
-        tmp = run_dir / f".tmp-{FINAL_DIR}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp)
-        tokenizer.save(tmp)
-        (tmp / "train_config.json").write_text(config.to_json())
-        old = run_dir / f".old-{FINAL_DIR}-{os.getpid()}"
-        if final.exists():
-            os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
+        if ema is None:
+            _write_model_dir(final, model, tokenizer, config)
+        else:
+            _write_model_dir(run_dir / RAW_DIR, model, tokenizer, config)
+            with ema.applied():
+                _write_model_dir(final, model, tokenizer, config)
+            log(f"exported the weights' moving average (optim.ema={ema.decay}) as {final}, the trained weights as "
+                f"{run_dir / RAW_DIR}")
         if model_config.long.adaptive_span:  # the learned spans, layers x heads, next to the final model
             spans = write_spans(model, run_dir / "adaptive_spans.json")
             log(f"learned adaptive spans (tokens, layer by layer): {spans}; {run_dir / 'adaptive_spans.json'}")
     barrier(d)
     return final
+
+
+def _write_model_dir(target: Path, model: MaskplayModel, tokenizer: Tokenizer, config: TrainConfig) -> None:
+    tmp = target.parent / f".tmp-{target.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save(tmp)
+    (tmp / "train_config.json").write_text(config.to_json())
+    old = target.parent / f".old-{target.name}-{os.getpid()}"
+    if target.exists():
+        os.replace(target, old)
+    os.replace(tmp, target)
+    shutil.rmtree(old, ignore_errors=True)

@@ -39,8 +39,10 @@ from .batches import pack_groups, packed_lengths, sequence_lengths, step_stream
 from .checkpoint import remove_partial_writes
 from .checkpointing import Checkpointer, checkpoint_step, choose_checkpoint
 from .config import TrainConfig
+from .data_schedule import DataSchedule, batch_size_at, length_at, scheduled
 from .distributed import Dist, barrier, teardown
 from .distributed import setup as setup_processes
+from .ema import WeightEma
 from .evaluation import Evaluator
 from .export import FINAL_DIR, export_final
 from .metrics import Metrics, RunLog, Window
@@ -138,13 +140,13 @@ class Trainer:
         self.precision = run_precision(config, d, self.model_config, self.micro, self.log)
         self._build_model()
         self.checkpointer = Checkpointer(config, d, self.run_dir, self.model, self.model_config, self.optimizer,
-                                         self.generator, self.precision, self.log)
+                                         self.generator, self.precision, self.log, ema=self.ema)
         self.state = TrainState()
         if self.checkpoint_path is not None:
             self.state = self.checkpointer.load(self.checkpoint_path, self.data_dir)
         # looked up here, in this module, so that a patched loop.forward_in / loop.count_targets is what runs
         self.stepper = Stepper(config, d, self.model, self.model_config, self.optimizer, self.generator,
-                               self.precision, forward=forward_in, count_targets=count_targets)
+                               self.precision, forward=forward_in, count_targets=count_targets, ema=self.ema)
         self.evaluator = Evaluator(config, d, self.model, self.precision, self.valid_data, self.micro,
                                    self.tokenizer.special.pad, self.log, forward=forward_in, count_targets=count_targets)
         self.last_path: Path | None = self.checkpoint_path
@@ -193,6 +195,10 @@ class Trainer:
         self.item_lengths = (self.lengths if self.packed is None
                              else packed_lengths(self.lengths, self.packed, cfg.data.max_length))
         self.batches_per_epoch = len(self.item_lengths) // cfg.data.batch_size
+        # GPT-BERT's batch-size ramp and sequence-length schedule (data_schedule.py), else fixed batches
+        self.data_schedule = DataSchedule(cfg, self.lengths) if scheduled(cfg) else None
+        if self.data_schedule is not None:
+            self.data_schedule.check(self.d)
 
     def _build_model(self) -> None:
         cfg = self.config
@@ -201,6 +207,7 @@ class Trainer:
         if cfg.model.init and self.checkpoint_path is None:
             initialise_from(self.model, self.model_config, cfg.model.init, self.log)
         self.optimizer = build_optimizer(self.model, cfg.optim)
+        self.ema = WeightEma(self.model, cfg.optim.ema) if cfg.optim.ema else None  # from the initial weights
         # after the initial weights, each process gets its own streams (dropout, BERT's corruption)
         stream_seed = cfg.data.seed * 1_000_003 + self.d.rank + 1
         seed_everything(stream_seed)
@@ -221,8 +228,9 @@ class Trainer:
                  f"({self.train_data.num_tokens:,} tokens)"
                  + (f" packed into {len(self.item_lengths):,} rows of at most {cfg.data.max_length} pieces "
                     f"(mean {self.item_lengths.mean():.1f})" if self.packed is not None else "")
-                 + f", {self.batches_per_epoch} steps per epoch; "
-                 f"{d.world_size} process(es) x {cfg.optim.grad_accum} micro-batch(es) of {self.micro}; "
+                 + (f", {self.batches_per_epoch} steps per epoch; " if self.data_schedule is None else
+                    f", batches of {batch_size_at(0, cfg)} x {length_at(0, cfg)} pieces at step 0 (scheduled); ")
+                 + f"{d.world_size} process(es) x {cfg.optim.grad_accum} micro-batch(es) of {self.micro}; "
                  f"device {self.device}, {self.precision.value}; run directory {self.run_dir}")
 
     # ---- the run --------------------------------------------------------------------------------------------
@@ -241,8 +249,9 @@ class Trainer:
         self.bar = self._progress_bar()
         st.start_clock()
         with StopSignals() as signals:
-            batches = step_stream(st, cfg, self.d, self.train_data.directory, self.item_lengths,
-                                  self.tokenizer.special.pad, self.packed)
+            batches = (step_stream(st, cfg, self.d, self.train_data.directory, self.item_lengths,
+                                   self.tokenizer.special.pad, self.packed) if self.data_schedule is None
+                       else self.data_schedule.stream(st, self.d, self.train_data.directory, self.tokenizer.special.pad))
             while not status:
                 outcome = self._step(batches, signals, budget, window)
                 status = self._status_after(outcome)
@@ -314,6 +323,9 @@ class Trainer:
     def _log_step(self, outcome: StepOutcome, window: Window, budget: float) -> None:
         st = self.state
         loss, rate, parts = window.close()
+        if self.data_schedule is not None:  # the batch of the step just taken
+            parts = {**parts, "batch_size": batch_size_at(st.step - 1, self.config),
+                     "seq_length": length_at(st.step - 1, self.config)}
         if self.metrics:
             self.metrics.record(step=st.step, loss=loss, lr=outcome.lr, grad_norm=outcome.grad_norm,
                                 tokens_per_s=rate, elapsed_s=st.elapsed(), epoch=st.epoch, tokens=st.tokens_seen,
@@ -359,9 +371,21 @@ class Trainer:
             self.metrics.plot()
             self.log(f"step {self.state.step}: held-out loss {loss:.4f}")
 
+    def _evaluate_ema(self) -> None:
+        """With optim.ema, the held-out loss of the moving average too (the periodic ones are the raw weights')."""
+        if self.ema is None:
+            return
+        with self.ema.applied():
+            loss = self.evaluate()
+        if self.metrics and loss is not None:
+            self.metrics.record(step=self.state.step, ema_eval_loss=loss, elapsed_s=self.state.elapsed())
+            self.log(f"step {self.state.step}: held-out loss of the weights' moving average {loss:.4f}")
+
     def save(self) -> Path:
         """Write a checkpoint of the current state (a collective: every process must call it)."""
-        return self.checkpointer.save(self.state, self.batches_per_epoch)
+        per_epoch = (self.batches_per_epoch if self.data_schedule is None
+                     else self.data_schedule.steps_in_epoch(self.state))
+        return self.checkpointer.save(self.state, per_epoch)
 
     def _finish(self, status: str, signals: StopSignals) -> TrainResult:
         """Report how the run ended and, unless interrupted, export the final model."""
@@ -372,7 +396,9 @@ class Trainer:
             name, exit_code = signals.describe()
             self.log(f"stopped by {name} at step {step}; resume with --resume (checkpoint {self.last_path})")
         else:
-            final = export_final(self.run_dir, self.d, self.model, self.model_config, self.tokenizer, cfg, self.log)
+            self._evaluate_ema()
+            final = export_final(self.run_dir, self.d, self.model, self.model_config, self.tokenizer, cfg, self.log,
+                                 ema=self.ema)
             why = ("reached optim.max_steps" if status == "finished"
                    else f"reached run.stop_at_step={cfg.run.stop_at_step}" if step == cfg.run.stop_at_step
                    else f"used the run.max_minutes={cfg.run.max_minutes} budget")

@@ -1,13 +1,17 @@
-"""AdamW parameter groups (BERT's weight-decay convention) and the learning-rate schedule.
+"""The optimizer (AdamW, or LAMB: lamb.py) over BERT's weight-decay parameter groups, and the learning-rate
+schedule (linear, or GPT-BERT's cosine with a cooldown).
 
 The rate is a pure function of the step, so a resumed run needs nothing but the step to continue it."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
 from .config import OptimSection
+from .lamb import Lamb
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -33,22 +37,46 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-def build_optimizer(model: nn.Module, optim: OptimSection) -> torch.optim.AdamW:
-    return torch.optim.AdamW(parameter_groups(model, optim.weight_decay), lr=optim.lr,
-                             betas=(optim.betas[0], optim.betas[1]), eps=optim.eps)
+def build_optimizer(model: nn.Module, optim: OptimSection) -> torch.optim.Optimizer:
+    """optim.optimizer over parameter_groups: AdamW, or LAMB (its trust ratio on the decayed group only)."""
+    groups = parameter_groups(model, optim.weight_decay)
+    betas = (optim.betas[0], optim.betas[1])
+    if optim.optimizer == "lamb":
+        return Lamb(groups, lr=optim.lr, betas=betas, eps=optim.eps)
+    return torch.optim.AdamW(groups, lr=optim.lr, betas=betas, eps=optim.eps)
 
 
 def learning_rate(step: int, optim: OptimSection) -> float:
-    """The rate for optimizer step `step` (0-based): linear warmup over warmup_steps to lr, then linear decay
-    to 0 at max_steps."""
+    """The rate for optimizer step `step` (0-based): optim.schedule's."""
+    if optim.schedule == "cosine-cooldown":
+        return cosine_cooldown_rate(step, optim)
     if step < optim.warmup_steps:
         return optim.lr * (step + 1) / optim.warmup_steps
     remaining = optim.max_steps - step
     return optim.lr * max(0.0, remaining / max(1, optim.max_steps - optim.warmup_steps))
 
 
+def cosine_cooldown_rate(step: int, optim: OptimSection) -> float:
+    """GPT-BERT's schedule, for step s of T = max_steps with W warmup and C cooldown steps and floor r:
+    lr x (s + 1) / W while s < W (the linear schedule's warmup); then lr x (r + (1 - r) x (1 + cos(pi p)) / 2),
+    p = (s - W) / (T - C - W), falling from lr to r x lr at s = T - C; then lr x r x (T - s) / C, linear to 0
+    at T. (The authors' p runs over T - W, so their cosine is a hair above r where the cooldown starts.)"""
+    lr, r = optim.lr, optim.min_lr_ratio
+    warmup, cooldown, total = optim.warmup_steps, optim.cooldown_steps, optim.max_steps
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if step >= total:
+        return 0.0
+    if step >= total - cooldown:
+        return lr * r * (total - step) / cooldown
+    progress = (step - warmup) / max(1, total - cooldown - warmup)
+    return lr * (r + (1 - r) * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
 def schedule_state(step: int, optim: OptimSection) -> dict:
     """What a checkpoint records about the schedule (JSON)."""
+    extra = ({"name": "cosine_warmup_cooldown", "cooldown_steps": optim.cooldown_steps,
+              "min_lr_ratio": optim.min_lr_ratio} if optim.schedule == "cosine-cooldown" else {})
     return {"name": "linear_warmup_linear_decay", "step": step, "base_lr": optim.lr,
             "warmup_steps": optim.warmup_steps, "max_steps": optim.max_steps,
-            "next_lr": learning_rate(step, optim) if step < optim.max_steps else 0.0}
+            "next_lr": learning_rate(step, optim) if step < optim.max_steps else 0.0, **extra}

@@ -59,6 +59,9 @@ def check_data(config: TrainConfig, model_config: ModelConfig, train_data: Token
     if cfg.data.max_length > mc.max_position:
         raise ValueError(f"data.max_length={cfg.data.max_length} exceeds the model's max_position="
                          f"{mc.max_position} (set model.max_position or data.max_length)")
+    if cfg.data.length_to and max(cfg.data.length_to) > mc.max_position:
+        raise ValueError(f"data.length_to={cfg.data.length_to} exceeds the model's max_position="
+                         f"{mc.max_position} (set model.max_position or data.length_to)")
     meta_vocab = train_data.meta.get("vocab_size")
     if meta_vocab is not None and meta_vocab > mc.vocab_size:
         raise ValueError(f"{train_data.directory}/meta.json says vocab_size={meta_vocab}, more than the "

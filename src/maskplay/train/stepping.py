@@ -19,6 +19,7 @@ from ..families import MaskplayModel
 from ..precision import Precision
 from .config import TrainConfig
 from .distributed import Dist, all_reduce_sum
+from .ema import WeightEma
 from .metrics import Window
 from .schedule import learning_rate
 
@@ -45,8 +46,9 @@ class StepOutcome:
 class Stepper:
     def __init__(self, config: TrainConfig, d: Dist, model: MaskplayModel, model_config: ModelConfig,
                  optimizer: torch.optim.Optimizer, generator: torch.Generator, precision: Precision,
-                 forward: Forward, count_targets: CountTargets) -> None:
+                 forward: Forward, count_targets: CountTargets, ema: WeightEma | None = None) -> None:
         self.config, self.d = config, d
+        self.ema = ema  # optim.ema: the weights' moving average, updated after every optimizer step
         self.model, self.model_config = model, model_config
         self.optimizer, self.generator, self.precision = optimizer, generator, precision
         self.forward, self.count_targets = forward, count_targets
@@ -83,6 +85,8 @@ class Stepper:
         self.optimizer.step()
         if self.model_config.long.adaptive_span:
             clamp_spans(self.model)  # spans back into [0, max_span]
+        if self.ema is not None:
+            self.ema.update()
         self.optimizer.zero_grad(set_to_none=True)
         return StepOutcome(lr=lr, loss=g_loss, targets=g_targets, tokens=g_tokens, grad_norm=grad_norm,
                            signal=bool(g_signal), budget=bool(g_budget))
@@ -102,6 +106,7 @@ class Stepper:
     def micro_step(self, step: int, ids: Tensor, mask: Tensor, sync: bool) -> tuple[float, int, dict[str, float]]:
         """Forward and backward one micro-batch's summed token loss; returns (loss sum, target count, the
         family's loss parts (ModelOutput.parts) times the target count)."""
+        self.model.set_training_progress(step / self.config.optim.max_steps)  # an objective that changes over training
         batch = self.model.training_batch(ids, mask, generator=self.generator)  # on the CPU: device-independent
         batch = {k: v.to(self.d.device, non_blocking=True) for k, v in batch.items()}
         module = self.ddp if self.ddp is not None else self.model

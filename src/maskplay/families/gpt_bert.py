@@ -1,0 +1,183 @@
+"""GPT-BERT (Charpentier & Samuel, "GPT or BERT: why not both?", BabyLM 2024): one network that is both a causal and
+a masked LM, trained with masked next-token prediction (MNTP).
+
+In both modes the output at position k predicts token k + 1 through the one tied head:
+- masked mode: bidirectional attention; spans of 1..max_span real tokens are selected (the rate falling linearly from
+  gpt_bert.mask_start to mask_end over training), each span replaced by [MASK] (or a random token, or kept:
+  random_share / keep_share), special tokens never; the loss is only where the *next* token was selected;
+- causal mode: the same mask made lower-triangular, the loss at every next real token (GPT exactly).
+Each training batch puts a gpt_bert.causal_share of its rows in causal mode ("1:15" = 1/16); the loss is
+(1 - causal_share) x the masked rows' mean + causal_share x the causal rows' mean (the paper's split of GPUs between
+the modes), plus gpt_bert.z_loss x mean (log Z)^2.
+
+Scores: causal (one pass, the exact log-likelihood), pll (MNTP's pseudo-log-likelihood: each piece masked in turn,
+read one position to its left) and fused (their sum). Embedding and fine-tuning read the bidirectional mode,
+generation the causal one (prefill / step as GPT). The architecture of the paper (model_extra.py) is switches every
+family can use (docs/SWITCHES.md); this file holds only what the family decides."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..cache import KVCache
+from ..config import ModelConfig
+from ..generation import check_ids, forward_cached, last_real
+from ..masks import MaskMod, MaskPicture, bidirectional, causal
+from ..modeling import IGNORE_INDEX
+from ..outputs import ModelOutput
+from .base import MaskplayModel
+
+
+def row_modes(causal_rows: Tensor) -> MaskMod:
+    """Causal attention in the rows marked True (B,), bidirectional in the others."""
+    return lambda b, h, q, kv: (kv <= q) | ~causal_rows[b]
+
+
+class GPTBert(MaskplayModel):
+    family = "gpt-bert"
+    score_methods = ("causal", "pll", "pll-word", "fused")
+    masked_lm_method = "pll"  # minicons' masked-LM reading: MNTP's PLL
+    default_pooling = "mean"
+    predicted_fraction = 1 / 16 + 15 / 16 * 0.225  # causal rows at every token, masked rows at the mean mask rate
+    masks_shown = (MaskPicture("gpt-bert", "GPT-BERT masked mode: bidirectional", lambda s, r: bidirectional()),
+                   MaskPicture("gpt-bert-causal", "GPT-BERT causal mode", lambda s, r: causal(), in_all=False))
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        self.progress = 0.0  # the share of training done: the masked mode's rate follows it
+
+    # ---- training ---------------------------------------------------------------------------------------------
+
+    def set_training_progress(self, fraction: float) -> None:
+        self.progress = min(max(float(fraction), 0.0), 1.0)
+
+    def mask_rate(self) -> float:
+        options = self.config.gpt_bert
+        return options.mask_start + (options.mask_end - options.mask_start) * self.progress
+
+    def training_batch(self, input_ids: Tensor, attention_mask: Tensor,
+                       generator: torch.Generator | None = None) -> dict[str, Tensor]:
+        """Rows in causal mode drawn at causal_share (an unbiased count: floor(B share + u)); the others span-masked.
+        labels[:, k] is the target of output k (the next token), -100 where there is none."""
+        options, cfg = self.config.gpt_bert, self.config
+        attention_mask = attention_mask.bool()
+        B, L = input_ids.shape
+        n_causal = min(B, math.floor(B * options.causal_share + float(torch.rand((), generator=generator))))
+        causal_rows = torch.zeros(B, dtype=torch.bool)
+        causal_rows[torch.randperm(B, generator=generator)[:n_causal]] = True
+        causal_rows = causal_rows.to(input_ids.device)
+        selected, corrupted = span_mask(input_ids, attention_mask, cfg.special_token_ids, cfg.mask_token_id,
+                                        cfg.vocab_size, self.mask_rate(), options, generator)
+        targets = torch.where(causal_rows[:, None], attention_mask, selected & ~causal_rows[:, None])
+        labels = torch.full_like(input_ids, IGNORE_INDEX)
+        labels[:, :-1] = input_ids[:, 1:].masked_fill(~targets[:, 1:], IGNORE_INDEX)
+        inputs = torch.where(causal_rows[:, None], input_ids, corrupted)
+        return {"input_ids": inputs, "attention_mask": attention_mask, "labels": labels, "causal_rows": causal_rows}
+
+    # ---- forward ----------------------------------------------------------------------------------------------
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                causal_rows: Tensor | None = None, causal: bool = False, output_hidden_states: bool = False,
+                query_positions: Tensor | None = None) -> ModelOutput:
+        """causal_rows (B,) bool: the rows in causal mode (training_batch's); else `causal` sets every row's mode
+        (default: the bidirectional mode, what embedding and fine-tuning read). labels are already shifted: the
+        output at k is scored against labels[:, k]."""
+        attention_mask = self.check_inputs(input_ids, attention_mask)
+        if causal_rows is None:
+            causal_rows = torch.full((input_ids.shape[0],), causal, dtype=torch.bool, device=input_ids.device)
+        query_positions = self._query_positions(query_positions, labels)
+        h, states = self.encode_under(row_modes(causal_rows), input_ids, attention_mask,
+                                      output_hidden_states=output_hidden_states, query_positions=query_positions)
+        if labels is None:
+            return self.output(h, None, states)
+        return self._mntp_loss(h, labels, causal_rows, states)
+
+    def _mntp_loss(self, h: Tensor, labels: Tensor, causal_rows: Tensor,
+                   states: tuple[Tensor, ...] | None) -> ModelOutput:
+        options = self.config.gpt_bert
+        selected = labels != IGNORE_INDEX
+        in_causal = causal_rows[:, None].expand_as(labels)[selected]
+        hidden, targets = h[selected], labels[selected]
+        modes = {name: m for name, m in (("masked_loss", ~in_causal), ("causal_loss", in_causal)) if bool(m.any())}
+        parts: dict[str, Tensor] = {}
+        if options.z_loss > 0:  # log Z needs the logits whole
+            logits = self.logits(hidden).float()
+            token_loss = F.cross_entropy(logits, targets, reduction="none")
+            means = {name: token_loss[m].mean() for name, m in modes.items()}
+            parts["z_loss"] = torch.logsumexp(logits, -1).pow(2).mean()
+        else:  # the fused head loss, never holding the (N, V) logits
+            means = {name: self.head.loss(hidden[m], self.embeddings.word.weight, targets[m]) for name, m in modes.items()}
+        shares = {"masked_loss": 1 - options.causal_share, "causal_loss": options.causal_share}
+        loss = sum(mean * (shares[name] if len(means) == 2 else 1.0) for name, mean in means.items())
+        if options.z_loss > 0:
+            loss = loss + options.z_loss * parts["z_loss"]
+        parts.update(means)
+        return ModelOutput(loss=loss, logits=self._deferred_logits(hidden), last_hidden_state=h, hidden_states=states,
+                           parts={k: v.detach() for k, v in parts.items()})
+
+    # ---- the contract's rules (families/base.py) ------------------------------------------------------------
+
+    def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
+                        targets: Tensor, boundaries_first: bool = False) -> Tensor:
+        """Causal mode: piece k from the output at k - 1, every piece in one pass."""
+        hidden = runner.forward(ids, attention_mask=attention_mask, causal=True).last_hidden_state
+        return runner.log_probs(hidden[rows, cols - 1], targets)
+
+    def pll_hidden(self, runner: Any, ids: Tensor, attention_mask: Tensor, pos: Tensor, end: Tensor) -> Tensor:
+        """MNTP's reading: pieces pos..end-1 masked, the piece at pos read from the output at pos - 1 (bidirectional)."""
+        columns = torch.arange(ids.shape[1], device=ids.device)[None, :]
+        masked = ids.masked_fill((columns >= pos[:, None]) & (columns < end[:, None]), self.config.mask_token_id)
+        return runner.forward(masked, attention_mask=attention_mask, query_positions=pos - 1).last_hidden_state[:, 0]
+
+    def masked_lm(self, memo: Callable[[str, Callable[[Any], Any]], Any]) -> MaskplayModel:
+        return self
+
+    # ---- generation: the causal mode (maskplay.generation's hooks) --------------------------------------------
+
+    def prefill(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None) -> tuple[KVCache, Tensor]:
+        check_ids(self, input_ids)
+        if attention_mask is None:
+            attention_mask = input_ids != self.config.pad_token_id
+        cache = KVCache(self.config.num_layers)
+        h = forward_cached(self, input_ids, attention_mask.bool(), cache)
+        return cache, self.logits(last_real(h, attention_mask))
+
+    def step(self, new_ids: Tensor, cache: KVCache, new_mask: Tensor | None = None) -> Tensor:
+        if new_mask is None:
+            new_mask = torch.ones_like(new_ids, dtype=torch.bool)
+        h = forward_cached(self, new_ids, new_mask.bool(), cache)
+        return self.logits(last_real(h, new_mask))
+
+
+def span_mask(input_ids: Tensor, attention_mask: Tensor, special_ids: list[int], mask_id: int, vocab_size: int,
+              rate: float, options: Any, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """(selected (B, L) bool, corrupted ids): in each row, spans of 1..max_span consecutive positions, each span with
+    one uniform draw; the floor(n rate + u) eligible tokens (real, not special; at least one) of the lowest draws are
+    selected, so whole spans go together. A selected span becomes random tokens (random_share), stays (keep_share)
+    or becomes [MASK] (the rest)."""
+    device = input_ids.device
+    B, L = input_ids.shape
+    lengths = torch.randint(1, options.max_span + 1, (B, L), generator=generator)
+    starts = lengths.cumsum(1) - lengths  # the first L spans cover at least L positions
+    is_start = torch.zeros(B, L + options.max_span * L, dtype=torch.long).scatter_(1, starts, 1)[:, :L]
+    span = is_start.cumsum(1) - 1  # (B, L): each position's span
+    draw = torch.rand(B, L, generator=generator).gather(1, span)
+    action = torch.rand(B, L, generator=generator).gather(1, span)
+    eligible = attention_mask.cpu() & ~torch.isin(input_ids.cpu(), torch.tensor(special_ids))
+    n = eligible.sum(1)
+    count = torch.clamp((n * rate + torch.rand(B, generator=generator)).floor().long(), min=1)
+    count = torch.minimum(count, n)
+    rank = draw.masked_fill(~eligible, math.inf).argsort(1).argsort(1)
+    selected = eligible & (rank < count[:, None])
+    random_tokens = torch.randint(len(special_ids), vocab_size, (B, L), generator=generator)
+    replaced = torch.where(action < options.random_share, random_tokens, input_ids.cpu())
+    replaced = torch.where(action >= options.random_share + options.keep_share, mask_id, replaced)
+    corrupted = torch.where(selected, replaced, input_ids.cpu())
+    return selected.to(device), corrupted.to(device)

@@ -1,0 +1,178 @@
+"""Dynamic batching: requests that arrive within a few milliseconds of each other go through one model call.
+
+Each request is a job: a batch key (what must be equal for two jobs to share a call: the endpoint and the options
+that change the computation), its items (sentences, prompts) and the function that runs a list of items. The
+loop takes the oldest job; under concurrent load (the last call served several jobs, or more were waiting) it waits
+until that job is `max_wait_ms` old or `max_batch_size` items of its key are waiting (a lone client's request
+does not wait: it runs at once, and requests that arrive while the model is busy batch into the next call); then
+it runs the items of every waiting job with that key (oldest first, up to max_batch_size items; the first job
+always goes whole) in one call on the model's thread, and hands each job back its own slice of the results.
+
+Results never mix: a call returns one result per item, in order, and a job gets exactly the slice of its items.
+A call that fails with more than one job in it is run again job by job, so that an error reaches the request that
+caused it and the others still get their results. The queue is bounded (`max_queue` jobs): one more is refused
+with QueueFull at once (the server answers 503 with Retry-After). Batching off (`enabled=False`) runs each job
+alone, as it arrives, through the same queue and the same thread: the baseline of benchmarks/serve_load.py."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+Run = Callable[[list[Any]], list[Any]]
+
+
+class QueueFull(Exception):
+    """The bounded queue holds max_queue jobs already."""
+
+
+@dataclass
+class _Job:
+    key: Hashable
+    items: list[Any]
+    run: Run
+    future: asyncio.Future
+    arrived: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class BatchStats:
+    """Counters read by GET /health (and the tests): jobs and items taken, model calls made."""
+
+    jobs: int = 0
+    items: int = 0
+    calls: int = 0
+    largest: int = 0  # the most jobs one call served
+    refused: int = 0
+
+
+class Batcher:
+    def __init__(self, max_batch_size: int = 32, max_wait_ms: float = 5.0, max_queue: int = 256,
+                 enabled: bool = True) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"--max-batch-size must be at least 1, got {max_batch_size}")
+        if max_wait_ms < 0:
+            raise ValueError(f"--max-wait-ms must be >= 0, got {max_wait_ms}")
+        if max_queue < 1:
+            raise ValueError(f"--max-queue must be at least 1, got {max_queue}")
+        self.max_batch_size, self.max_wait, self.max_queue = max_batch_size, max_wait_ms / 1000, max_queue
+        self.enabled = enabled
+        self.pending: deque[_Job] = deque()
+        self.stats = BatchStats()
+        self._wakeup: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self.running = False  # a model call is in flight
+        self._busy = False  # the last call served several jobs: clients are concurrent, so wait for the others
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="maskplay-model")  # the model runs here only
+
+    def start(self) -> None:
+        """Start the loop on the running event loop (the app's startup)."""
+        self._wakeup = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def check_room(self) -> None:
+        """QueueFull when max_queue jobs wait already."""
+        if len(self.pending) >= self.max_queue:
+            self.stats.refused += 1
+            raise QueueFull(f"the server's queue holds {self.max_queue} requests (--max-queue); retry shortly")
+
+    async def submit(self, key: Hashable, items: list[Any], run: Run) -> list[Any]:
+        """run(items + other jobs' items)[this job's slice]; QueueFull at once when max_queue jobs wait."""
+        self.check_room()
+        job = _Job(key, list(items), run, asyncio.get_running_loop().create_future())
+        self.pending.append(job)
+        self._wakeup.set()
+        return await job.future
+
+    async def _loop(self) -> None:
+        while True:
+            if not self.pending:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            first = self.pending[0]
+            if self.enabled and self._busy:
+                await self._gather(first)
+            batch = self._take(first)
+            await self._call(batch)
+
+    async def _gather(self, first: _Job) -> None:
+        """Wait until the oldest job is max_wait old or its key has max_batch_size items waiting."""
+        while True:
+            waiting = sum(len(j.items) for j in self.pending if j.key == first.key)
+            left = first.arrived + self.max_wait - time.monotonic()
+            if waiting >= self.max_batch_size or left <= 0:
+                return
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout=left)
+            except asyncio.TimeoutError:
+                return
+
+    def _take(self, first: _Job) -> list[_Job]:
+        """The oldest job and, batching on, the following jobs of its key while they fit max_batch_size items."""
+        batch, size = [first], len(first.items)
+        self.pending.popleft()
+        if self.enabled:
+            for job in list(self.pending):
+                if job.key == first.key and size + len(job.items) <= self.max_batch_size:
+                    batch.append(job)
+                    size += len(job.items)
+                    self.pending.remove(job)
+        return [job for job in batch if not job.future.cancelled()]  # a client that went away is not served
+
+    async def _call(self, batch: list[_Job]) -> None:
+        if not batch:
+            return
+        loop = asyncio.get_running_loop()
+        items = [item for job in batch for item in job.items]
+        self._busy = len(batch) > 1 or bool(self.pending)
+        self.stats.jobs += len(batch)
+        self.stats.items += len(items)
+        self.stats.calls += 1
+        self.stats.largest = max(self.stats.largest, len(batch))
+        self.running = True
+        try:
+            results = await loop.run_in_executor(self.executor, batch[0].run, items)
+            if len(results) != len(items):
+                raise RuntimeError(f"a batch of {len(items)} items gave {len(results)} results")
+        except Exception as err:  # noqa: BLE001 - every error goes to its request, never to the loop
+            if len(batch) == 1:
+                _settle(batch[0], error=err)
+                return
+            for job in batch:  # find whose items failed: each job alone
+                self.stats.calls += 1
+                try:
+                    _settle(job, await loop.run_in_executor(self.executor, job.run, job.items))
+                except Exception as alone:  # noqa: BLE001
+                    _settle(job, error=alone)
+            return
+        finally:
+            self.running = False
+        start = 0
+        for job in batch:
+            _settle(job, results[start:start + len(job.items)])
+            start += len(job.items)
+
+
+def _settle(job: _Job, results: list[Any] | None = None, error: BaseException | None = None) -> None:
+    if job.future.done():
+        return
+    if error is not None:
+        job.future.set_exception(error)
+    else:
+        job.future.set_result(results)
