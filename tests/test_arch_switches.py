@@ -44,6 +44,15 @@ SWITCHES = {
     "lsra+alibi+pre+kernel3": dict(attention="lsra", positions="alibi", norm_placement="pre", lsra_kernel=3),
     "lsra+rotary+talking_heads+deepnorm": dict(attention="lsra", positions="rotary", talking_heads=True,
                                                norm_placement="deepnorm", lsra_kernel=5),
+    # GPT-BERT's (tests/test_gpt_bert_switches.py has their formulas)
+    "disentangled+key_size+denseformer": dict(positions="disentangled", key_size=6, denseformer=True),
+    "norm_affine+ffn_inner_norm+gelu_tanh+head_norm": dict(norm_affine=False, ffn_inner_norm=True, gelu_tanh=True,
+                                                           head_norm=True),
+    "gpt-bert": dict(positions="disentangled", norm_placement="pre", norm_affine=False, attention_output_norm=True,
+                     value_gate=True, ffn="geglu", ffn_bias=False, gelu_tanh=True, ffn_inner_norm=True,
+                     denseformer=True, weight_init="gpt-bert"),
+    "value_gate+attention_output_norm+denseformer+shared": dict(value_gate=True, attention_output_norm=True,
+                                                                denseformer=True, share_layers=True),
 }
 
 
@@ -51,7 +60,7 @@ def xlnet_takes(fields: dict) -> bool:
     """XLNet keeps its own positions and dot-product attention, has no pre-LN (its streams project keys/values
     outside the blocks) and no embedding projection."""
     return ("positions" not in fields and "embedding_size" not in fields and "attention" not in fields
-            and fields.get("norm_placement") != "pre")
+            and fields.get("norm_placement") != "pre" and not fields.get("denseformer"))
 
 
 def model_of(family: str, seed: int = 0, **overrides) -> MaskplayModel:

@@ -30,7 +30,8 @@ from maskplay.train.config import ModelSection, TrainConfig
 from tests.conftest import padded_batch
 from tests.test_leak import jacobian_norms
 
-SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none")
+SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "disentangled")  # disentangled: its formulas in
+# tests/test_gpt_bert_switches.py
 SINGLE_STREAM = ("bert", "gpt", "unilm", "electra", "tta")
 
 
@@ -210,7 +211,7 @@ def test_gpt_uses_t5s_decoder_buckets():
 # ---- through the families ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("positions", IN_ATTENTION)
+@pytest.mark.parametrize("positions", (*IN_ATTENTION, "disentangled"))
 @pytest.mark.parametrize("family", SINGLE_STREAM)
 def test_relative_schemes_are_translation_invariant(family, positions):
     """A row shifted right by left padding gives the same outputs at its real tokens: under rotary, t5 and alibi

@@ -23,11 +23,11 @@ from .config import ModelConfig
 from .dropout import Dropout
 from .feedforward import FeedForward, make_feedforward
 from .norms import deepnorm_alpha, make_norm
-from .positions import IN_ATTENTION, PassPositions, PositionScheme, sinusoidal_embedding
+from .positions import IN_ATTENTION, Disentangled, PassPositions, PositionScheme, sinusoidal_embedding
 
 # where these lived before the attention package: tests, precision.py and families still import them from here
 __all__ = ["Embeddings", "Block", "SharedLayers", "Encoder", "Attention", "FeedForward", "Packing", "PassInputs",
-           "fused_linear", "wide_linear", "guard_empty_rows"]
+           "fused_linear", "wide_linear", "guard_empty_rows", "DepthWeights"]
 
 
 class Embeddings(nn.Module):
@@ -90,14 +90,55 @@ class Block(nn.Module):
         self.alpha = deepnorm_alpha(config.num_layers) if config.norm_placement == "deepnorm" else 1.0
 
     def forward(self, h: Tensor, inputs: PassInputs, index: int = 0) -> Tensor:
+        return self.feed_forward(self.attend(h, inputs, index))
+
+    def attend(self, h: Tensor, inputs: PassInputs, index: int = 0) -> Tensor:
+        """The first sub-layer, attention with its residual and norm (DenseFormer reads the two apart)."""
         if self.pre_norm:
             if inputs.kv is not None:
                 inputs = dataclasses.replace(inputs, kv=self.attn_norm(inputs.kv))
-            h = h + self.dropout(self.attn(self.attn_norm(h), inputs, index))
-            return h + self.dropout(self.ffn(self.ffn_norm(h)))
+            return h + self.dropout(self.attn(self.attn_norm(h), inputs, index))
         # alpha 1 (post-LN) skips the multiplication: the default block does no more work than BERT's
-        h = self.attn_norm((h if self.alpha == 1.0 else h * self.alpha) + self.dropout(self.attn(h, inputs, index)))
+        return self.attn_norm((h if self.alpha == 1.0 else h * self.alpha) + self.dropout(self.attn(h, inputs, index)))
+
+    def feed_forward(self, h: Tensor) -> Tensor:
+        """The second sub-layer, the feed-forward with its residual and norm."""
+        if self.pre_norm:
+            return h + self.dropout(self.ffn(self.ffn_norm(h)))
         return self.ffn_norm((h if self.alpha == 1.0 else h * self.alpha) + self.dropout(self.ffn(h)))
+
+
+class DepthWeights(nn.Module):
+    """DenseFormer's depth-weighted averages (Pagliardini et al. 2024; `denseformer = true`), as GPT-BERT uses them:
+    after sub-layer n of S (attention and feed-forward of every block, n = 0..S-1) the stream becomes
+    x = sum_j alpha_n[j] x_j over x_0, the embedding output, and x_1..x_{n+1}, the sub-layer outputs so far
+    (x_{n+1} the one just computed, residual included). alpha_n (n + 2 weights) starts at (0, ..., 0, 1): the plain
+    residual stream, exactly. Position by position, so it runs on any layout (packed, PLL's rows, a cache's new
+    tokens)."""
+
+    def __init__(self, sublayers: int) -> None:
+        super().__init__()
+        self.alphas = nn.ParameterList(nn.Parameter(torch.zeros(n + 2)) for n in range(sublayers))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            for alpha in self.alphas:
+                alpha.zero_()
+                alpha[-1] = 1.0
+
+    def no_weight_decay(self) -> list[nn.Parameter]:
+        """Identity-initialised: weight decay would pull them towards zero, not towards the plain residual."""
+        return list(self.alphas)
+
+    def forward(self, states: list[Tensor], n: int) -> Tensor:
+        """The weighted sum after sub-layer n of `states` (x_0..x_{n+1}), one multiply-add per state (no stacked
+        copy of them is kept for the backward pass)."""
+        alpha = self.alphas[n].to(states[-1].dtype)
+        x = states[-1] * alpha[-1]
+        for j in range(len(states) - 1):
+            x = torch.addcmul(x, states[j], alpha[j])
+        return x
 
 
 class SharedLayers(nn.Module):
@@ -140,6 +181,10 @@ class Encoder(nn.Module):
         self.lsra = config.attention == "lsra"  # its branches read their own halves of T-TA's kv, unprojected
         self.pass_positions = self.positions is not None or config.attention != "dot" or config.long.adaptive_span
         self.long = LongAttention(config) if config.long.enabled else None  # [model.long]: attention/long.py
+        # positions = "disentangled": the relative embeddings every layer projects (positions.Disentangled)
+        self.relative = Disentangled(config) if config.positions == "disentangled" else None
+        self.pass_positions = self.pass_positions or self.relative is not None
+        self.dense = DepthWeights(2 * config.num_layers) if config.denseformer else None  # DenseFormer
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
                 query_positions: Tensor | None = None, tokens: Tensor | None = None,
@@ -208,11 +253,32 @@ class Encoder(nn.Module):
         packing = inputs.packing
         states = [h if packing is None else packing.pad(h)] if output_hidden_states else None
         last = len(self.layers) - 1 if query_positions is not None else -1
+        if self.dense is not None:
+            return self._run_dense(h, inputs, states, last, query_positions)
         for index, layer in enumerate(self.layers):
             if index == last:
                 h = layer(*self._rows(h, inputs, query_positions), index)
             else:
                 h = layer(h, inputs, index)
+            if states is not None:
+                states.append(h if packing is None else packing.pad(h))
+        return self._finish(h, states, packing)
+
+    def _run_dense(self, h: Tensor, inputs: PassInputs, states: list[Tensor] | None, last: int,
+                   query_positions: Tensor | None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        """_run under DenseFormer: the sub-layers one by one, each followed by its depth-weighted average."""
+        packing = inputs.packing
+        outputs = [h]  # x_0, then every sub-layer's output
+        for index, layer in enumerate(self.layers):
+            layer_inputs = inputs
+            if index == last:
+                h, layer_inputs = self._rows(h, inputs, query_positions)
+                rows = torch.arange(h.shape[0], device=h.device), query_positions
+                outputs = [x[rows][:, None] for x in outputs]
+            outputs.append(layer.attend(h, layer_inputs, index))
+            h = self.dense(outputs, 2 * index)
+            outputs.append(layer.feed_forward(h))
+            h = self.dense(outputs, 2 * index + 1)
             if states is not None:
                 states.append(h if packing is None else packing.pad(h))
         return self._finish(h, states, packing)
@@ -247,7 +313,8 @@ class Encoder(nn.Module):
         rotary = None
         if self.positions is not None:
             mask, rotary = self.positions.prepare(mask, queries, keys, dtype, new_key_positions=queries if cached else None)
-        return mask, PassPositions(queries, keys, rotary)
+        relative = None if self.relative is None else self.relative.prepare(queries, keys)
+        return mask, PassPositions(queries, keys, rotary, relative)
 
     def _finish(self, h: Tensor, states: list[Tensor] | None,
                 packing: Packing | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:

@@ -15,14 +15,21 @@ import tomllib
 from .registry import family_names, rules
 
 UNILM_OBJECTIVES = ("seq2seq", "mixed")
-POSITION_SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "transformer-xl")  # positions.py
+POSITION_SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "transformer-xl",
+                    "disentangled")  # positions.py
 # ModelConfig fields that change the block's architecture away from BERT's (docs/SWITCHES.md)
 NORMS = ("layernorm", "rmsnorm")  # norms.py
 NORM_PLACEMENTS = ("post", "pre", "deepnorm")
 FFNS = ("gelu", "geglu", "swiglu")  # feedforward.py
 ATTENTION_KINDS = ("dot", "synthesizer-random", "synthesizer-dense", "lsra")  # attention/variants.py, attention/lsra.py
+WEIGHT_INITS = ("bert", "gpt-bert")  # modeling.py
 ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm_placement", "ffn", "ffn_bias",
-                         "share_layers", "attention", "long")
+                         "share_layers", "attention", "long", "norm_affine", "attention_output_norm", "ffn_inner_norm",
+                         "gelu_tanh", "value_gate", "denseformer", "head_norm", "weight_init")
+# GPT-BERT's switches (Charpentier & Samuel 2024; docs/SWITCHES.md) and their defaults, today's model: config.json
+# leaves them out while they are at these values, so that it reads as it did before they existed
+GPT_BERT_SWITCHES = {"norm_affine": True, "attention_output_norm": False, "ffn_inner_norm": False, "gelu_tanh": False,
+                     "value_gate": False, "denseformer": False, "head_norm": False, "weight_init": "bert"}
 
 
 @dataclass
@@ -179,6 +186,20 @@ class ModelConfig:
     # | lsra: Lite Transformer's long-short range attention, half the channels through a convolution (attention/lsra.py)
     attention: str = "dot"
     lsra_kernel: int = 7  # the convolution's kernel size (odd; centred on the query), read by attention = "lsra" only
+    # GPT-BERT's architecture (Charpentier & Samuel 2024; docs/SWITCHES.md), each off by default. norm_affine = false:
+    # every norm of the backbone and the LM head without a learned gain and bias (elementwise_affine=False)
+    norm_affine: bool = True
+    attention_output_norm: bool = False  # a norm on the attention output before its output projection
+    ffn_inner_norm: bool = False  # a norm inside the feed-forward, after the (gated) activation (NormFormer's)
+    gelu_tanh: bool = False  # the feed-forward's GELU in its tanh approximation (GPT-2's, GPT-BERT's GEGLU)
+    value_gate: bool = False  # attention output x GELU(gate), the gate a second projection of the queries' stream
+    # DenseFormer: after every sub-layer, x = a weighted sum of the embedding output and every sub-layer output so
+    # far, the weights learned, starting at the identity (the plain residual stream)
+    denseformer: bool = False
+    head_norm: bool = False  # a norm in front of the LM head's dense layer (GPT-BERT's head: norm, dense, GELU, norm)
+    # bert: normal(initializer_range); gpt-bert: truncated normal, std sqrt(2 / (5 hidden)) at +-2 std, the
+    # feed-forward weights of layer i scaled by sqrt(1 / (2 (i + 1)))
+    weight_init: str = "bert"
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     # masked-LM families (bert, unilm): the share of real tokens selected for prediction (BERT's 0.15; Wettig et
@@ -231,6 +252,7 @@ class ModelConfig:
                                  f"must be even, got {self.head_dim}")
         if not 0 < self.mask_probability < 1:
             raise ValueError(f"mask_probability must be in (0, 1), got {self.mask_probability}")
+        self._check_gpt_bert_switches(xl)
         if self.lsra_kernel < 1 or self.lsra_kernel % 2 == 0:
             raise ValueError(f"lsra_kernel must be an odd kernel size >= 1 (centred on the query), got {self.lsra_kernel}")
         if self.attention not in ("dot", "lsra"):
@@ -264,6 +286,27 @@ class ModelConfig:
             value = getattr(self, name)
             if not 0 <= value < self.vocab_size:
                 raise ValueError(f"{name}={value} is outside the vocabulary of size {self.vocab_size}")
+
+    def _check_gpt_bert_switches(self, xl: bool) -> None:
+        """The combinations GPT-BERT's switches refuse, each a one-line error."""
+        if self.weight_init not in WEIGHT_INITS:
+            raise ValueError(f"weight_init must be one of {WEIGHT_INITS}, got {self.weight_init!r}")
+        if self.denseformer and xl:
+            raise ValueError(f"denseformer weighs the sub-layer outputs of one stream: not family {self.family} (its "
+                             "two-stream loop runs the blocks itself)")
+        if self.head_norm and self.norm_placement == "pre":
+            raise ValueError("head_norm with norm_placement = 'pre' normalises twice: the encoder's final norm is "
+                             "already the norm in front of the head")
+        lsra = [n for n in ("value_gate", "attention_output_norm") if getattr(self, n)]
+        if lsra and self.attention == "lsra":
+            raise ValueError(f"{lsra[0]} acts on the attention output: not with attention = 'lsra' (its convolution "
+                             "half has its own output)")
+        if self.positions == "disentangled":
+            clash = [name for name, on in ((f"attention = {self.attention!r}", self.attention != "dot"),
+                                           ("talking_heads", self.talking_heads), ("model.long", self.long.enabled))
+                     if on]
+            if clash:
+                raise ValueError(f"positions = 'disentangled' runs its own scores on q . k attention: not with {clash[0]}")
 
     def architecture_changes(self) -> list[str]:
         """The architecture switches (docs/SWITCHES.md) set away from the family's own, as "name = value":
@@ -314,6 +357,9 @@ class ModelConfig:
         data = dataclasses.asdict(self)
         if self.long == LongAttentionConfig():  # off: config.json stays as it was before [model.long] existed
             del data["long"]
+        for name, default in GPT_BERT_SWITCHES.items():  # the same for GPT-BERT's switches
+            if data[name] == default:
+                del data[name]
         return data
 
     def to_json(self, path: str | Path) -> None:
@@ -332,6 +378,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Small enough to pretrain on a 2-core CPU.
     "mini": dict(hidden_size=256, num_layers=3, num_heads=4, intermediate_size=1024, max_position=128,
                  vocab_size=16384),
+    # GPT-BERT's small model (Charpentier & Samuel 2024, configs/small.json: 12 x 384, 6 heads, a GEGLU of width
+    # 1,280, 8,192 pieces, 512 positions; ~30 M parameters). intermediate_size 1,920: a gated feed-forward's width is
+    # 2/3 of it (ModelConfig.ffn_width), the authors' 1,280; a GELU one of 1,920 has the same parameters. The
+    # architecture switches stay off here: the gpt-bert family sets them
+    "gpt-bert-small": dict(hidden_size=384, num_layers=12, num_heads=6, intermediate_size=1920, max_position=512,
+                           vocab_size=8192),
     # For tests.
     "tiny": dict(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position=64,
                  vocab_size=100),

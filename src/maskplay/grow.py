@@ -61,6 +61,12 @@ def grow(model: MaskplayModel, layers: int | None = None, hidden: int | None = N
     if k > 1 and cfg.attention == "lsra":
         raise ValueError("grow does not widen attention = 'lsra' (duplicated units would cross its attention and "
                          "convolution halves): grow its depth only")
+    if cfg.denseformer:
+        raise ValueError("grow does not grow denseformer's depth weights yet: leave denseformer off")
+    if k > 1 and (cfg.positions == "disentangled" or not cfg.norm_affine):
+        what = "positions = 'disentangled' (its relative table)" if cfg.positions == "disentangled" else \
+            "norm_affine = false (the LM head's norm has no gain to divide by the factor)"
+        raise ValueError(f"grow does not widen {what}: grow its depth only")
     if cfg.share_layers and layers != cfg.num_layers:
         raise ValueError("share_layers: every layer is the one shared block, so new layers cannot start as "
                          "identities; grow its width only")

@@ -1,7 +1,9 @@
 """BERT's masked-LM head, exactly: Dense -> GELU -> LayerNorm -> x @ E_tok^T + b, the decoder being the
 token-embedding table itself (passed in, never copied) with a separate per-token bias. Where the embeddings
 are narrower than the hidden size (config.embedding_size), the Dense maps hidden -> embedding width, as
-HuggingFace ELECTRA's generator head and ALBERT's head do."""
+HuggingFace ELECTRA's generator head and ALBERT's head do. GPT-BERT's switches: `head_norm` puts a norm in front of
+the Dense (norm -> Dense -> GELU -> LayerNorm -> tied decoder + bias), `norm_affine = false` takes the learned gain
+and bias off both norms."""
 
 from __future__ import annotations
 
@@ -19,10 +21,15 @@ class LMHead(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.embedding_width)
-        self.norm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps)
+        self.norm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps,
+                                 elementwise_affine=config.norm_affine)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.pre_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps,
+                                     elementwise_affine=config.norm_affine) if config.head_norm else None
 
     def transform(self, hidden: Tensor) -> Tensor:
+        if self.pre_norm is not None:
+            hidden = self.pre_norm(hidden)
         return self.norm(F.gelu(self.dense(hidden)))
 
     def forward(self, hidden: Tensor, embedding_weight: Tensor) -> Tensor:

@@ -5,6 +5,7 @@ maskplay.families.base (the family contract)."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
@@ -20,9 +21,17 @@ from .heads import LMHead
 from .masks import MaskMod, and_masks, materialize, padding
 from .model_dir import CONFIG_NAME, WEIGHTS_NAME, read_weights, write_model_manifest
 from .outputs import ModelOutput
-from .positions import RelativePositions
+from .positions import Disentangled, RelativePositions
 
 IGNORE_INDEX = -100
+
+
+def scale_feed_forward_init_(encoder: nn.Module) -> None:
+    """GPT-BERT's depth scaling: the feed-forward weights of layer i (from 0) times sqrt(1 / (2 (i + 1))), after the
+    initialisation (a shared block, share_layers, once, as layer 0)."""
+    for index, block in enumerate(dict.fromkeys(encoder.layers)):
+        for linear in block.ffn.linears():
+            linear.weight.data.mul_(math.sqrt(1.0 / (2.0 * (index + 1))))
 
 
 class ModelBase(nn.Module):
@@ -39,6 +48,8 @@ class ModelBase(nn.Module):
         self.encoder = Encoder(config, causal=causal)
         self.head = self.make_head(config)
         self.apply(self._init_weights)
+        if config.weight_init == "gpt-bert":
+            scale_feed_forward_init_(self.encoder)
         if config.norm_placement == "deepnorm":
             from .norms import deepnorm_init_
 
@@ -70,18 +81,25 @@ class ModelBase(nn.Module):
         return x if self.embeddings_project is None else self.embeddings_project(x)
 
     def _init_weights(self, module: nn.Module) -> None:
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=std)
-            if module.bias is not None:
+        """BERT's: normal(initializer_range) weights and embeddings, zero biases; weight_init = "gpt-bert": truncated
+        normal, std sqrt(2 / (5 hidden)), at +-2 std (GPT-BERT's, whose feed-forward scaling follows the apply)."""
+        truncated = self.config.weight_init == "gpt-bert"
+        std = math.sqrt(2.0 / (5.0 * self.config.hidden_size)) if truncated else self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            if truncated:
+                nn.init.trunc_normal_(module.weight, std=std, a=-2 * std, b=2 * std)
+            else:
+                nn.init.normal_(module.weight, std=std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, std=std)
         elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
+            if module.elementwise_affine:  # norm_affine = false: no gain or bias to set
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
         elif isinstance(module, RelativePositions):
             module.reset_parameters(std)
+        elif isinstance(module, Disentangled):
+            module.reset_parameters(std, truncated)
 
     # ---- inputs -------------------------------------------------------------------------------------
 

@@ -8,7 +8,8 @@ when the block is built; the default, post-LN, is BERT's.
   and FFN weights initialised scaled by beta = (8N)^(-1/4) (N layers; the paper's values for an encoder-only
   and for a decoder-only model are the same formula).
 - norm = "rmsnorm" (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * g in place of every LayerNorm of the
-  backbone (embeddings, blocks, final norm); the LM head's transform keeps BERT's LayerNorm."""
+  backbone (embeddings, blocks, final norm); the LM head's transform keeps BERT's LayerNorm.
+- norm_affine = false (GPT-BERT): every norm of the backbone and of the LM head without a learned gain and bias."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def make_norm(config: ModelConfig, width: int | None = None) -> nn.Module:
     """The backbone's norm over `width` (default the hidden size)."""
     width = config.hidden_size if width is None else width
     if config.norm == "rmsnorm":
-        return nn.RMSNorm(width, eps=config.layer_norm_eps)
-    return nn.LayerNorm(width, eps=config.layer_norm_eps)
+        return nn.RMSNorm(width, eps=config.layer_norm_eps, elementwise_affine=config.norm_affine)
+    return nn.LayerNorm(width, eps=config.layer_norm_eps, elementwise_affine=config.norm_affine)
 
 
 def deepnorm_alpha(num_layers: int) -> float:

@@ -25,6 +25,11 @@ The other schemes (docs/SWITCHES.md), for every single-stream family (BERT, GPT,
   2^(-8/n), 2^(-16/n), ... for n = 2^k heads, interleaved from the next power of two otherwise); symmetric in
   i - j, so the family's mask decides which side a query sees.
 - "none": no positions at all (a causal mask still orders GPT's tokens; BERT becomes a bag of words).
+- "disentangled": DeBERTa's disentangled attention as GPT-BERT has it (He et al. 2021; Charpentier & Samuel 2024):
+  one table of relative embeddings (2 x 32 - 1 rows, log-bucketed distances up to 512, its own LayerNorm),
+  shared by the layers (`Disentangled`, the encoder's); each layer projects it with its own query and key
+  projections, and score(i, j) = (q_i . k_j + q_i . K_r[b(i - j)] + k_j . Q_r[b(i - j)]) / sqrt(3 d)
+  (attention/disentangled.py). No absolute positions.
 
 A bias scheme (t5, alibi) is folded into the attention mask once per pass: Encoder.forward turns the boolean
 mask into `bias.masked_fill(~mask, -inf)` (a float mask SDPA adds to the scaled scores), so every path that
@@ -225,17 +230,83 @@ class PassPositions:
     query: Tensor
     key: Tensor
     rotary: Rotary | None = None
+    relative: RelativeTable | None = None  # positions = "disentangled"
 
     def cut(self, end: int) -> PassPositions:
         """The first `end` columns (a packing group, whose columns are positions 0..end-1)."""
         return PassPositions(self.query[..., :end], self.key[..., :end],
-                             None if self.rotary is None else self.rotary.cut(end))
+                             None if self.rotary is None else self.rotary.cut(end),
+                             None if self.relative is None else self.relative.cut(end))
 
     def rows(self, rows: Tensor) -> PassPositions:
         """Queries at one position per row, rows (B,) (PLL's last layer); keys unchanged."""
         B = rows.shape[0]
         query = self.query.expand(B, -1)[torch.arange(B, device=rows.device), rows][:, None]
-        return PassPositions(query, self.key, None if self.rotary is None else self.rotary.rows(rows))
+        return PassPositions(query, self.key, None if self.rotary is None else self.rotary.rows(rows),
+                             None if self.relative is None else self.relative.rows(rows))
+
+
+# ---- disentangled attention (DeBERTa, GPT-BERT) ---------------------------------------------------------------
+
+DISENTANGLED_BUCKETS, DISENTANGLED_MAX_DISTANCE = 32, 512  # GPT-BERT's position_bucket_size, max_position_embeddings
+
+
+def log_bucket(relative: Tensor, bucket_size: int = DISENTANGLED_BUCKETS,
+               max_distance: int = DISENTANGLED_MAX_DISTANCE) -> Tensor:
+    """DeBERTa's log-bucketed relative position (its make_log_bucket_position) as GPT-BERT computes it: with
+    mid = bucket_size // 2, a distance r with |r| <= mid is its own bucket; a larger one gets
+    sign(r) (mid + ceil(log(|r| / mid) / log((max_distance - 1) / mid) (mid - 1))), |r| clamped to max_distance - 1
+    first, so buckets run from -(bucket_size - 1) to bucket_size - 1. (DeBERTa does not clamp |r|: beyond
+    max_distance - 1 its bucket grows on, and its table lookup clamps the index, to 2 bucket_size - 1 on the
+    positive side, which is GPT-BERT's last bucket, and to 0, a bucket GPT-BERT has not, on the negative side.)"""
+    mid = bucket_size // 2
+    distance = relative.abs().clamp(mid - 1, max_distance - 1).double()  # below mid: the exact branch below
+    large = torch.ceil(torch.log(distance / mid) / math.log((max_distance - 1) / mid) * (mid - 1)).long() + mid
+    return torch.where(relative.abs() <= mid, relative, large * relative.sign())
+
+
+@dataclass
+class RelativeTable:
+    """One pass's disentangled positions: `table` (R, hidden), the relative embeddings after their LayerNorm, and
+    `index` (1 or B, Lq, Lk), the table row of each query/key pair (its distance's bucket + bucket_size - 1)."""
+
+    table: Tensor
+    index: Tensor
+
+    def cut(self, end: int) -> RelativeTable:
+        return RelativeTable(self.table, self.index[..., :end, :end])
+
+    def rows(self, rows: Tensor) -> RelativeTable:
+        B = rows.shape[0]
+        return RelativeTable(self.table, self.index.expand(B, -1, -1)[torch.arange(B, device=rows.device), rows][:, None])
+
+
+class Disentangled(nn.Module):
+    """GPT-BERT's relative embeddings, shared by every layer (the encoder owns them): 2 bucket_size - 1 rows of the
+    hidden width and their LayerNorm, which keeps its gain and bias whatever norm_affine says (as in the authors'
+    code). The layers project the table with their own query and key weights (attention/disentangled.py)."""
+
+    def __init__(self, config: ModelConfig, bucket_size: int = DISENTANGLED_BUCKETS,
+                 max_distance: int = DISENTANGLED_MAX_DISTANCE) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.zeros(2 * bucket_size - 1, config.hidden_size))
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.reach = max_distance - 1  # every larger distance shares the last bucket
+        distances = torch.arange(-self.reach, self.reach + 1)
+        self.row: Tensor
+        self.register_buffer("row", log_bucket(distances, bucket_size, max_distance) + bucket_size - 1,
+                             persistent=False)
+
+    def reset_parameters(self, std: float, truncated: bool = False) -> None:
+        if truncated:
+            nn.init.trunc_normal_(self.table, std=std, a=-2 * std, b=2 * std)
+        else:
+            nn.init.normal_(self.table, std=std)
+
+    def prepare(self, query_positions: Tensor, key_positions: Tensor) -> RelativeTable:
+        """The pass's table and index, for positions (1 or B, Lq) and (1 or B, Lk)."""
+        relative = (query_positions[:, :, None] - key_positions[:, None, :]).clamp(-self.reach, self.reach)
+        return RelativeTable(self.norm(self.table), self.row[relative + self.reach])
 
 
 def t5_bucket(relative_position: Tensor, bidirectional: bool = True, num_buckets: int = T5_BUCKETS,

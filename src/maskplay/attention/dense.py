@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..dropout import dropout
+from ..norms import make_norm
 from ..positions import RelativePositions, attend_with_term
 from ..quant import Int8Linear, concatenated_int8
 from .adaptive_span import AdaptiveSpan
@@ -43,6 +44,10 @@ class Attention(nn.Module):
         long = config.long
         self.span = AdaptiveSpan(config.num_heads, long.max_span, long.span_ramp, long.span_init) \
             if long.adaptive_span else None
+        # GPT-BERT's switches on the attention output (docs/SWITCHES.md): output x GELU(gate(h)), then a norm, before
+        # the output projection
+        self.gate = nn.Linear(h, h, bias=bias) if config.value_gate else None
+        self.out_norm = make_norm(config) if config.attention_output_norm else None
 
     def forward(self, h: Tensor, inputs: PassInputs, index: int = 0) -> Tensor:
         """Queries from `h` against keys/values projected from `h` (self-attention), from `inputs.kv`, or taken
@@ -51,21 +56,15 @@ class Attention(nn.Module):
         frame = inputs.frame
         if (frame is None) != (self.relative is None):
             raise ValueError("relative-position attention needs a positions.Frame, and only it takes one")
-        keys_values = None if inputs.keys_values is None else inputs.keys_values[index]
-        # one wide matmul instead of three narrow ones: narrow matmuls waste most of a CPU's bf16 throughput
-        if keys_values is not None:
-            q, (k, v) = self.query(h), keys_values
-        elif inputs.kv is None:
-            q, k, v = fused_linear(h, self.query, self.key, self.value)
-        else:
-            q, (k, v) = self.query(h), fused_linear(inputs.kv, self.key, self.value)
+        q, k, v = self.project(h, inputs, index)
         mask, dead_rows, positions = inputs.mask, inputs.dead_rows, inputs.positions
         if self.span is not None and not isinstance(mask, BandedMask):
             mask, dead_rows = span_mask(self.span, mask, dead_rows, positions, q.dtype)
         if inputs.packing is not None:
             if frame is not None:
                 raise ValueError("relative-position attention runs on the padded layout, not packed")
-            return self.out(inputs.packing.attend(q, k, v, mask, dead_rows, self.num_heads, positions, self.kernel))
+            return self.output(inputs.packing.attend(q, k, v, mask, dead_rows, self.num_heads, positions, self.kernel),
+                               h)
         B, Lq, _ = q.shape
         nh = self.num_heads
         Lk = k.shape[1]
@@ -95,7 +94,27 @@ class Attention(nn.Module):
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         if dead_rows is not None:
             a = a.masked_fill(dead_rows, 0.0)
-        return self.out(a.transpose(1, 2).reshape(B, Lq, -1))
+        return self.output(a.transpose(1, 2).reshape(B, Lq, -1), h)
+
+    def project(self, h: Tensor, inputs: PassInputs, index: int) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k and v, (B, L, width) or packed (N, width): queries from `h`, keys/values from `h` (self-attention),
+        from `inputs.kv`, or taken already projected from `inputs.keys_values[index]`."""
+        keys_values = None if inputs.keys_values is None else inputs.keys_values[index]
+        # one wide matmul instead of three narrow ones: narrow matmuls waste most of a CPU's bf16 throughput
+        if keys_values is not None:
+            return self.query(h), *keys_values
+        if inputs.kv is None:
+            return fused_linear(h, self.query, self.key, self.value)
+        return self.query(h), *fused_linear(inputs.kv, self.key, self.value)
+
+    def output(self, a: Tensor, h: Tensor) -> Tensor:
+        """The heads' output `a` (the shape of `h`, the queries' stream) through the value gate and the output norm
+        where switched on, then the output projection."""
+        if self.gate is not None:
+            a = a * F.gelu(self.gate(h))
+        if self.out_norm is not None:
+            a = self.out_norm(a)
+        return self.out(a)
 
 
 class SynthesizedAttention(Attention):
@@ -110,8 +129,8 @@ class SynthesizedAttention(Attention):
         q = self.synthesizer.features(h)  # dense: F(h), per head; random: None
         mask, dead_rows, positions = inputs.mask, inputs.dead_rows, inputs.positions
         if inputs.packing is not None:
-            return self.out(inputs.packing.attend(q, None, v, mask, dead_rows, self.num_heads, positions,
-                                                  self.synthesizer))
+            return self.output(inputs.packing.attend(q, None, v, mask, dead_rows, self.num_heads, positions,
+                                                     self.synthesizer), h)
         B, Lq, _ = h.shape
         v = v.view(B, v.shape[1], self.num_heads, -1).transpose(1, 2)
         if q is not None:
@@ -121,7 +140,7 @@ class SynthesizedAttention(Attention):
         a = self.synthesizer(q, None, v, mask, self.dropout_p, self.training, positions)
         if dead_rows is not None:
             a = a.masked_fill(dead_rows, 0.0)
-        return self.out(a.transpose(1, 2).reshape(B, Lq, -1))
+        return self.output(a.transpose(1, 2).reshape(B, Lq, -1), h)
 
 
 def fused_linear(x: Tensor, *layers: nn.Linear) -> tuple[Tensor, ...]:

@@ -1,5 +1,6 @@
 """The one place that picks a block's attention layer from the config (ModelConfig.attention; docs/SWITCHES.md).
-Talking heads, relative positions and adaptive spans are switches inside the dot-product layer (dense.Attention)."""
+Talking heads, relative positions and adaptive spans are switches inside the dot-product layer (dense.Attention);
+disentangled positions have their own (disentangled.DisentangledAttention)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from .dense import Attention, SynthesizedAttention
+from .disentangled import DisentangledAttention
 from .lsra import LongShortAttention
 
 # config.ATTENTION_KINDS -> the layer that computes it
@@ -16,5 +18,8 @@ KINDS: dict[str, type[nn.Module]] = {"dot": Attention, "synthesizer-random": Syn
 
 def make_attention(config: ModelConfig) -> nn.Module:
     """dot: dense.Attention; synthesizer-random / synthesizer-dense: dense.SynthesizedAttention; lsra: Lite
-    Transformer's long-short range attention (lsra.py). Each is called as `attn(h, inputs, index)`."""
+    Transformer's long-short range attention (lsra.py); under positions = "disentangled", dot-product attention with
+    DeBERTa's disentangled scores (disentangled.py). Each is called as `attn(h, inputs, index)`."""
+    if config.positions == "disentangled":
+        return DisentangledAttention(config)
     return KINDS[config.attention](config)

@@ -62,6 +62,15 @@ class ModelSection:
     share_layers: bool | None = None  # ALBERT's cross-layer sharing; None: off
     attention: str | None = None  # dot | synthesizer-random | synthesizer-dense | lsra; None: dot
     lsra_kernel: int | None = None  # attention = "lsra": the convolution's kernel size; None: 7
+    # GPT-BERT's switches (docs/SWITCHES.md); None: off (norm_affine: on; weight_init: "bert")
+    norm_affine: bool | None = None
+    attention_output_norm: bool | None = None
+    ffn_inner_norm: bool | None = None
+    gelu_tanh: bool | None = None
+    value_gate: bool | None = None
+    denseformer: bool | None = None
+    head_norm: bool | None = None
+    weight_init: str | None = None  # bert | gpt-bert
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     mask_probability: float | None = None  # bert, unilm: the masked-LM share; None: 0.15

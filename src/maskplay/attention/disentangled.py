@@ -1,0 +1,81 @@
+"""Disentangled attention (`positions = "disentangled"`; docs/SWITCHES.md), DeBERTa's (He et al. 2021) as GPT-BERT
+has it (Charpentier & Samuel 2024): content-to-content, content-to-position and position-to-content scores, the
+relative embeddings projected by the layer's own query and key projections (DeBERTa's share_att_key),
+
+    score(i, j) = (q_i . k_j + q_i . K_r[b(i, j)] + k_j . Q_r[b(i, j)]) / sqrt(3 d),
+
+with Q_r = query(R), K_r = key(R) for the pass's relative table R (positions.Disentangled, after its LayerNorm and,
+while training, the attention dropout), b(i, j) the row of the log bucket of the distance pos_i - pos_j, and d the
+query/key width per head. The position terms are an additive bias on SDPA's scores (`scale` = 1 / sqrt(3 d)), cut by
+the family's mask like any other score: so every mask (T-TA's keys/values from the other stream included), packed
+inference, PLL's last-layer rows and the key/value cache (the cached keys' own absolute positions) work unchanged."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..dropout import dropout
+from ..positions import PassPositions
+from .dense import Attention
+from .inputs import PassInputs
+
+
+class DisentangledScores:
+    """One layer's scores for one pass, from its projected relative tables `pos_q`, `pos_k` (R, heads x d); called
+    as an attention kernel, `(q, k, v, mask, dropout_p, training, positions)` -> (B, heads, Lq, dv), with q, k, v
+    split into heads and `mask` boolean (True = may attend)."""
+
+    def __init__(self, pos_q: Tensor, pos_k: Tensor, heads: int) -> None:
+        self.pos_q = pos_q.view(pos_q.shape[0], heads, -1).transpose(0, 1)  # (heads, R, d)
+        self.pos_k = pos_k.view(pos_k.shape[0], heads, -1).transpose(0, 1)
+
+    def bias(self, q: Tensor, k: Tensor, index: Tensor) -> Tensor:
+        """The content-to-position plus position-to-content term, (B, heads, Lq, Lk), unscaled; index (1 or B, Lq,
+        Lk) the table row of each pair."""
+        c2p = q @ self.pos_k.transpose(-1, -2)  # (B, h, Lq, R): q_i . K_r[r] for every row r
+        p2c = k @ self.pos_q.transpose(-1, -2)  # (B, h, Lk, R): k_j . Q_r[r]
+        B, heads, Lq, _ = c2p.shape
+        index = index[:, None].expand(B, heads, Lq, k.shape[2])
+        return c2p.gather(-1, index) + p2c.gather(-1, index.transpose(-1, -2)).transpose(-1, -2)
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float = 0.0, training: bool = False,
+                 positions: PassPositions | None = None) -> Tensor:
+        if positions is None or positions.relative is None:
+            raise ValueError("disentangled attention needs the pass's relative positions (PassPositions.relative)")
+        scale = (3 * q.shape[-1]) ** -0.5
+        bias = self.bias(q, k, positions.relative.index).mul_(scale).masked_fill_(~mask, float("-inf"))
+        if training and dropout_p > 0:
+            scores = (q @ k.transpose(-1, -2)).mul_(scale).add_(bias)
+            return dropout(scores.softmax(dim=-1), dropout_p, True) @ v
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+
+
+class DisentangledAttention(Attention):
+    """dense.Attention with disentangled scores: the same projections (no new weights; the value gate and output
+    norm as everywhere), the relative table read from `inputs.positions.relative`."""
+
+    def forward(self, h: Tensor, inputs: PassInputs, index: int = 0) -> Tensor:
+        positions = inputs.positions
+        if positions is None or positions.relative is None:
+            raise ValueError("disentangled attention needs the pass's relative positions (PassPositions.relative)")
+        q, k, v = self.project(h, inputs, index)
+        table = positions.relative.table.to(q.dtype)
+        if self.training and self.dropout_p > 0:
+            table = dropout(table, self.dropout_p, True)
+        scores = DisentangledScores(self.query(table), self.key(table), self.num_heads)
+        mask, dead_rows = inputs.mask, inputs.dead_rows
+        if inputs.packing is not None:
+            return self.output(inputs.packing.attend(q, k, v, mask, dead_rows, self.num_heads, positions, scores), h)
+        B, Lq, _ = q.shape
+        nh = self.num_heads
+        Lk = k.shape[1]
+        q = q.view(B, Lq, nh, -1).transpose(1, 2)
+        k = k.view(B, Lk, nh, -1).transpose(1, 2)
+        v = v.view(B, Lk, nh, -1).transpose(1, 2)
+        if inputs.cache is not None:
+            k, v = inputs.cache.append(index, k, v)
+        a = scores(q, k, v, mask, self.dropout_p, self.training, positions)
+        if dead_rows is not None:
+            a = a.masked_fill(dead_rows, 0.0)
+        return self.output(a.transpose(1, 2).reshape(B, Lq, -1), h)
