@@ -34,10 +34,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
+from maskplay.eval.blimp import evaluate_blimp, load_blimp  # noqa: E402
 
 from maskplay.config import PRESETS, apply_overrides  # noqa: E402
 from maskplay.data.dataset import TokenDataset  # noqa: E402
-from maskplay.eval.blimp import evaluate_blimp, load_blimp  # noqa: E402
 from maskplay.families import MaskplayModel  # noqa: E402
 from maskplay.score import Scorer  # noqa: E402
 from maskplay.tokenizer import load_tokenizer  # noqa: E402
@@ -136,9 +136,10 @@ def hf_curve(kind: str, args: argparse.Namespace, pairs: list) -> list[dict[str,
 
     def batches():
         for start in range(0, len(order) - args.batch_size + 1, args.batch_size):
-            yield collator([{"input_ids": rows[i][:args.max_length].tolist()} for i in order[start:start + args.batch_size]])
+            chosen = order[start:start + args.batch_size]
+            yield collator([{"input_ids": rows[i][:args.max_length].tolist()} for i in chosen])
 
-    stream, step_seconds, probe_steps = batches(), [], args.probe_steps
+    stream, probe_steps = batches(), args.probe_steps
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.hf_lr, weight_decay=0.01)
     planned, curve, spent, tokens, step = None, [], 0.0, 0, 0
     scheduler = None
