@@ -19,6 +19,7 @@ from maskplay.train import checkpoint as ckpt
 from maskplay.train import train
 from maskplay.train.config import TrainConfig
 from maskplay.train.distributed import Dist, describe_peer_failure, peer_failure
+from tests.test_reliability import assert_one_line_error, run_cli
 from tests.test_train import (
     assert_same_weights,
     child_env,
@@ -229,20 +230,16 @@ def test_a_final_export_that_fails_is_one_line_and_resume_exports(data, tmp_path
 # ---- two runs writing the same --out ---------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_a_second_run_on_the_same_out_is_refused_while_the_first_trains(data, tmp_path):
+def test_a_second_run_on_the_same_out_is_refused_while_the_first_trains(data, tmp_path, capsys):
     run_dir = tmp_path / "run"
     first = subprocess.Popen(cli_command(data, run_dir, "optim.max_steps=100000", "run.save_every=2",
                                          "run.eval_every=0"),
                              env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_step(run_dir, first, 3, need_checkpoint=True, timeout=120)
-    # a resume of the same run: without the lock both would write the same checkpoints (a fresh start is refused
-    # the same way: test_a_second_run_in_process_is_refused_and_leaves_nothing)
-    second = subprocess.run([sys.executable, "-m", "maskplay", "pretrain", "--out", str(run_dir), "--resume"],
-                            env=child_env(), capture_output=True, text=True, timeout=120)
-    assert second.returncode == 2, second.stdout + second.stderr
-    assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr
-    assert "maskplay pretrain: error: run.out_dir (--out)" in second.stderr
-    assert "is being written by another process" in second.stderr
+    # a resume of the same run (here in this process): without the lock both would write the same checkpoints; a
+    # fresh start is refused the same way (test_a_second_run_in_process_is_refused_and_leaves_nothing)
+    code, _, err = run_cli(["pretrain", "--out", str(run_dir), "--resume"], capsys)
+    assert_one_line_error(code, err, "pretrain", f"run.out_dir (--out) {run_dir} is being written by another process")
     assert first.poll() is None  # the first run goes on, untouched
     first.send_signal(signal.SIGTERM)
     out, err = first.communicate(timeout=60)
@@ -261,24 +258,22 @@ def test_a_second_run_in_process_is_refused_and_leaves_nothing(data, tmp_path):
     assert not run_dir.exists()
 
 
-def test_score_out_is_refused_while_another_process_writes_it(tmp_path):
+def test_score_out_is_refused_while_another_process_writes_it(tmp_path, capsys):
     """`score --out` takes files.OutputLock: here another process really holds it (tests/test_reliability.py
-    holds it in-process for score, embed and eval)."""
+    holds it in this process for score, embed and eval)."""
     out = tmp_path / "scores.jsonl"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from maskplay.files import OutputLock\n"
-                               f"with OutputLock({str(out)!r}):\n print('held', flush=True); sys.stdin.read()"],
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from filelock import FileLock\n"
+                               f"with FileLock({str(tmp_path / '.scores.jsonl.lock')!r}):\n"
+                               " print('held', flush=True); sys.stdin.read()"],
                               env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    argv = ["score", "tta-mini-wiki", "a cat sat", "--out", str(out), "--format", "jsonl"]
     try:
         assert holder.stdout.readline().strip() == "held"
-        argv = [sys.executable, "-m", "maskplay", "score", "tta-mini-wiki", "a cat sat",
-                "--out", str(out), "--format", "jsonl"]
-        second = subprocess.run(argv, env=child_env(), capture_output=True, text=True, timeout=120)
-        assert second.returncode == 2, second.stderr
-        assert second.stderr.startswith("maskplay score: error: --out") and "being written by another process" in \
-            second.stderr and second.stderr.count("\n") == 1
+        code, _, err = run_cli(argv, capsys)
+        assert_one_line_error(code, err, "score", f"--out {out} is being written by another process")
         assert not out.exists()
     finally:
         holder.communicate("", timeout=30)
-    again = subprocess.run(argv, env=child_env(), capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0, again.stderr
+    code, _, err = run_cli(argv, capsys)
+    assert code == 0, err
     assert out.read_text().count("\n") == 1

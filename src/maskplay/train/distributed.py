@@ -14,6 +14,7 @@ import datetime
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -66,6 +67,17 @@ def describe_peer_failure(err: BaseException) -> str:
     text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     text = re.sub(r"^\[[^\]]*\.(cc|cpp|h|py):\d+\]\s*", "", text)
     return text.split(". This is typically")[0].rstrip(".")
+
+
+def lost_peer_message(d: Dist, err: BaseException, timeout_s: float, step: int | None = None,
+                      checkpoint: Path | None = None) -> str:
+    """The one line a surviving process stops with: which process, at which step, why, what to resume from."""
+    during = f" during step {step}" if step is not None else ""
+    where = ("" if step is None else f"; the newest checkpoint is {checkpoint}: resume with --resume"
+             if checkpoint is not None else "; no checkpoint was written yet")
+    return (f"process {d.rank} of {d.world_size} lost contact with another process{during} "
+            f"({describe_peer_failure(err)}): a process died, or stopped answering for run.dist_timeout_s="
+            f"{timeout_s:g} s{where}")
 
 
 def setup(device_name: str, timeout_s: float = 600.0) -> Dist:

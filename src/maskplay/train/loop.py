@@ -40,7 +40,7 @@ from .batches import pack_groups, packed_lengths, sequence_lengths, step_stream
 from .checkpoint import remove_partial_writes
 from .checkpointing import Checkpointer, CheckpointWriteError, checkpoint_step, choose_checkpoint
 from .config import TrainConfig
-from .distributed import Dist, PeerLost, barrier, describe_peer_failure, peer_failure, teardown
+from .distributed import Dist, PeerLost, barrier, lost_peer_message, peer_failure, teardown
 from .distributed import setup as setup_processes
 from .evaluation import Evaluator
 from .export import FINAL_DIR, export_final
@@ -274,7 +274,7 @@ class Trainer:
             except Exception as err:  # noqa: BLE001 - only a peer's failure is handled here
                 if not peer_failure(self.d, err):
                     raise
-                signals.ignore_sigterm()
+                signals.ignore_sigterm()  # torchrun's agent now sends SIGTERM: the line must still get out
                 self._lost_peer(err)
         return self._finish(status, signals)
 
@@ -353,17 +353,10 @@ class Trainer:
         raise TrainingDiverged(message) from None
 
     def _lost_peer(self, err: BaseException) -> NoReturn:
-        """Another process died or hung: say so in one line (train.log and the command's error), naming the
-        checkpoint to resume from. torchrun's agent now sends this process SIGTERM, which must not stop it before the
-        message gets out (the process is ending anyway: the caller ignores it from now on)."""
+        """Another process died or hung: one line, into train.log and as the command's error."""
         if self.bar is not None:
             self.bar.close()
-        d = self.d
-        where = (f"the newest checkpoint is {self.last_path}: resume with --resume" if self.last_path is not None
-                 else "no checkpoint was written yet")
-        message = (f"process {d.rank} of {d.world_size} lost contact with another process during step "
-                   f"{self.state.step + 1} ({describe_peer_failure(err)}): a process died, or stopped answering "
-                   f"for run.dist_timeout_s={self.config.run.dist_timeout_s:g} s; {where}")
+        message = lost_peer_message(self.d, err, self.config.run.dist_timeout_s, self.state.step + 1, self.last_path)
         self._log_error(message)
         raise PeerLost(message) from None
 
@@ -442,9 +435,7 @@ def train(config: TrainConfig, resume: bool = False, resume_from: str | Path | N
     except RuntimeError as err:  # a peer lost outside the training loop (start, export)
         if not peer_failure(d, err):
             raise
-        raise PeerLost(f"process {d.rank} of {d.world_size} lost contact with another process "
-                       f"({describe_peer_failure(err)}): a process died, or stopped answering for "
-                       f"run.dist_timeout_s={config.run.dist_timeout_s:g} s") from None
+        raise PeerLost(lost_peer_message(d, err, config.run.dist_timeout_s)) from None
     finally:
         if trainer is not None and trainer.metrics is not None:
             trainer.metrics.close()
