@@ -152,6 +152,7 @@ def test_peer_failures_are_told_from_other_errors():
                         "hanging or bugs in the application. GLHF!")
     assert peer_failure(two, gloo) and not peer_failure(one, gloo)
     assert not peer_failure(two, RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert not peer_failure(two, RuntimeError("DataLoader timed out after 5 seconds"))
     assert describe_peer_failure(gloo) == "Read error [127.0.0.1]:4518: Connection reset by peer"
     timeout = RuntimeError("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
                            "4000ms for recv operation to complete")

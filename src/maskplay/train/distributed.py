@@ -51,7 +51,7 @@ class PeerLost(ValueError):
 
 # what gloo and NCCL say when a peer is gone: "Connection reset by peer", "Connection closed by peer",
 # "Timed out waiting 600000ms for recv operation to complete", NCCL's watchdog timeouts
-_PEER_ERROR = re.compile(r"gloo|nccl|connection (reset|closed|refused)|timed out|broken pipe|socket", re.IGNORECASE)
+_PEER_ERROR = re.compile(r"gloo|nccl|connection (reset|closed|refused)|timed out waiting|broken pipe", re.IGNORECASE)
 
 
 def peer_failure(d: Dist, err: BaseException) -> bool:
