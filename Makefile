@@ -20,13 +20,15 @@ lint: venv
 	$(BIN)/lint-imports  # the layer contract in pyproject.toml (ARCHITECTURE.md)
 
 test: venv lint
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
 	$(MAKE) --no-print-directory test-avx2
 
-# The fast tests again as on a CPU without AVX-512 (no native bf16 matmuls, no VNNI int8), emulated on any x86
-# CPU: catches a test that needs bf16 to be fast or one CPU's rounding, and int8's saturating AVX2 kernel.
+# The fast tests whose code paths depend on the CPU's instructions (marked `isa`: precision, int8, attention
+# kernels, scoring numerics; tests/conftest.py says why) again as on a CPU without AVX-512 (no native bf16 matmuls,
+# no VNNI int8), emulated on any x86 CPU: catches a test that needs bf16 to be fast or one CPU's rounding, and
+# int8's saturating AVX2 kernel. Both test runs use the 2 cores (pytest-xdist; docs/FAULTS.md).
 test-avx2: venv
-	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest -q -m "not slow" tests
+	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m "isa and not slow" tests
 
 # The property tests' long runs (tests/test_fuzz.py, 10,000 examples each; docs/RELIABILITY-2.md): longer than
 # `make test`'s budget, so a target of their own. `make test` runs the quick runs (150 examples each).

@@ -42,3 +42,31 @@ def padded_batch(lengths: list[int], vocab: int = 100, seed: int = 0) -> tuple[t
         ids[row, :n] = torch.randint(7, vocab, (n,), generator=g)
         mask[row, :n] = True
     return ids, mask
+
+
+# pytest-xdist (`make test` runs `-n 2`): each worker gets its share of the cores; torch would otherwise start one
+# thread per core in every worker (2 workers x 2 threads on CI's 2 cores). Subprocesses get OMP_NUM_THREADS=1.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
+
+# `make test-avx2` runs the tests marked `isa` again as on a CPU without AVX-512 (ONEDNN_MAX_CPU_ISA=AVX2
+# ATEN_CPU_CAPABILITY=avx2). That setting changes oneDNN's bf16 and int8 kernels (no native bf16 matmul, no VNNI:
+# the saturating AVX2 int8 path) and ATen's vectorised kernels (softmax, norms, GELU, SDPA's CPU kernel,
+# reductions); fp32 matmuls are MKL's and do not change. So the pass covers: precision (bf16, autocast, the auto
+# probe and its cache), int8, the attention kernels (dense SDPA against the naive loops, banded / long / LSRA /
+# Reformer / sparse), and the scoring and embedding numerics built on them. Tokenizers, data preparation, configs,
+# CLI argument handling, checkpoints and the training story run the same code on every CPU and are not repeated.
+ISA_FILES = frozenset({
+    "test_precision_auto.py", "test_quant.py", "test_model.py", "test_masks.py", "test_leak.py",
+    "test_long_attention.py", "test_sparse_attention.py", "test_lite_attention.py", "test_reformer.py",
+    "test_adaptive_span.py", "test_score.py", "test_score_support.py", "test_embed.py", "test_hf_parity.py",
+    "test_bundled.py",
+})
+ISA_WORDS = ("bf16", "int8", "precision", "quant", "autocast")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in ISA_FILES or any(word in item.name.lower() for word in ISA_WORDS):
+            item.add_marker(pytest.mark.isa)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 
 from ..config import ModelConfig, from_dict
 from ..families import MaskplayModel
@@ -42,6 +43,15 @@ from .schedule import schedule_state
 from .state import TrainState
 
 Log = Callable[[str], None]
+# what a failed write raises: OSError from Python's writes, SafetensorError from safetensors' own (Rust) writer
+WRITE_ERRORS = (OSError, SafetensorError)
+
+
+def write_error(err: Exception) -> str:
+    """"No space left on device (model.safetensors)", or safetensors' "I/O error: File too large (os error 27)"."""
+    if isinstance(err, OSError):
+        return (err.strerror or str(err)) + (f" ({Path(err.filename).name})" if err.filename else "")
+    return str(err).removeprefix("Error while serializing: ")
 
 
 def choose_checkpoint(run_dir: Path, d: Dist, resume: bool, resume_from: str | Path | None,
@@ -80,6 +90,10 @@ def choose_checkpoint(run_dir: Path, d: Dist, resume: bool, resume_from: str | P
 
 def checkpoint_step(path: Path) -> int:
     return int(read_json(path / STATE_FILE)["step"])
+
+
+class CheckpointWriteError(ValueError):
+    """A checkpoint could not be written (a ValueError, so the command line reports it in one line)."""
 
 
 class Checkpointer:
@@ -187,11 +201,29 @@ class Checkpointer:
             tensors = {MODEL_FILE: self.model.state_dict(), OPTIMIZER_FILE: opt_tensors, RNG_FILE: gathered}
             if self.ema is not None:
                 tensors[EMA_FILE] = self.ema.state_tensors()
-            write_checkpoint(self.run_dir, state.step, tensors, {
-                STATE_FILE: saved, CONFIG_FILE: self.config.to_dict(), MODEL_CONFIG_FILE: self.model_config.to_dict(),
-            })
-            for old in prune_checkpoints(self.run_dir, self.config.run.keep_last):
-                self.log(f"deleted old checkpoint {old.name}")
-            self.log(f"saved checkpoint {path}")
-        barrier(d)
+            try:
+                write_checkpoint(self.run_dir, state.step, tensors, {
+                    STATE_FILE: saved, CONFIG_FILE: self.config.to_dict(),
+                    MODEL_CONFIG_FILE: self.model_config.to_dict(),
+                })
+            except WRITE_ERRORS as err:  # disk full, quota, file too large, I/O error: nothing of it is left
+                failure = self._write_failed(path, err)
+            else:
+                failure = None
+                for old in prune_checkpoints(self.run_dir, self.config.run.keep_last):
+                    self.log(f"deleted old checkpoint {old.name}")
+                self.log(f"saved checkpoint {path}")
+        # every process learns whether rank 0 wrote it, so that all stop together rather than wait on rank 0
+        if broadcast_int(d, int(d.is_main and failure is not None)):
+            raise CheckpointWriteError(failure if d.is_main else f"process 0 could not write {path} (its error "
+                                       "says why); the previous checkpoint is left as it was")
         return path
+
+    def _write_failed(self, path: Path, err: Exception) -> str:
+        """The one-line error for a checkpoint that could not be written."""
+        previous = [p for _, p in list_checkpoints(self.run_dir) if p != path]
+        kept = (f"the previous checkpoint {previous[-1]} is intact: free some space, then resume with --resume"
+                if previous else "no earlier checkpoint exists")
+        message = (f"cannot write checkpoint {path}: {write_error(err)}"
+                   + f"; the partial write was removed and training stopped; {kept}")
+        return message

@@ -252,8 +252,14 @@ class RunSection:
     threads: int | None = None  # torch.set_num_threads; None leaves torch's default
     progress: bool = True  # tqdm progress bar on stderr (rank 0)
     tensorboard: bool = True  # also write TensorBoard logs when the tensorboard package is installed
+    # under torchrun: how long a process waits in a collective for a peer that has stopped answering before the
+    # run stops with an error naming the checkpoint to resume from (a peer that dies is noticed at once). Longer
+    # than any step, evaluation or checkpoint write of rank 0 alone; corpus preparation waits without it.
+    dist_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.dist_timeout_s) and self.dist_timeout_s > 0):
+            raise ValueError(f"run.dist_timeout_s must be a positive number of seconds, got {self.dist_timeout_s}")
         for name in ("eval_every", "save_every", "eval_batches", "log_every", "keep_last"):
             if getattr(self, name) < 0:
                 raise ValueError(f"run.{name} must be >= 0, got {getattr(self, name)}")
@@ -364,7 +370,7 @@ RESUMABLE_CHANGES = frozenset({
     "optim.max_steps", "optim.grad_accum", "data.num_workers", "data.path", "data.corpus", "data.tokenizer",
     "run.out_dir", "run.eval_every", "run.eval_batches", "run.save_every", "run.keep_last", "run.log_every",
     "run.max_minutes", "run.stop_at_step", "run.device", "run.threads", "run.progress", "run.tensorboard",
-    "run.deterministic",
+    "run.deterministic", "run.dist_timeout_s",
 })
 
 

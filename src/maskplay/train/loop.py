@@ -16,6 +16,7 @@ export.py (the final model)."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
@@ -37,10 +38,10 @@ from ..precision import forward_in
 from ..tokenizer import Tokenizer, load_tokenizer
 from .batches import pack_groups, packed_lengths, sequence_lengths, step_stream
 from .checkpoint import remove_partial_writes
-from .checkpointing import Checkpointer, checkpoint_step, choose_checkpoint
+from .checkpointing import Checkpointer, CheckpointWriteError, checkpoint_step, choose_checkpoint
 from .config import TrainConfig
 from .data_schedule import DataSchedule, batch_size_at, length_at, scheduled
-from .distributed import Dist, barrier, teardown
+from .distributed import Dist, PeerLost, barrier, lost_peer_message, peer_failure, teardown
 from .distributed import setup as setup_processes
 from .ema import WeightEma
 from .evaluation import Evaluator
@@ -52,6 +53,7 @@ from .startup import (
     RESOLVED_CONFIG,
     check_batch_split,
     check_data,
+    hold_run_directory,
     initialise_from,
     run_precision,
     seed_everything,
@@ -117,8 +119,12 @@ def prepare_data(config: TrainConfig, run_dir: Path, d: Dist, log: Any) -> Path:
             f"{summary.valid_sequences:,} held-out ones in {summary.seconds:.0f} s")
     elif d.is_main:
         log(f"using the data prepared earlier in {out}")
-    barrier(d)
+    barrier(d, timeout_s=PREPARE_WAIT_S)
     return out
+
+
+# how long the other processes wait for rank 0 to prepare a corpus (a dead rank 0 is noticed at once)
+PREPARE_WAIT_S = 24 * 3600.0
 
 
 class Trainer:
@@ -249,27 +255,37 @@ class Trainer:
         self.bar = self._progress_bar()
         st.start_clock()
         with StopSignals() as signals:
-            batches = (step_stream(st, cfg, self.d, self.train_data.directory, self.item_lengths,
-                                   self.tokenizer.special.pad, self.packed) if self.data_schedule is None
-                       else self.data_schedule.stream(st, self.d, self.train_data.directory, self.tokenizer.special.pad))
-            while not status:
-                outcome = self._step(batches, signals, budget, window)
-                status = self._status_after(outcome)
-                if st.step % cfg.run.log_every == 0 or status:
-                    self._log_step(outcome, window, budget)
-                paused = time.monotonic()
-                if cfg.run.eval_every and st.step % cfg.run.eval_every == 0 and status != "interrupted":
+            try:
+                batches = (step_stream(st, cfg, self.d, self.train_data.directory, self.item_lengths,
+                                       self.tokenizer.special.pad, self.packed) if self.data_schedule is None
+                           else self.data_schedule.stream(st, self.d, self.train_data.directory,
+                                                          self.tokenizer.special.pad))
+                while not status:
+                    outcome = self._step(batches, signals, budget, window)
+                    status = self._status_after(outcome)
+                    if st.step % cfg.run.log_every == 0 or status:
+                        self._log_step(outcome, window, budget)
+                    paused = time.monotonic()
+                    if cfg.run.eval_every and st.step % cfg.run.eval_every == 0 and status != "interrupted":
+                        self._eval_and_report()
+                        evaluated_at = st.step
+                    if cfg.run.save_every and st.step % cfg.run.save_every == 0:
+                        self.last_path, saved_at = self.save(), st.step
+                    window.pause(paused)  # tokens/s counts training time only
+                if self.bar is not None:
+                    self.bar.close()
+                if status != "interrupted" and evaluated_at != st.step:
                     self._eval_and_report()
-                    evaluated_at = st.step
-                if cfg.run.save_every and st.step % cfg.run.save_every == 0:
-                    self.last_path, saved_at = self.save(), st.step
-                window.pause(paused)  # tokens/s counts training time only
-            if self.bar is not None:
-                self.bar.close()
-            if status != "interrupted" and evaluated_at != st.step:
-                self._eval_and_report()
-            if saved_at != st.step:
-                self.last_path = self.save()
+                if saved_at != st.step:
+                    self.last_path = self.save()
+            except CheckpointWriteError as err:
+                self._log_error(str(err))
+                raise
+            except Exception as err:  # noqa: BLE001 - only a peer's failure is handled here
+                if not peer_failure(self.d, err):
+                    raise
+                signals.ignore_sigterm()  # torchrun's agent now sends SIGTERM: the line must still get out
+                self._lost_peer(err)
         return self._finish(status, signals)
 
     def _status_at_start(self) -> str:
@@ -349,6 +365,21 @@ class Trainer:
             self.metrics.plot()
         raise TrainingDiverged(message) from None
 
+    def _lost_peer(self, err: BaseException) -> NoReturn:
+        """Another process died or hung: one line, into train.log and as the command's error."""
+        if self.bar is not None:
+            self.bar.close()
+        message = lost_peer_message(self.d, err, self.config.run.dist_timeout_s, self.state.step + 1, self.last_path)
+        self._log_error(message)
+        raise PeerLost(message) from None
+
+    def _log_error(self, message: str) -> None:
+        """Into train.log; the console gets it once, as the command's one-line error (a full disk may refuse
+        even this line: the error is still raised)."""
+        if self.metrics:
+            with contextlib.suppress(OSError):
+                self.metrics.log(f"ERROR: {message}", echo=False)
+
     # ---- evaluating, saving, finishing ----------------------------------------------------------------------
 
     def evaluate(self) -> float | None:
@@ -419,14 +450,19 @@ def train(config: TrainConfig, resume: bool = False, resume_from: str | Path | N
     if config.run.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it to be deterministic
         torch.use_deterministic_algorithms(True, warn_only=True)
-    d = setup_processes(config.run.device)
+    d = setup_processes(config.run.device, config.run.dist_timeout_s)
     trainer = None
     completed = False
     try:
-        trainer = Trainer(config, d, resume=resume, resume_from=resume_from, stream=stream)
-        result = trainer.run()
+        with hold_run_directory(Path(config.run.out_dir), d):
+            trainer = Trainer(config, d, resume=resume, resume_from=resume_from, stream=stream)
+            result = trainer.run()
         completed = True
         return result
+    except RuntimeError as err:  # a peer lost outside the training loop (start, export)
+        if not peer_failure(d, err):
+            raise
+        raise PeerLost(lost_peer_message(d, err, config.run.dist_timeout_s)) from None
     finally:
         if trainer is not None and trainer.metrics is not None:
             trainer.metrics.close()

@@ -29,6 +29,13 @@ class StopSignals:
             raise KeyboardInterrupt
         self.received = signum
 
+    def ignore_sigterm(self) -> None:
+        """From now on, and after the `with` block too, SIGTERM is ignored: for a process that is already ending
+        with an error it must still print (torchrun's agent sends SIGTERM once another process has failed)."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            self._previous[signal.SIGTERM] = signal.SIG_IGN
+
     def __exit__(self, *_: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)

@@ -4,13 +4,13 @@ config or data early, the precision every process uses, the initial weights and 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..config import ModelConfig
 from ..data.dataset import TokenDataset
 from ..families import MaskplayModel
-from ..files import atomic_path
+from ..files import OutputLock, atomic_path, prepare_output_dir
 from ..precision import Precision
 from ..precision_probe import AUTO
 from ..precision_probe import resolve as resolve_precision
@@ -30,6 +30,29 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def hold_run_directory(run_dir: Path, d: Dist) -> Iterator[None]:
+    """Rank 0 holds a lock on the run directory (RUN_DIR/../.NAME.lock) for the whole run, so that a second run
+    given the same --out, started or resumed while this one trains, stops at once with a one-line error instead
+    of the two writing the same checkpoints. Every process learns whether rank 0 got it."""
+    lock, error = None, None
+    if d.is_main:
+        try:
+            prepare_output_dir(run_dir, "run.out_dir (--out)")
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            lock = OutputLock(run_dir, "run.out_dir (--out)").__enter__()
+        except ValueError as err:
+            error = err
+    if broadcast_int(d, error is not None):
+        raise error or ValueError(f"run.out_dir (--out) {run_dir}: process 0 could not take the run directory "
+                                  "(its error says why)")
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.__exit__()
 
 
 def write_resolved_config(run_dir: Path, config: TrainConfig) -> None:
