@@ -71,7 +71,7 @@ def draw_blimp(models: dict[str, dict[str, float]], references: dict[str, dict[s
     rows = rows[::-1]  # the first row at the top
     n = len(models)
     height = 0.8 / n
-    fig, ax = plt.subplots(figsize=(8.5, 0.9 + 0.22 * len(rows) * max(n, 2)))
+    fig, ax = plt.subplots(figsize=(10.5, 1.2 + 0.2 * len(rows) * max(n, 2)))
     colours = plt.get_cmap("tab10").colors
     for k, (label, accuracies) in enumerate(models.items()):
         ys = [i + 0.4 - height * (k + 0.5) for i, name in enumerate(rows) if name in accuracies]
@@ -79,14 +79,14 @@ def draw_blimp(models: dict[str, dict[str, float]], references: dict[str, dict[s
         ax.barh(ys, values, height=height * 0.9, color=colours[k % len(colours)], label=label)
         for y, v in zip(ys, values, strict=True):
             ax.text(v + 0.5, y, f"{v:.1f}", va="center", fontsize=6)
-    styles = ["-", "--", "-.", ":"]
-    greys = ["0.55", "0.4", "0.25", "0.0"]
+    styles = [(0, (1, 1)), (0, (4, 1.5)), (0, (6, 1.5, 1.5, 1.5)), "-"]
+    tones = ["#8c564b", "#9467bd", "#7f7f7f", "#000000"]  # tab10's brown, purple, grey and black: not a model's
     for k, (model, accuracies) in enumerate((references or {}).items()):
         for i, name in enumerate(rows):
             if name in accuracies:
-                ax.plot([accuracies[name]] * 2, [i - 0.45, i + 0.45], linestyle=styles[k % 4],
-                        color=greys[k % 4], linewidth=1.6, label=model)
-    ax.axvline(50, color="0.6", linestyle=":", linewidth=1)
+                ax.plot([accuracies[name]] * 2, [i - 0.46, i + 0.46], linestyle=styles[k % 4],
+                        color=tones[k % 4], linewidth=2, label=model)
+    ax.axvline(50, color="0.75", linestyle=":", linewidth=1)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([name.replace("_", " ") for name in rows], fontsize=8)
     for tick, name in zip(ax.get_yticklabels(), rows, strict=True):
@@ -97,7 +97,7 @@ def draw_blimp(models: dict[str, dict[str, float]], references: dict[str, dict[s
     ax.set_xlabel("accuracy % (good sentence has the higher log p; chance 50, dotted)")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))
-    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="lower right", framealpha=0.9)
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("BLiMP by phenomenon" + (" (lines: the BLiMP paper's models on the same paradigms)" if references
                                           else ""), fontsize=10)
     return save_figure(fig, out)
