@@ -61,10 +61,10 @@ def save_figure(fig: plt.Figure, out: str | Path) -> Path:
 
 
 def draw_blimp(models: dict[str, dict[str, float]], references: dict[str, dict[str, float]] | None,
-               out: str | Path) -> Path:
+               out: str | Path, note: str = "") -> Path:
     """BLiMP accuracy % by phenomenon: a group of horizontal bars per phenomenon (the order of the first model's,
     then any others), one colour per model; each reference model's accuracy on the same phenomenon as a short
-    vertical line across the group, chance (50) as a dotted line."""
+    vertical line across the group, chance (50) as a dotted line. `note` goes under the title."""
     rows: list[str] = []
     for accuracies in models.values():
         rows.extend(name for name in accuracies if name not in rows)
@@ -99,5 +99,5 @@ def draw_blimp(models: dict[str, dict[str, float]], references: dict[str, dict[s
     unique = dict(zip(labels, handles, strict=True))
     ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("BLiMP by phenomenon" + (" (lines: the BLiMP paper's models on the same paradigms)" if references
-                                          else ""), fontsize=10)
+                                          else "") + (f"\n{note}" if note else ""), fontsize=10)
     return save_figure(fig, out)

@@ -363,8 +363,10 @@ def run_blimp_plot(args: argparse.Namespace) -> int:
         raise ValueError(f"--labels: {len(args.labels)} names for {len(args.results)} results files")
     prepare_output_file(args.out)
     runs: dict[str, dict[str, Any]] = {}
+    limits = set()
     for k, path in enumerate(args.results):
-        label, result = _blimp_results(path)
+        label, result, limit = _blimp_results(path)
+        limits.add(limit)
         label = args.labels[k] if args.labels else label
         if label in runs:
             raise ValueError(f"two results are labelled {label!r}: give --labels")
@@ -375,14 +377,16 @@ def run_blimp_plot(args: argparse.Namespace) -> int:
     if refs:
         refs = {m: {**v["phenomena"], "macro mean": v["macro_accuracy"]} for m, v in refs.items()}
     out = draw_blimp({label: {**{t: p["accuracy"] for t, p in r["phenomena"].items()}, "macro mean": r["macro_accuracy"]}
-                      for label, r in runs.items()}, refs, args.out)
+                      for label, r in runs.items()}, refs, args.out,
+                     note=", ".join(f"first {n} pairs of each paradigm" if n else "all pairs" for n in sorted(
+                         limits, key=lambda n: n or math.inf)))
     print(f"wrote {out}" + ("" if refs else f" (no {', '.join(REFERENCE_MODELS)} lines: the results are not all on "
                                              "the same development-half paradigms)"))
     return 0
 
 
-def _blimp_results(path: str) -> tuple[str, dict[str, Any]]:
-    """(label, results) of one `eval blimp --out` file; anything else is a one-line error naming it."""
+def _blimp_results(path: str) -> tuple[str, dict[str, Any], int | None]:
+    """(label, results, --limit) of one `eval blimp --out` file; anything else is a one-line error naming it."""
     import json
 
     try:
@@ -390,7 +394,7 @@ def _blimp_results(path: str) -> tuple[str, dict[str, Any]]:
         result = data["results"]
         if data.get("task") != "blimp" or not all(isinstance(result[k], dict) for k in ("phenomena", "paradigms")):
             raise ValueError("no BLiMP results in it")
-        return f"{Path(data['model_dir']).name} ({data['method']})", result
+        return f"{Path(data['model_dir']).name} ({data['method']})", result, data.get("limit")
     except FileNotFoundError:
         raise FileNotFoundError(f"{path} not found") from None
     except (ValueError, KeyError, TypeError) as err:
