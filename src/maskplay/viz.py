@@ -60,3 +60,46 @@ def save_figure(fig: plt.Figure, out: str | Path) -> Path:
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def draw_blimp(models: dict[str, dict[str, float]], references: dict[str, dict[str, float]] | None,
+               out: str | Path, note: str = "") -> Path:
+    """BLiMP accuracy % by phenomenon: a group of horizontal bars per phenomenon (the order of the first model's,
+    then any others), one colour per model; each reference model's accuracy on the same phenomenon as a short
+    vertical line across the group, chance (50) as a dotted line. `note` goes under the title."""
+    rows: list[str] = []
+    for accuracies in models.values():
+        rows.extend(name for name in accuracies if name not in rows)
+    rows = rows[::-1]  # the first row at the top
+    n = len(models)
+    height = 0.8 / n
+    fig, ax = plt.subplots(figsize=(10.5, 1.2 + 0.2 * len(rows) * max(n, 2)))
+    colours = plt.get_cmap("tab10").colors
+    for k, (label, accuracies) in enumerate(models.items()):
+        ys = [i + 0.4 - height * (k + 0.5) for i, name in enumerate(rows) if name in accuracies]
+        values = [accuracies[name] for name in rows if name in accuracies]
+        ax.barh(ys, values, height=height * 0.9, color=colours[k % len(colours)], label=label)
+        for y, v in zip(ys, values, strict=True):
+            ax.text(v + 0.5, y, f"{v:.1f}", va="center", fontsize=6)
+    styles = [(0, (1, 1)), (0, (4, 1.5)), (0, (6, 1.5, 1.5, 1.5)), "-"]
+    tones = ["#8c564b", "#9467bd", "#7f7f7f", "#000000"]  # tab10's brown, purple, grey and black: not a model's
+    for k, (model, accuracies) in enumerate((references or {}).items()):
+        for i, name in enumerate(rows):
+            if name in accuracies:
+                ax.plot([accuracies[name]] * 2, [i - 0.46, i + 0.46], linestyle=styles[k % 4],
+                        color=tones[k % 4], linewidth=2, label=model)
+    ax.axvline(50, color="0.75", linestyle=":", linewidth=1)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([name.replace("_", " ") for name in rows], fontsize=8)
+    for tick, name in zip(ax.get_yticklabels(), rows, strict=True):
+        if name == "macro mean":
+            tick.set_fontweight("bold")
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.set_xlim(0, 105)
+    ax.set_xlabel("accuracy % (good sentence has the higher log p; chance 50, dotted)")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title("BLiMP by phenomenon" + (" (lines: the BLiMP paper's models on the same paradigms)" if references
+                                          else "") + (f"\n{note}" if note else ""), fontsize=10)
+    return save_figure(fig, out)

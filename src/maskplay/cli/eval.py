@@ -1,5 +1,6 @@
-"""`maskplay eval TASK MODEL_DIR`: sts, nbest, pairs, spelling, cola. Each prints its paper-style metric and,
-with --out, writes the numbers and settings as JSON."""
+"""`maskplay eval TASK MODEL_DIR`: sts, nbest, pairs, blimp, spelling, cola. Each prints its paper-style metric
+and, with --out, writes the numbers and settings as JSON. `maskplay eval blimp-plot A.json B.json ...` draws
+BLiMP results side by side."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .common import add_sif_arguments, positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="evaluate a model: sts, nbest, pairs, spelling, cola, seq2seq")
+    p = sub.add_parser("eval", help="evaluate a model: sts, nbest, pairs, blimp, spelling, cola, seq2seq")
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
     from .seq2seq import add_eval_parser
 
@@ -52,6 +53,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     pr = _task(tasks, "pairs", "minimal pairs (BLiMP JSONL): accuracy per file and overall", run_pairs)
     pr.add_argument("--normalize", choices=["sum", "mean"], default="sum",
                     help="compare total log p (BLiMP) or the mean per piece")
+
+    b = _task(tasks, "blimp", "BLiMP (default: its development half, 36 paradigms): a pair is right when the good "
+              "sentence has the higher total log p; accuracy per phenomenon and the macro mean over paradigms",
+              run_blimp, data_help="folder of BLiMP *.jsonl(.gz) files (default: the shared data's blimp-dev)")
+    b.add_argument("--per-paradigm", action="store_true", help="also print every paradigm under its phenomenon")
+    bp = tasks.add_parser("blimp-plot", help="plot `eval blimp --out` results side by side, per phenomenon",
+                          description="accuracy per phenomenon of several `eval blimp --out` results, one colour a "
+                                      "model, the BLiMP paper's models as lines")
+    bp.add_argument("results", nargs="+", metavar="RESULTS_JSON")
+    bp.add_argument("--out", required=True, help="the picture to write (.png, .pdf, .svg)")
+    bp.add_argument("--labels", nargs="+", default=None, help="a name per results file (default: its model)")
+    bp.set_defaults(func=run_blimp_plot)
 
     from ..eval.spelling import FILES
 
@@ -86,7 +99,7 @@ def _task(tasks: argparse._SubParsersAction, name: str, help_text: str, func: Ca
                    help="auto (default): bf16 where this machine runs it faster than fp32, else fp32")
     if scoring:
         t.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value)
-    source = t.add_mutually_exclusive_group(required=name == "pairs")
+    source = t.add_mutually_exclusive_group(required=name == "pairs")  # blimp's default: the shared blimp-dev
     if name == "pairs":
         source.add_argument("--data", nargs="+", default=None, help="JSONL files or directories of them (as --file)")
     else:
@@ -313,6 +326,79 @@ def run_pairs(args: argparse.Namespace) -> int:
                                               **({} if args.file else {"files": [portable(p) for p in args.data]})}),
                              "results": results})
     return 0
+
+
+def run_blimp(args: argparse.Namespace) -> int:
+    from ..eval.blimp import FOLDER, evaluate_blimp, format_table, load_blimp, reference_points
+    from ..eval.common import data_path, write_results
+    from ..eval.files import expand
+
+    _early_checks(args)
+    if args.file:
+        paths, source = [path for _, path, _ in _given_files(args)], {}
+    else:
+        folder = data_path(args.data, FOLDER)
+        paths, source = expand("blimp", [folder]), {"data": portable(folder)}
+    pairs = load_blimp(paths, args.limit)
+    scorer = _scorer(args)
+    done = _timed("blimp")
+    result = evaluate_blimp(_sentence_values(scorer, "sum"), pairs)
+    print(f"BLiMP, {len(result['paradigms'])} paradigms ({'your files' if args.file else source['data']}), "
+          f"{scorer.model.config.family} ({scorer.method.value}, {scorer.precision.value}): right when "
+          f"log p(good) > log p(bad) (a tie is wrong); accuracy %")
+    print("\n".join(format_table(result, args.per_paradigm)))
+    done()
+    write_results(args.out, {**_header(args, {"method": scorer.method.value, "family": scorer.model.config.family,
+                                              "precision": scorer.precision.value, **source,
+                                              "references": reference_points(result)}),
+                             "results": result})
+    return 0
+
+
+def run_blimp_plot(args: argparse.Namespace) -> int:
+    from ..eval.blimp import REFERENCE_MODELS, reference_points
+    from ..viz import draw_blimp
+
+    if args.labels is not None and len(args.labels) != len(args.results):
+        raise ValueError(f"--labels: {len(args.labels)} names for {len(args.results)} results files")
+    prepare_output_file(args.out)
+    runs: dict[str, dict[str, Any]] = {}
+    limits = set()
+    for k, path in enumerate(args.results):
+        label, result, limit = _blimp_results(path)
+        limits.add(limit)
+        label = args.labels[k] if args.labels else label
+        if label in runs:
+            raise ValueError(f"two results are labelled {label!r}: give --labels")
+        runs[label] = result
+    first = next(iter(runs.values()))
+    same = len({tuple(r["paradigms"]) for r in runs.values()}) == 1
+    refs = reference_points(first) if same else None
+    if refs:
+        refs = {m: {**v["phenomena"], "macro mean": v["macro_accuracy"]} for m, v in refs.items()}
+    out = draw_blimp({label: {**{t: p["accuracy"] for t, p in r["phenomena"].items()}, "macro mean": r["macro_accuracy"]}
+                      for label, r in runs.items()}, refs, args.out,
+                     note=", ".join(f"first {n} pairs of each paradigm" if n else "all pairs" for n in sorted(
+                         limits, key=lambda n: n or math.inf)))
+    print(f"wrote {out}" + ("" if refs else f" (no {', '.join(REFERENCE_MODELS)} lines: the results are not all on "
+                                             "the same development-half paradigms)"))
+    return 0
+
+
+def _blimp_results(path: str) -> tuple[str, dict[str, Any], int | None]:
+    """(label, results, --limit) of one `eval blimp --out` file; anything else is a one-line error naming it."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        result = data["results"]
+        if data.get("task") != "blimp" or not all(isinstance(result[k], dict) for k in ("phenomena", "paradigms")):
+            raise ValueError("no BLiMP results in it")
+        return f"{Path(data['model_dir']).name} ({data['method']})", result, data.get("limit")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not the --out of `maskplay eval blimp` ({type(err).__name__}: {err})") from None
 
 
 def run_spelling(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 FORMATS: dict[str, tuple[str, ...]] = {
     "sts": ("stsb", "stsb-header", "sick", "semeval"),
     "pairs": ("blimp",),
+    "blimp": ("blimp",),
     "nbest": ("jsonl", "mlm-scoring"),
     "spelling": ("zesch",),
     "cola": ("cola",),
@@ -26,6 +27,7 @@ FORMATS: dict[str, tuple[str, ...]] = {
 DIRECTORY_GLOBS: dict[str, tuple[str, ...]] = {
     "sts": ("*.input.*.txt",),
     "pairs": ("*.jsonl", "*.jsonl.gz"),
+    "blimp": ("*.jsonl", "*.jsonl.gz"),
 }
 
 SEMEVAL_INPUT = re.compile(r"^(?P<head>.*)\.input\.(?P<name>.+)\.txt$")
@@ -48,7 +50,7 @@ def lines(path: str | Path) -> list[str]:
 
 def expand(task: str, given: Sequence[str | Path]) -> list[Path]:
     """--file arguments as files: a directory stands for its files of the task's kind (sorted), where the task
-    has such a kind (sts: SemEval `*.input.*.txt`, pairs: `*.jsonl` and `*.jsonl.gz`)."""
+    has such a kind (sts: SemEval `*.input.*.txt`, pairs and blimp: `*.jsonl` and `*.jsonl.gz`)."""
     files: list[Path] = []
     for p in map(Path, given):
         if p.is_dir():
