@@ -34,10 +34,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
-from maskplay.eval.blimp import evaluate_blimp, load_blimp  # noqa: E402
 
 from maskplay.config import PRESETS, apply_overrides  # noqa: E402
 from maskplay.data.dataset import TokenDataset  # noqa: E402
+from maskplay.eval.blimp import evaluate_blimp, load_blimp  # noqa: E402
 from maskplay.families import MaskplayModel  # noqa: E402
 from maskplay.score import Scorer  # noqa: E402
 from maskplay.tokenizer import load_tokenizer  # noqa: E402
