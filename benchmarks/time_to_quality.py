@@ -26,6 +26,7 @@ import math
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -56,12 +57,12 @@ def maskplay_curve(name: str, config_path: str, args: argparse.Namespace, pairs:
     work = args.work / name
     shutil.rmtree(work, ignore_errors=True)
     base = [f"data.path={args.data}", "run.progress=false", "run.tensorboard=false", *args.set]
-    probe = apply_overrides(load_train_config(config_path), [*base, f"run.out_dir={work}/probe",
+    probe = apply_overrides(load_train_config(config_path), [*base, f"run.out_dir={work}/probe", "run.eval_batches=1",
                                                              f"run.stop_at_step={args.probe_steps}"])
-    started = time.monotonic()
-    train(probe)
-    per_minute = args.probe_steps / ((time.monotonic() - started) / 60)  # startup included: a safe low estimate
-    steps = max(10, int(per_minute * args.minutes))
+    result = train(probe)
+    # the training loop's own time (state.json's elapsed_s): start-up and data preparation are not steps
+    elapsed = json.loads((Path(result.checkpoint) / "state.json").read_text())["elapsed_s"]
+    steps = max(10, int(result.step / (elapsed / 60) * args.minutes))
     shutil.rmtree(work / "probe", ignore_errors=True)
     curve = []
     for k in range(1, args.points + 1):
@@ -165,8 +166,10 @@ def hf_curve(kind: str, args: argparse.Namespace, pairs: list) -> list[dict[str,
             if step == probe_steps:  # the schedule's length, from the measured speed, as for maskplay's recipes
                 planned = max(10, int(args.minutes * 60 / (spent / step)))
                 scheduler = get_linear_schedule_with_warmup(optimizer, planned // 10, planned)
-                for _ in range(step):
-                    scheduler.step()
+                with warnings.catch_warnings():  # stepped to where training is: no optimizer step is skipped
+                    warnings.simplefilter("ignore", UserWarning)
+                    for _ in range(step):
+                        scheduler.step()
         curve.append({"minutes": args.minutes * k / args.points, "step": step, "planned_steps": planned,
                       "tokens": tokens, "blimp_macro": hf_blimp(kind, model, tokenizer, pairs)})
         model.train()
