@@ -207,8 +207,10 @@ def test_eval_blimp_errors_are_one_line(tta_dir, tmp_path, capsys):
     assert main(["eval", "blimp", tta_dir, "--file", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "bad.jsonl:2: invalid JSON" in err
-    assert main(["eval", "blimp", tta_dir, "--limit", "0"]) == 2
-    assert "--limit must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # refused while parsing: the option layer's one line
+        main(["eval", "blimp", tta_dir, "--limit", "0"])
+    err = capsys.readouterr().err.strip()
+    assert refused.value.code == 2 and "\n" not in err and "argument --limit: 0 is not a positive integer" in err
     assert main(["eval", "blimp", tta_dir, "--data", str(tmp_path / "nowhere")]) == 2
     assert "not found" in capsys.readouterr().err
     not_blimp = tmp_path / "other.json"

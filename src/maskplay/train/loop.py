@@ -127,6 +127,25 @@ def prepare_data(config: TrainConfig, run_dir: Path, d: Dist, log: Any) -> Path:
 PREPARE_WAIT_S = 24 * 3600.0
 
 
+def status_at_start(cfg: TrainConfig, step: int) -> str:
+    if step >= cfg.optim.max_steps:
+        return "finished"
+    if cfg.run.stop_at_step is not None and step >= cfg.run.stop_at_step:
+        return "budget"  # a resumed run already at its stop: export only
+    return ""
+
+
+def status_after(cfg: TrainConfig, step: int, outcome: StepOutcome) -> str:
+    """Whether to stop after this step, decided from all-reduced values, so every process stops at the same one."""
+    if step >= cfg.optim.max_steps:
+        return "finished"
+    if outcome.signal:
+        return "interrupted"
+    if outcome.budget or (cfg.run.stop_at_step is not None and step >= cfg.run.stop_at_step):
+        return "budget"
+    return ""
+
+
 class Trainer:
     """One run: __init__ prepares it (checks, data, model, resumption), run() trains it."""
 
@@ -248,7 +267,7 @@ class Trainer:
         if st.step == 0:
             self._evaluate_at_start()
         budget = cfg.run.max_minutes * 60 if cfg.run.max_minutes is not None else math.inf
-        status = self._status_at_start()
+        status = status_at_start(self.config, self.state.step)
         saved_at = st.step if self.checkpoint_path is not None else -1
         evaluated_at = st.step
         window = Window()
@@ -262,7 +281,7 @@ class Trainer:
                                                           self.tokenizer.special.pad))
                 while not status:
                     outcome = self._step(batches, signals, budget, window)
-                    status = self._status_after(outcome)
+                    status = status_after(self.config, self.state.step, outcome)
                     if st.step % cfg.run.log_every == 0 or status:
                         self._log_step(outcome, window, budget)
                     paused = time.monotonic()
@@ -287,26 +306,6 @@ class Trainer:
                 signals.ignore_sigterm()  # torchrun's agent now sends SIGTERM: the line must still get out
                 self._lost_peer(err)
         return self._finish(status, signals)
-
-    def _status_at_start(self) -> str:
-        cfg, step = self.config, self.state.step
-        if step >= cfg.optim.max_steps:
-            return "finished"
-        if cfg.run.stop_at_step is not None and step >= cfg.run.stop_at_step:
-            return "budget"  # a resumed run already at its stop: export only
-        return ""
-
-    def _status_after(self, outcome: StepOutcome) -> str:
-        """Whether to stop after this step, decided from all-reduced values, so every process stops at the same
-        one."""
-        cfg, step = self.config, self.state.step
-        if step >= cfg.optim.max_steps:
-            return "finished"
-        if outcome.signal:
-            return "interrupted"
-        if outcome.budget or (cfg.run.stop_at_step is not None and step >= cfg.run.stop_at_step):
-            return "budget"
-        return ""
 
     def _progress_bar(self) -> Any:
         if not (self.d.is_main and self.config.run.progress):
