@@ -18,20 +18,18 @@ family can use (docs/SWITCHES.md); this file holds only what the family decides.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..cache import KVCache
 from ..config import ModelConfig
-from ..generation import check_ids, forward_cached, last_real
 from ..masks import MaskMod, MaskPicture, bidirectional, causal
 from ..modeling import IGNORE_INDEX
 from ..outputs import ModelOutput
 from .base import MaskplayModel
+from .gpt import GPT
 
 
 def row_modes(causal_rows: Tensor) -> MaskMod:
@@ -135,25 +133,10 @@ class GPTBert(MaskplayModel):
         masked = ids.masked_fill((columns >= pos[:, None]) & (columns < end[:, None]), self.config.mask_token_id)
         return runner.forward(masked, attention_mask=attention_mask, query_positions=pos - 1).last_hidden_state[:, 0]
 
-    def masked_lm(self, memo: Callable[[str, Callable[[Any], Any]], Any]) -> MaskplayModel:
-        return self
+    # ---- generation: the causal mode, exactly GPT's hooks (maskplay.generation) ---------------------------------
 
-    # ---- generation: the causal mode (maskplay.generation's hooks) --------------------------------------------
-
-    def prefill(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None) -> tuple[KVCache, Tensor]:
-        check_ids(self, input_ids)
-        if attention_mask is None:
-            attention_mask = input_ids != self.config.pad_token_id
-        cache = KVCache(self.config.num_layers)
-        h = forward_cached(self, input_ids, attention_mask.bool(), cache)
-        return cache, self.logits(last_real(h, attention_mask))
-
-    def step(self, new_ids: Tensor, cache: KVCache, new_mask: Tensor | None = None) -> Tensor:
-        if new_mask is None:
-            new_mask = torch.ones_like(new_ids, dtype=torch.bool)
-        h = forward_cached(self, new_ids, new_mask.bool(), cache)
-        return self.logits(last_real(h, new_mask))
+    prefill = GPT.prefill
+    step = GPT.step
 
 
 def span_mask(input_ids: Tensor, attention_mask: Tensor, special_ids: list[int], mask_id: int, vocab_size: int,
