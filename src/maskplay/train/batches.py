@@ -140,14 +140,18 @@ def step_stream(state: TrainState, config: TrainConfig, d: Dist, directory: str 
                               cfg.data.bucket_window, cfg.data.curriculum_steps)
         steps = StepBatches(directory, order, d.rank, d.world_size, cfg.optim.grad_accum,
                             cfg.data.max_length, pad_id, packed)
-        remaining = range(state.position, len(steps))
-        if cfg.data.num_workers:
-            # its own generator: a DataLoader otherwise draws its workers' seed from the global RNG, which
-            # would shift the dropout stream
-            loader = torch.utils.data.DataLoader(steps, batch_size=None, sampler=remaining,
-                                                 num_workers=cfg.data.num_workers,
-                                                 generator=torch.Generator().manual_seed(state.epoch))
-            yield from loader
-        else:
-            for k in remaining:
-                yield steps[k]
+        yield from epoch_steps(steps, state.position, state.epoch, cfg.data.num_workers)
+
+
+def epoch_steps(steps: torch.utils.data.Dataset, start: int, epoch: int,
+                num_workers: int) -> Iterator[list[tuple[Tensor, Tensor]]]:
+    """Items start.. of an epoch's step dataset, in order: read in the loop, or by a DataLoader's workers."""
+    remaining = range(start, len(steps))
+    if not num_workers:
+        for k in remaining:
+            yield steps[k]
+        return
+    # its own generator: a DataLoader otherwise draws its workers' seed from the global RNG, which would shift the
+    # dropout stream
+    yield from torch.utils.data.DataLoader(steps, batch_size=None, sampler=remaining, num_workers=num_workers,
+                                           generator=torch.Generator().manual_seed(epoch))

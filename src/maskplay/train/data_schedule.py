@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ..data.dataset import TokenDataset, pad_batch
-from .batches import pack_groups
+from .batches import epoch_steps, pack_groups
 from .config import TrainConfig
 from .distributed import Dist
 from .state import TrainState
@@ -129,15 +129,7 @@ class DataSchedule:
             order = np.random.default_rng([cfg.data.seed, state.epoch]).permutation(self.num_items(length))
             steps = ScheduledBatches(directory, order, plan, d.rank, d.world_size, cfg.optim.grad_accum, length,
                                      pad_id, self.bounds(length))
-            remaining = range(state.position, len(plan))
-            if cfg.data.num_workers:
-                loader = torch.utils.data.DataLoader(steps, batch_size=None, sampler=remaining,
-                                                     num_workers=cfg.data.num_workers,
-                                                     generator=torch.Generator().manual_seed(state.epoch))
-                yield from loader
-            else:
-                for k in remaining:
-                    yield steps[k]
+            yield from epoch_steps(steps, state.position, state.epoch, cfg.data.num_workers)
 
 
 class ScheduledBatches(torch.utils.data.Dataset):
