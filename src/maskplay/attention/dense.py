@@ -66,11 +66,7 @@ class Attention(nn.Module):
             return self.output(inputs.packing.attend(q, k, v, mask, dead_rows, self.num_heads, positions, self.kernel),
                                h)
         B, Lq, _ = q.shape
-        nh = self.num_heads
-        Lk = k.shape[1]
-        q = q.view(B, Lq, nh, -1).transpose(1, 2)
-        k = k.view(B, Lk, nh, -1).transpose(1, 2)
-        v = v.view(B, Lk, nh, -1).transpose(1, 2)
+        q, k, v = (split_heads(x, self.num_heads) for x in (q, k, v))
         if positions is not None and positions.rotary is not None:
             q, k = positions.rotary.apply(q, k)
         if inputs.cache is not None:
@@ -141,6 +137,12 @@ class SynthesizedAttention(Attention):
         if dead_rows is not None:
             a = a.masked_fill(dead_rows, 0.0)
         return self.output(a.transpose(1, 2).reshape(B, Lq, -1), h)
+
+
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    """(B, L, heads x width) -> (B, heads, L, width), a view."""
+    B, L, _ = x.shape
+    return x.view(B, L, heads, -1).transpose(1, 2)
 
 
 def fused_linear(x: Tensor, *layers: nn.Linear) -> tuple[Tensor, ...]:

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..dropout import dropout
 from ..positions import PassPositions
-from .dense import Attention
+from .dense import Attention, split_heads
 from .inputs import PassInputs
 
 
@@ -68,11 +68,7 @@ class DisentangledAttention(Attention):
         if inputs.packing is not None:
             return self.output(inputs.packing.attend(q, k, v, mask, dead_rows, self.num_heads, positions, scores), h)
         B, Lq, _ = q.shape
-        nh = self.num_heads
-        Lk = k.shape[1]
-        q = q.view(B, Lq, nh, -1).transpose(1, 2)
-        k = k.view(B, Lk, nh, -1).transpose(1, 2)
-        v = v.view(B, Lk, nh, -1).transpose(1, 2)
+        q, k, v = (split_heads(x, self.num_heads) for x in (q, k, v))
         if inputs.cache is not None:
             k, v = inputs.cache.append(index, k, v)
         a = scores(q, k, v, mask, self.dropout_p, self.training, positions)
