@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import sys
 import time
@@ -236,8 +235,7 @@ def main() -> None:
         plot(curves, args.plot, f"{args.minutes:g} training minutes a recipe, {machine()}")
     for name, curve in curves.items():
         best = max(p["blimp_macro"] for p in curve)
-        print(f"{name:<20} final {curve[-1]['blimp_macro']:.1f}  best {best:.1f}  steps {curve[-1]['step']}"
-              + ("" if math.isnan(best) else ""))
+        print(f"{name:<20} final {curve[-1]['blimp_macro']:.1f}  best {best:.1f}  steps {curve[-1]['step']}")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ class Method(str, Enum):
     FUSED = "fused"  # GPT-BERT: its causal and its (MNTP) PLL log-probability of each piece, summed
 
 
-
 class Overflow(str, Enum):
     """What to do with a sentence longer than the model's positions."""
 
@@ -44,7 +43,6 @@ class Overflow(str, Enum):
     WINDOW = "window"  # overlapping windows, each piece scored (or, for embeddings, pooled) from one of them
     TRUNCATE = "truncate"  # embeddings only: keep the first pieces that fit
     MEMORY = "memory"  # scoring, XLNet causal only: consecutive segments with Transformer-XL memory (score.long)
-
 
 
 def resolve_method(family: str, method: Method | str) -> Method:
@@ -61,7 +59,6 @@ def resolve_method(family: str, method: Method | str) -> Method:
     return method
 
 
-
 @dataclass(frozen=True)
 class Segment:
     """One model input: [SOS] pieces[first:first+n] [EOS], scoring the pieces listed in `scored`
@@ -75,7 +72,6 @@ class Segment:
 
     def position(self, piece: int) -> int:
         return piece - self.first + 1
-
 
 
 def window_owners(n: int, width: int, causal: bool) -> tuple[list[int], list[int]]:
@@ -94,7 +90,6 @@ def window_owners(n: int, width: int, causal: bool) -> tuple[list[int], list[int
     return starts, owner
 
 
-
 def pass_length(config: ModelConfig, max_length: int | None) -> int:
     """Tokens per pass, [SOS]/[EOS] included: `max_length`, or the model's max_position; one-line error outside
     3..max_position. A long-attention model (config.long, docs/LONG_TEXT.md) accepts up to max_position in one pass."""
@@ -103,7 +98,6 @@ def pass_length(config: ModelConfig, max_length: int | None) -> int:
     if not 3 <= max_length <= config.max_position:
         raise ValueError(f"max_length must be 3..{config.max_position} (the model's positions), got {max_length}")
     return max_length
-
 
 
 def make_segments(encoded: list[Encoded], sos: int, eos: int, max_position: int, overflow: Overflow,
@@ -134,7 +128,6 @@ def make_segments(encoded: list[Encoded], sos: int, eos: int, max_position: int,
     return segments
 
 
-
 def check_compatible(model: MaskplayModel, tokenizer: Tokenizer) -> None:
     cfg, sp = model.config, tokenizer.special
     pairs = {"vocab_size": (cfg.vocab_size, tokenizer.vocab_size), "pad": (cfg.pad_token_id, sp.pad),
@@ -143,7 +136,6 @@ def check_compatible(model: MaskplayModel, tokenizer: Tokenizer) -> None:
     bad = [f"{k}: model {a} vs tokenizer {b}" for k, (a, b) in pairs.items() if a != b]
     if bad:
         raise ValueError(f"model and tokenizer {tokenizer.source or '(in memory)'} do not match: {'; '.join(bad)}")
-
 
 
 class Runner:
@@ -193,10 +185,8 @@ class Runner:
             return self.head.log_probs(hidden, self.model.embeddings.word.weight, targets, self.temperature)
 
 
-
 _COPIES: weakref.WeakKeyDictionary[MaskplayModel, dict[str, tuple[tuple[int, ...], Any]]] = \
     weakref.WeakKeyDictionary()
-
 
 
 def _cached(model: MaskplayModel, kind: str, make: Callable[[MaskplayModel], Any]) -> Any:
@@ -211,7 +201,6 @@ def _cached(model: MaskplayModel, kind: str, make: Callable[[MaskplayModel], Any
     return copies[kind][1]
 
 
-
 def resolve_precision(model: MaskplayModel, precision: Precision | str) -> Precision:
     """A Precision, with "auto" resolved for this model on this machine (maskplay.precision_probe: bf16 where
     the probe measures it faster than fp32, else fp32; never int8)."""
@@ -220,7 +209,6 @@ def resolve_precision(model: MaskplayModel, precision: Precision | str) -> Preci
     from ..precision_probe import resolve
 
     return resolve("auto", next(model.parameters()).device, model.config, inference=True).precision
-
 
 
 def _fast_bf16(model: MaskplayModel) -> bool:
@@ -232,12 +220,10 @@ def _fast_bf16(model: MaskplayModel) -> bool:
     return resolve("auto", device, model.config, inference=True).precision is Precision.bf16
 
 
-
 def _bf16_copies(model: MaskplayModel) -> tuple[dict[str, Tensor], Any]:
     """bf16 copies of the model's parameters and of its LM head."""
     params = {name: p.detach().to(torch.bfloat16) for name, p in model.named_parameters()}
     return params, copy.deepcopy(model.head).to(torch.bfloat16)
-
 
 
 def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
@@ -252,7 +238,6 @@ def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows
     return runner.model.score_positions(runner, ids, attention_mask, rows, cols, targets, boundaries_first)
 
 
-
 def pad_rows(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -263,11 +248,9 @@ def pad_rows(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[
     return ids, torch.arange(width, device=device)[None, :] < lengths[:, None]
 
 
-
 def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
-
 
 
 def _progress(items: list[Any], enabled: bool, desc: str) -> Any:
