@@ -16,7 +16,13 @@ same BLiMP code: the BERT converted to a maskplay BertMLM (families/hf) and scor
 log p(piece | the pieces before it), the rule maskplay's causal score applies.
 
 Writes --out (JSON: the curves, the machine, the budget) and --plot (BLiMP macro accuracy against training minutes,
-the BLiMP paper's reference points as lines)."""
+the BLiMP paper's reference points as lines). The HuggingFace models are left in WORK/hf-KIND/final (the BERT as a
+maskplay model directory) for the same `maskplay eval` commands as the recipes' WORK/NAME/run/final.
+
+An ablation is one config and a change per name: `--recipe no-gate=C.toml --recipe-set no-gate:model.value_gate=false`.
+A long budget survives the end of a session: each recipe keeps its plan and points in WORK/NAME/plan.json and its
+trainer checkpoints (run.save_every), a signal stops it after a checkpoint, and `--resume` with the same arguments
+goes on from there (run.max_minutes counts training time across resumes)."""
 
 from __future__ import annotations
 
@@ -39,6 +45,7 @@ from maskplay.config import PRESETS, apply_overrides  # noqa: E402
 from maskplay.data.dataset import TokenDataset  # noqa: E402
 from maskplay.eval.blimp import evaluate_blimp, load_blimp  # noqa: E402
 from maskplay.families import MaskplayModel  # noqa: E402
+from maskplay.model_dir import write_model_dir  # noqa: E402
 from maskplay.score import Scorer  # noqa: E402
 from maskplay.tokenizer import load_tokenizer  # noqa: E402
 from maskplay.train import load_train_config, train  # noqa: E402
@@ -52,35 +59,55 @@ def blimp_of(model: MaskplayModel, tokenizer: Any, pairs: list, **scorer_options
 
 
 def maskplay_curve(name: str, config_path: str, args: argparse.Namespace, pairs: list) -> list[dict[str, Any]]:
-    """The recipe trained in --points chunks, its exported model scored after each."""
+    """The recipe trained in --points chunks, its exported model scored after each. WORK/NAME/plan.json keeps the
+    planned steps and the points so far, so that --resume continues a stopped run (its trainer from the newest
+    checkpoint; run.max_minutes counts training time across resumes) instead of starting again."""
     work = args.work / name
-    shutil.rmtree(work, ignore_errors=True)
-    base = [f"data.path={args.data}", "run.progress=false", "run.tensorboard=false", *args.set]
-    probe = apply_overrides(load_train_config(config_path), [*base, f"run.out_dir={work}/probe", "run.eval_batches=1",
-                                                             f"run.stop_at_step={args.probe_steps}"])
-    result = train(probe)
-    # the training loop's own time (state.json's elapsed_s): start-up and data preparation are not steps
-    elapsed = json.loads((Path(result.checkpoint) / "state.json").read_text())["elapsed_s"]
-    steps = max(10, int(result.step / (elapsed / 60) * args.minutes))
-    shutil.rmtree(work / "probe", ignore_errors=True)
-    curve = []
-    for k in range(1, args.points + 1):
+    plan_file = work / "plan.json"
+    base = [f"data.path={args.data}", "run.progress=false", "run.tensorboard=false", *args.set,
+            *[spec.partition(":")[2] for spec in args.recipe_set if spec.partition(":")[0] == name]]
+    if args.resume and plan_file.is_file():
+        plan = json.loads(plan_file.read_text())
+        print(f"{name}: resuming at point {len(plan['curve']) + 1} of {args.points} ({plan['steps']} planned steps)",
+              file=sys.stderr, flush=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        plan = {"steps": probe_steps_per_budget(config_path, base, work, args), "curve": []}
+        work.mkdir(parents=True, exist_ok=True)
+        plan_file.write_text(json.dumps(plan, indent=2) + "\n")
+    steps, curve = plan["steps"], plan["curve"]
+    for k in range(len(curve) + 1, args.points + 1):
         config = apply_overrides(load_train_config(config_path),
                                  [*base, f"run.out_dir={work}/run", f"optim.max_steps={steps}",
                                   f"run.max_minutes={args.minutes * k / args.points}"])
         if config.optim.warmup_steps > steps:
             config = replace(config, optim=replace(config.optim, warmup_steps=steps // 10))
-        result = train(config, resume=k > 1)
+        result = train(config, resume=(work / "run").is_dir() and any((work / "run").glob("ckpt-*")))
+        if result.status == "interrupted":  # a signal (the session's end): checkpointed; --resume goes on from here
+            raise SystemExit(f"{name}: stopped at step {result.step}; continue with --resume")
         model = MaskplayModel.from_pretrained(result.final_dir)
         tokenizer = load_tokenizer(result.final_dir / "tokenizer.json")
         state = json.loads((Path(result.checkpoint) / "state.json").read_text()) if result.checkpoint else {}
         curve.append({"minutes": args.minutes * k / args.points, "step": result.step, "planned_steps": steps,
                       "tokens": state.get("tokens_seen"), "eval_loss": result.eval_loss,
                       "blimp_macro": blimp_of(model, tokenizer, pairs)})
+        plan_file.write_text(json.dumps(plan, indent=2) + "\n")
         print(f"{name}: {curve[-1]}", file=sys.stderr, flush=True)
         if result.status == "finished":
             break
     return curve
+
+
+def probe_steps_per_budget(config_path: str, base: list[str], work: Path, args: argparse.Namespace) -> int:
+    """A short run (not counted) measures the recipe's steps per minute: optim.max_steps that ends the learning-rate
+    schedule at the budget."""
+    probe = apply_overrides(load_train_config(config_path), [*base, f"run.out_dir={work}/probe", "run.eval_batches=1",
+                                                             f"run.stop_at_step={args.probe_steps}"])
+    result = train(probe)
+    # the training loop's own time (state.json's elapsed_s): start-up and data preparation are not steps
+    elapsed = json.loads((Path(result.checkpoint) / "state.json").read_text())["elapsed_s"]
+    shutil.rmtree(work / "probe", ignore_errors=True)
+    return max(10, int(result.step / (elapsed / 60) * args.minutes * args.plan_share))
 
 
 def hf_model(kind: str, preset: str, vocab_size: int, pad_id: int) -> torch.nn.Module:
@@ -97,18 +124,20 @@ def hf_model(kind: str, preset: str, vocab_size: int, pad_id: int) -> torch.nn.M
                                       n_positions=p["max_position"]))
 
 
+def hf_bert_as_maskplay(model: torch.nn.Module, tokenizer: Any) -> MaskplayModel:
+    from types import SimpleNamespace
+
+    from maskplay.families.hf import from_hf
+
+    hf_config = SimpleNamespace(**model.config.to_dict())
+    return from_hf("BertForMaskedLM", (hf_config, model.state_dict()), special_ids=tokenizer.model_config_ids())
+
+
 def hf_blimp(kind: str, model: torch.nn.Module, tokenizer: Any, pairs: list) -> float:
     """The same BLiMP code: a BERT through maskplay's converter and PLL; GPT-2 by the causal rule."""
     model.eval()
     if kind == "bert":
-        from types import SimpleNamespace
-
-        from maskplay.families.hf import from_hf
-
-        hf_config = SimpleNamespace(**model.config.to_dict())
-        converted = from_hf("BertForMaskedLM", (hf_config, model.state_dict()),
-                            special_ids=tokenizer.model_config_ids())
-        return blimp_of(converted, tokenizer, pairs, method="pll")
+        return blimp_of(hf_bert_as_maskplay(model, tokenizer), tokenizer, pairs, method="pll")
 
     def score(texts: list[str]) -> list[float]:
         out = []
@@ -173,6 +202,14 @@ def hf_curve(kind: str, args: argparse.Namespace, pairs: list) -> list[dict[str,
                       "tokens": tokens, "blimp_macro": hf_blimp(kind, model, tokenizer, pairs)})
         model.train()
         print(f"hf-{kind}: {curve[-1]}", file=sys.stderr, flush=True)
+    # the final model, for the same evaluations as the recipes' (maskplay eval sts / cola DIR): the BERT converted to
+    # a maskplay model directory, GPT-2 in HuggingFace's own format
+    final = args.work / f"hf-{kind}" / "final"
+    if kind == "bert":
+        write_model_dir(hf_bert_as_maskplay(model.eval(), tokenizer), final, tokenizer_from=Path(args.data))
+    else:
+        model.save_pretrained(final)
+        shutil.copy2(Path(args.data) / "tokenizer.json", final / "tokenizer.json")
     return curve
 
 
@@ -204,19 +241,31 @@ def main() -> None:
     parser.add_argument("--recipe", action="append", default=[], metavar="NAME=CONFIG.toml")
     parser.add_argument("--hf", action="append", default=[], choices=["bert", "gpt2"])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every recipe")
+    parser.add_argument("--recipe-set", action="append", default=[], metavar="NAME:KEY=VALUE",
+                        help="override for one recipe (an ablation: one config, a piece changed per name)")
     parser.add_argument("--preset", default="mini", help="the HF baselines' size")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--hf-lr", type=float, default=5e-4)
     parser.add_argument("--probe-steps", type=int, default=20)
+    parser.add_argument("--plan-share", type=float, default=1.0,
+                        help="plan the schedule for this share of the probe's steps per budget (below 1: the decay "
+                             "ends in time on a machine a little slower than during the probe)")
     parser.add_argument("--blimp", default=None, help="BLiMP folder (default: ../shared/data/blimp-dev)")
     parser.add_argument("--blimp-limit", type=int, default=None, help="pairs per paradigm (default: all 1,000)")
     parser.add_argument("--work", type=Path, default=Path("runs/ttq"))
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the maskplay recipes' runs in --work where they stopped (WORK/NAME/plan.json); "
+                             "the HuggingFace baselines start again")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
-    if not args.minutes > 0 or args.points < 1:
-        parser.error("--minutes must be positive and --points at least 1")
+    if not args.minutes > 0 or args.points < 1 or not 0 < args.plan_share <= 1:
+        parser.error("--minutes must be positive, --points at least 1 and --plan-share in (0, 1]")
+    names = [spec.partition("=")[0] for spec in args.recipe]
+    for spec in args.recipe_set:
+        if spec.partition(":")[0] not in names or "=" not in spec.partition(":")[2]:
+            parser.error(f"--recipe-set {spec!r}: expected NAME:KEY=VALUE with NAME one of the --recipe names {names}")
     folder = Path(args.blimp) if args.blimp else Path(__file__).resolve().parents[2] / "shared" / "data" / "blimp-dev"
     pairs = load_blimp(sorted(folder.glob("*.jsonl*")), limit=args.blimp_limit)
     curves: dict[str, list[dict[str, Any]]] = {}
