@@ -222,9 +222,10 @@ def plot(curves: dict[str, list[dict[str, Any]]], out: Path, title: str) -> None
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, curve in curves.items():
         ax.plot([p["minutes"] for p in curve], [p["blimp_macro"] for p in curve], marker="o", label=name)
-    for label, value in REFERENCES.items():
+    for label, value in {"chance": 50.0, **REFERENCES}.items():
         ax.axhline(value, color="grey", lw=0.8, ls=":")
-        ax.text(0, value, f" {label} {value}", fontsize=7, va="bottom", color="grey")
+        # x in axes coordinates: the labels sit at the left edge whatever the minutes
+        ax.text(0.01, value, f"{label} {value}", fontsize=7, va="bottom", color="grey", transform=ax.get_yaxis_transform())
     ax.set_xlabel("training minutes (this machine)")
     ax.set_ylabel("BLiMP-dev macro accuracy %")
     ax.set_title(title, fontsize=9)
