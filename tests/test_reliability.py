@@ -203,6 +203,9 @@ CASES: list[tuple[str, str, Callable[[dict[str, Path]], list[str]], str]] = [
     ("toml-section-not-table", "pretrain", lambda e: ["pretrain", "--config", _toml(e, "sec.toml", "optim = 3\n")],
      "optim"),
     ("toml-invalid", "pretrain", lambda e: ["pretrain", "--config", _toml(e, "bad.toml", "[optim\n")], "bad.toml"),
+    # a check across fields (the config's __post_init__) names the file too
+    ("toml-cross-field", "pretrain", lambda e: ["pretrain", "--config", _toml(
+        e, "cross.toml", '[model]\nnorm_placement = "pre"\nhead_norm = true\n')], "cross.toml: model: head_norm"),
     ("set-bad-type", "pretrain", lambda e: ["pretrain", "--set", "optim.lr=fast"], "optim.lr='fast'"),
     # damaged model files: every loader names the file in one line
     ("model-truncated", "score", lambda e: ["score", str(damaged_copy(e, "m-trunc", _truncate)), "a cat"],

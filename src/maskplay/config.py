@@ -510,4 +510,9 @@ def load_toml(cls: type[T], path: str | Path) -> T:
             data = tomllib.load(f)
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"{path}: invalid TOML: {err}") from err
-    return from_dict(cls, data, source=str(path))
+    try:
+        return from_dict(cls, data, source=str(path))
+    except ValueError as err:  # a check across fields (__post_init__) does not know the file: name it
+        if str(err).startswith(str(path)):
+            raise
+        raise ValueError(f"{path}: {err}") from None
