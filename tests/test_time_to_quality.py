@@ -105,3 +105,16 @@ def test_recipe_set_names_a_recipe():
     done = subprocess.run([sys.executable, str(SCRIPT), "--data", "x", "--out", "y.json", "--recipe", "a=c.toml",
                            "--recipe-set", "b:optim.lr=1"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--recipe-set 'b:optim.lr=1'" in done.stderr
+
+
+def test_ttq_table_rows():
+    spec = importlib.util.spec_from_file_location("ttq_table", SCRIPT.parents[1] / "scripts" / "ttq_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = {"curves": {"gpt": [{"minutes": 4.0, "step": 10, "tokens": 2_500_000, "eval_loss": 5.25, "blimp_macro": 51.0},
+                                 {"minutes": 8.0, "step": 20, "tokens": 5_000_000, "eval_loss": 5.0, "blimp_macro": 53.25}],
+                         "hf-bert": [{"minutes": 8.0, "step": 7, "tokens": 1000, "blimp_macro": 49.0}]}}
+    lines = module.table([result]).splitlines()
+    assert lines[0] == "| recipe | steps | tokens | held-out loss | BLiMP @ 4 min | BLiMP @ 8 min |"
+    assert lines[2] == "| gpt | 20 | 5.00 M | 5.000 | 51.0 | 53.2 |"
+    assert lines[3] == "| hf-bert | 7 | 0.00 M |  |  | 49.0 |"
