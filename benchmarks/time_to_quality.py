@@ -49,6 +49,7 @@ from maskplay.model_dir import write_model_dir  # noqa: E402
 from maskplay.score import Scorer  # noqa: E402
 from maskplay.tokenizer import load_tokenizer  # noqa: E402
 from maskplay.train import load_train_config, train  # noqa: E402
+from maskplay.train.checkpoint import list_checkpoints  # noqa: E402
 
 REFERENCES = {"5-gram": 58.4, "LSTM": 66.5, "Transformer-XL": 67.5, "GPT-2": 81.2}  # these 36 paradigms (MANIFEST)
 
@@ -65,7 +66,7 @@ def maskplay_curve(name: str, config_path: str, args: argparse.Namespace, pairs:
     work = args.work / name
     plan_file = work / "plan.json"
     base = [f"data.path={args.data}", "run.progress=false", "run.tensorboard=false", *args.set,
-            *[spec.partition(":")[2] for spec in args.recipe_set if spec.partition(":")[0] == name]]
+            *args.recipe_overrides.get(name, [])]
     if args.resume and plan_file.is_file():
         plan = json.loads(plan_file.read_text())
         print(f"{name}: resuming at point {len(plan['curve']) + 1} of {args.points} ({plan['steps']} planned steps)",
@@ -82,7 +83,7 @@ def maskplay_curve(name: str, config_path: str, args: argparse.Namespace, pairs:
                                   f"run.max_minutes={args.minutes * k / args.points}"])
         if config.optim.warmup_steps > steps:
             config = replace(config, optim=replace(config.optim, warmup_steps=steps // 10))
-        result = train(config, resume=(work / "run").is_dir() and any((work / "run").glob("ckpt-*")))
+        result = train(config, resume=bool(list_checkpoints(work / "run")))
         if result.status == "interrupted":  # a signal (the session's end): checkpointed; --resume goes on from here
             raise SystemExit(f"{name}: stopped at step {result.step}; continue with --resume")
         model = MaskplayModel.from_pretrained(result.final_dir)
@@ -264,9 +265,12 @@ def main() -> None:
     if not args.minutes > 0 or args.points < 1 or not 0 < args.plan_share <= 1:
         parser.error("--minutes must be positive, --points at least 1 and --plan-share in (0, 1]")
     names = [spec.partition("=")[0] for spec in args.recipe]
+    args.recipe_overrides = {}  # NAME -> its --recipe-set KEY=VALUEs, in order
     for spec in args.recipe_set:
-        if spec.partition(":")[0] not in names or "=" not in spec.partition(":")[2]:
+        name, _, override = spec.partition(":")
+        if name not in names or "=" not in override:
             parser.error(f"--recipe-set {spec!r}: expected NAME:KEY=VALUE with NAME one of the --recipe names {names}")
+        args.recipe_overrides.setdefault(name, []).append(override)
     folder = Path(args.blimp) if args.blimp else Path(__file__).resolve().parents[2] / "shared" / "data" / "blimp-dev"
     pairs = load_blimp(sorted(folder.glob("*.jsonl*")), limit=args.blimp_limit)
     curves: dict[str, list[dict[str, Any]]] = {}
