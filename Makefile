@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test test-avx2 fuzz lint demo bundle-tta bundle-gpt bundle-unilm clean
+.PHONY: venv test test-avx2 test-gpu fuzz lint demo bundle-tta bundle-gpt bundle-unilm clean
 
 $(BIN)/maskplay: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,12 @@ test: venv lint
 # int8's saturating AVX2 kernel. Both test runs use the 2 cores (pytest-xdist; docs/FAULTS.md).
 test-avx2: venv
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m "isa and not slow" tests
+
+# The tests marked `gpu` (tests/test_gpu.py; CUDA graphs in tests/test_gpu.py too): every family's forward pass, loss and
+# a bf16 training step on the GPU against the CPU, the CUDA-graph decode step, scores. Skipped where no CUDA GPU is
+# visible (as in `make test`); run it on a machine with one.
+test-gpu: venv
+	$(BIN)/python -m pytest -q -m gpu tests
 
 # The property tests' long runs (tests/test_fuzz.py, 10,000 examples each; docs/RELIABILITY-2.md): longer than
 # `make test`'s budget, so a target of their own. `make test` runs the quick runs (150 examples each).

@@ -214,13 +214,14 @@ class Encoder(nn.Module):
                 inputs = PassInputs(mask, keys_values=self._project_keys_values(kv) or None,
                                     positions=mask.pass_positions(h.dtype))
                 return self._run(h, inputs, output_hidden_states)
-        mask, dead = guard_empty_rows(mask)
+        # a static cache's rows always have a real key, and its step must not branch on values (cache.py)
+        mask, dead = (mask, None) if cache is not None and cache.static else guard_empty_rows(mask)
         self._check(h, mask, kv, query_positions, tokens, cache)
         positions = None
         if cache is not None:
             if self.pass_positions:
-                keys = cache.key_positions[:, :cache.length]
-                mask, positions = self._pass_positions(mask, keys[:, cache.start:], keys, h.dtype, cached=True)
+                queries, keys = cache.position_columns()
+                mask, positions = self._pass_positions(mask, queries, keys, h.dtype, cached=True)
             return self._run(h, PassInputs(mask, dead, cache=cache, positions=positions), output_hidden_states)
         if self.pass_positions:
             columns = torch.arange(mask.shape[-1], device=h.device)[None]
@@ -300,8 +301,7 @@ class Encoder(nn.Module):
     def _long_mask(self, mask: Tensor, cache: KVCache | None, query_positions: Tensor | None) -> Tensor | BandedMask:
         """[model.long]: the window ANDed into the mask, or a BandedMask for a long full pass (attention/long.py)."""
         if cache is not None:
-            keys = cache.key_positions[:, :cache.length]
-            queries = keys[:, cache.start:]
+            queries, keys = cache.position_columns()
         else:
             queries = keys = torch.arange(mask.shape[-1], device=mask.device)[None]
         return self.long.prepare(mask, queries, keys, cache is None and query_positions is None, self.positions)

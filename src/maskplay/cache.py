@@ -24,6 +24,10 @@ class KVCache:
     `extras` holds per-row state a family keeps between steps (batch first); `reorder` reorders it with the
     keys and values (beam search)."""
 
+    # a static cache (StaticKVCache): a step over it must not wait for the device (no checks of values, no branch on
+    # them), so that it can be captured as a CUDA graph; whoever fills it checks the inputs once
+    static = False
+
     def __init__(self, num_layers: int, capacity: int = 0) -> None:
         self.num_layers = num_layers
         self.keys: list[Tensor | None] = [None] * num_layers
@@ -87,6 +91,18 @@ class KVCache:
         values[:, :, self.start:self.length] = v
         return keys[:, :, :self.length], values[:, :, :self.length]
 
+    def position_columns(self) -> tuple[Tensor, Tensor]:
+        """The absolute positions of the tokens being added (B, T) and of every column they attend over (B, L + T),
+        for the position terms that act inside attention (backbone.Encoder)."""
+        keys = self.key_positions[:, :self.length]
+        return keys[:, self.start:], keys
+
+    def check_positions(self, max_position: int) -> None:
+        """A ValueError once a row's tokens pass the model's `max_position` positions."""
+        if int(self.next_position.max()) > max_position:
+            raise ValueError(f"generation reached the model's {max_position} positions; shorten the prompt or "
+                             "max_new_tokens")
+
     def reserve(self, tokens: int) -> None:
         """Room for `tokens` more columns without growing again."""
         self._grow(self.length + tokens)
@@ -119,3 +135,87 @@ class KVCache:
         self.keys = [grown(k, 2) for k in self.keys]
         self.values = [grown(v, 2) for v in self.values]
         self.capacity = capacity
+
+
+class StaticKVCache(KVCache):
+    """A KVCache of fixed capacity whose tensors keep their storage from step to step: one new token per row per
+    step, written at a cursor that is itself a tensor. Shapes and addresses never change, so a decode step over
+    it can be compiled once (torch.compile) or captured once and replayed (a CUDA graph); the attention mask
+    covers every column, those not yet written masked off (which changes no attention weight). Beam search's
+    reorder is not supported (generation uses the growing KVCache there).
+
+    `load(cache)` fills it from a prefilled KVCache of the same batch, in place (a cache is reused across calls
+    of the same shape, so a captured graph keeps reading the same tensors)."""
+
+    static = True
+
+    def __init__(self, num_layers: int, batch_size: int, capacity: int, device: torch.device | str = "cpu") -> None:
+        super().__init__(num_layers, capacity)
+        self.key_mask = torch.zeros(batch_size, capacity, dtype=torch.bool, device=device)
+        self.key_positions = torch.zeros(batch_size, capacity, dtype=torch.long, device=device)
+        self.next_position = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.query_positions = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
+        self.cursor = torch.zeros(1, dtype=torch.long, device=device)  # the next column to write
+        self.at = torch.zeros(1, dtype=torch.long, device=device)  # the column this step writes
+        self.start, self.length = capacity - 1, capacity
+
+    def load(self, cache: KVCache) -> None:
+        """Copy a prefilled cache (its `length` columns, the same batch size) into this one's buffers."""
+        n = cache.length
+        if cache.batch_size != self.batch_size or n >= self.capacity or cache.extras:
+            raise ValueError(f"a static cache of {self.batch_size} rows x {self.capacity} columns cannot take a "
+                             f"cache of {cache.batch_size} rows x {n} columns" + (" with extras" if cache.extras else ""))
+        if not bool(cache.key_mask[:, :n].any(1).all()):  # so that no step meets a row with nothing to attend to
+            raise ValueError("every row of a static cache needs a real cached token (an empty prompt has none)")
+        for index in range(self.num_layers):
+            k, v = cache.keys[index], cache.values[index]
+            if k is None:
+                raise ValueError(f"layer {index} has nothing cached")
+            if self.keys[index] is None or self.keys[index].dtype != k.dtype:
+                self.keys[index] = k.new_zeros(*k.shape[:2], self.capacity, k.shape[-1])
+                self.values[index] = v.new_zeros(*v.shape[:2], self.capacity, v.shape[-1])
+            self.keys[index][:, :, :n].copy_(k[:, :, :n])
+            self.values[index][:, :, :n].copy_(v[:, :, :n])
+        self.key_mask.zero_()
+        self.key_mask[:, :n].copy_(cache.key_mask[:, :n])
+        self.key_positions.zero_()
+        self.key_positions[:, :n].copy_(cache.key_positions[:, :n])
+        self.next_position.copy_(cache.next_position)
+        self.cursor.fill_(n)
+
+    def extend(self, new_mask: Tensor, within: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """One new token per row (new_mask (B, 1)); its position (B, 1) and the mask over every column (B, 1, 1,
+        capacity). In-place updates only, no host sync."""
+        if new_mask.shape != (self.batch_size, 1):
+            raise ValueError(f"a static cache takes one new token per row, ({self.batch_size}, 1); got "
+                             f"{tuple(new_mask.shape)}")
+        new = new_mask.bool()
+        self.at.copy_(self.cursor)
+        self.cursor.add_(1)
+        self.key_mask.index_copy_(1, self.at, new)
+        self.query_positions.copy_(self.next_position[:, None].masked_fill(~new, 0))
+        self.key_positions.index_copy_(1, self.at, self.query_positions)
+        self.next_position.add_(new[:, 0].long())
+        return self.query_positions, self.key_mask[:, None, None, :]
+
+    def append(self, index: int, k: Tensor | None, v: Tensor) -> tuple[Tensor, Tensor]:
+        if k is None:
+            k = v[..., :0]
+        if self.keys[index] is None:
+            raise ValueError("load(cache) a prefilled cache into a static cache before a step")
+        self.keys[index].index_copy_(2, self.at, k)
+        self.values[index].index_copy_(2, self.at, v)
+        return self.keys[index], self.values[index]
+
+    def position_columns(self) -> tuple[Tensor, Tensor]:
+        return self.query_positions, self.key_positions
+
+    def check_positions(self, max_position: int) -> None:
+        """Checked once, by whoever sizes the cache (a check per step would be a host sync)."""
+
+    def reorder(self, index: Tensor) -> None:
+        raise NotImplementedError("a static cache is not reordered (beam search uses KVCache)")
+
+    def _grow(self, needed: int) -> None:
+        if needed > self.capacity:
+            raise ValueError(f"the static cache holds {self.capacity} columns; {needed} needed")

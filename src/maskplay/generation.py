@@ -35,6 +35,7 @@ from .cache import KVCache
 from .heads import sample_rows
 from .progress import Progress
 from .registry import FAMILIES
+from .static_decode import static_step
 
 STRATEGIES = ("greedy", "beam", "sample")
 TokenCallback = Callable[[int, int], None]  # (input index, token id), as each token is chosen
@@ -70,12 +71,11 @@ def forward_cached(model: Any, input_ids: Tensor, new_mask: Tensor, cache: KVCac
     """The last block's output (B, T, H) for new tokens `input_ids` (B, T) appended to `cache`: their positions
     follow each row's cached real tokens, and they attend to those and, among themselves, as `within` allows
     (default: causal; see KVCache.extend). new_mask (B, T) marks the real new tokens."""
-    check_ids(model, input_ids)
+    if not cache.static:
+        check_ids(model, input_ids)
     cfg = model.config
     positions, mask = cache.extend(new_mask, within)
-    if int(cache.next_position.max()) > cfg.max_position:
-        raise ValueError(f"generation reached the model's {cfg.max_position} positions; shorten the prompt or "
-                         "max_new_tokens")
+    cache.check_positions(cfg.max_position)
     h, _ = model.encoder(embed_at(model, input_ids, token_type_ids, positions), mask, cache=cache)
     return h
 
@@ -106,7 +106,10 @@ class GenerationConfig:
     (generated tokens ** length_penalty) (> 0 favours longer outputs, 0 ranks by the sum alone).
     early_stopping: beam search stops an input once it has num_beams finished hypotheses; otherwise it goes on
     while a running beam could still beat the worst of them. temperature / top_k / top_p apply to sampling
-    only (top_k 0 and top_p 1 switch them off). stop_ids: tokens that end a row (None: the model's [EOS])."""
+    only (top_k 0 and top_p 1 switch them off). stop_ids: tokens that end a row (None: the model's [EOS]).
+    compile: decode over a preallocated cache with the one-token step compiled (torch.compile on a CPU, a CUDA
+    graph on a GPU; maskplay.static_decode): the same tokens, faster once compiled (the first call of a shape
+    compiles for seconds on a CPU)."""
 
     max_new_tokens: int = 32
     strategy: str = "greedy"
@@ -119,10 +122,14 @@ class GenerationConfig:
     seed: int | None = None
     stop_ids: tuple[int, ...] | None = None
     use_cache: bool = True
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
+        if self.compile and (self.strategy == "beam" or not self.use_cache):
+            raise ValueError("compile (a static cache and a compiled decode step) works with greedy decoding and "
+                             "sampling over the cache, not with beam search or use_cache=False")
         if self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
         if self.num_beams < 1:
@@ -223,6 +230,18 @@ class _Cached:
         self.cache.reorder(index)
 
 
+class _Static:
+    """Prefill once, then the compiled (or graph-captured) step over a static cache (maskplay.static_decode)."""
+
+    def __init__(self, model: Any, ids: Tensor, mask: Tensor, types: Tensor | None, steps: int) -> None:
+        cache, self.first = model.prefill(ids, mask, types)
+        self.step = static_step(model, ids.shape[0], cache.length + steps, ids.device, cache.values[0].dtype)
+        self.step.load(cache)
+
+    def advance(self, tokens: Tensor, alive: Tensor) -> Tensor:
+        return self.step(tokens, alive)
+
+
 class _Recomputed:
     """The uncached reference: every step recomputes the whole sequence (prompt + generated) with prefill; the
     generated tokens get the family's `generated_token_type`."""
@@ -264,7 +283,8 @@ def _decode_batch(model: Any, prompts: list[list[int]], types: list[list[int]] |
     pad_id = model.config.pad_token_id
     ids, mask = _pad(prompts, pad_id, padding_side, device)
     type_ids = None if types is None else _pad(types, 0, padding_side, device)[0]
-    decoder = (_Cached if cfg.use_cache else _Recomputed)(model, ids, mask, type_ids, cfg.max_new_tokens)
+    kind = _Static if cfg.compile else _Cached if cfg.use_cache else _Recomputed
+    decoder = kind(model, ids, mask, type_ids, cfg.max_new_tokens)
     if cfg.strategy == "beam":
         return _beam_search(decoder, len(prompts), cfg, stop_ids, pad_id, device, output_logits)
     B = len(prompts)
@@ -438,7 +458,8 @@ def generate(model: Any, inputs: str | Sequence[str] | Sequence[Sequence[int]] |
              token_type_ids: Tensor | None = None, max_new_tokens: int = 32, strategy: str = "greedy",
              num_beams: int = 4, length_penalty: float = 1.0, early_stopping: bool = False,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-             stop_ids: Sequence[int] | None = None, use_cache: bool = True, batch_size: int = 32,
+             stop_ids: Sequence[int] | None = None, use_cache: bool = True, compile: bool = False,
+             batch_size: int = 32,
              padding_side: str = "left", output_logits: bool = False,
              on_token: TokenCallback | None = None, progress: bool = False) -> GenerationOutput:
     """Generate a continuation of each input (see GenerationConfig for the options).
@@ -456,7 +477,8 @@ def generate(model: Any, inputs: str | Sequence[str] | Sequence[Sequence[int]] |
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, strategy=strategy, num_beams=num_beams,
                            length_penalty=length_penalty, early_stopping=early_stopping, temperature=temperature,
                            top_k=top_k, top_p=top_p, seed=seed,
-                           stop_ids=None if stop_ids is None else tuple(stop_ids), use_cache=use_cache)
+                           stop_ids=None if stop_ids is None else tuple(stop_ids), use_cache=use_cache,
+                           compile=compile)
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     if padding_side not in ("left", "right"):

@@ -47,6 +47,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="tokens that end an output (default: the model's end token, [EOS] and [SEP])")
     p.add_argument("--no-cache", dest="use_cache", action="store_false",
                    help="recompute the whole sequence at every step (the reference path; slow)")
+    p.add_argument("--compile", action="store_true",
+                   help="a preallocated cache and the decode step compiled (torch.compile on a CPU, a CUDA graph on "
+                        "a GPU): the same tokens, faster per token after a first call that compiles (seconds on a "
+                        "CPU); greedy and sampling")
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N, mps or auto (default: cpu)")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
@@ -143,7 +147,8 @@ def run_generate(args: argparse.Namespace) -> int:
                        strategy=args.strategy, num_beams=args.num_beams, length_penalty=args.length_penalty,
                        early_stopping=args.early_stopping, temperature=args.temperature, top_k=args.top_k,
                        top_p=args.top_p, seed=args.seed, stop_ids=_stop_ids(args.stop, model, tokenizer),
-                       use_cache=args.use_cache, batch_size=args.batch_size, on_token=streamer,
+                       use_cache=args.use_cache, compile=args.compile, batch_size=args.batch_size,
+                       on_token=streamer,
                        progress=len(prompts) > 1)
     _write(out, prompts, args.format, streamed=stream)
     empty = sum(g.finish_reason == "empty" for g in out)

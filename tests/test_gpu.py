@@ -1,0 +1,127 @@
+"""The code paths on a CUDA GPU (`make test-gpu`; skipped on a machine without one): every family's forward pass and
+loss equal the CPU's, a bf16 training step, the CUDA-graph decode step against the plain cached path on the GPU,
+and sentence scores equal the CPU's.
+
+MASKPLAY_TEST_DEVICE=cpu runs the same checks with the CPU as the second device (a dry run of this file's own
+logic where no GPU is lent; the decode step is then compiled by torch.compile instead of captured)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from maskplay import preset
+from maskplay.families import build_model
+from maskplay.generation import generate, generating_families
+from maskplay.precision import forward_in
+from maskplay.registry import FAMILIES
+from maskplay.score import Scorer
+from tests.conftest import padded_batch
+from tests.test_score_support import SENTENCES, small_tokenizer
+from tests.test_score_support import tiny as scoring_model
+
+DEVICE = os.environ.get("MASKPLAY_TEST_DEVICE", "cuda")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(DEVICE == "cuda" and not torch.cuda.is_available(),
+                                 reason="needs a CUDA GPU (make test-gpu on a machine with one)")]
+PROMPTS = [[3, 10, 11, 12, 13, 14], [3, 20, 21], [3, 40, 41, 42, 43, 44, 45, 46, 47]]
+
+
+@pytest.fixture(autouse=True)
+def exact_fp32():
+    """TF32 off: fp32 on the GPU is then compared with the CPU's at fp32 tolerances."""
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+def tiny(family: str, **overrides):
+    torch.manual_seed(0)
+    return build_model(preset("tiny", family=family, **overrides)).eval()
+
+
+def batch_of(model, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random rows with a separator at position 2 (a source and a target for UniLM's seq2seq batches)."""
+    ids, mask = padded_batch(lengths)
+    ids[:, 2] = model.config.separator_id
+    return ids, mask
+
+
+def moved(batch: dict, device: str) -> dict:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def loss_is_deterministic(model, batch: dict) -> bool:
+    """Whether the loss depends on the RNG (ELECTRA samples its generator's tokens inside forward)."""
+    with torch.no_grad():
+        torch.manual_seed(0)
+        a = model(**batch).loss
+        torch.manual_seed(1)
+        return bool(a == model(**batch).loss)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_forward_and_loss_on_the_gpu_equal_the_cpus(family):
+    model = tiny(family)
+    ids, mask = batch_of(model, [9, 5, 7])
+    batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
+    compare_loss = loss_is_deterministic(model, batch)
+    with torch.no_grad():
+        want_logits = model(ids, attention_mask=mask).logits
+        want = model(**batch).loss
+        model.to(DEVICE)
+        got_logits = model(ids.to(DEVICE), attention_mask=mask.to(DEVICE)).logits
+        got = model(**moved(batch, DEVICE)).loss
+    torch.testing.assert_close(got_logits.cpu(), want_logits, atol=1e-4, rtol=1e-4)
+    assert torch.isfinite(got)
+    if compare_loss:
+        torch.testing.assert_close(got.cpu(), want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_bf16_training_step_on_the_gpu_is_close_to_fp32(family):
+    model = tiny(family).to(DEVICE)
+    ids, mask = batch_of(model, [12, 8])
+    batch = moved(model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0)), DEVICE)
+    compare_loss = loss_is_deterministic(model, batch)
+    ref = model(**batch).loss
+    for precision in ("bf16-autocast", "bf16"):
+        out = forward_in(model, precision, **batch)
+        params = [p for p in model.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(out.loss, params, allow_unused=True)
+        assert all(g is None or (g.dtype == torch.float32 and bool(torch.isfinite(g).all())) for g in grads)
+        if compare_loss:
+            torch.testing.assert_close(out.loss.float(), ref, atol=5e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("family", generating_families())
+def test_the_graph_decode_step_gives_the_plain_paths_tokens(family):
+    model = tiny(family).to(DEVICE)
+    plain = generate(model, PROMPTS, max_new_tokens=10, stop_ids=[], output_logits=True)
+    for _ in range(2):  # the first call captures the graph, the second replays the captured one
+        fast = generate(model, PROMPTS, max_new_tokens=10, stop_ids=[], output_logits=True, compile=True)
+        assert [g.token_ids for g in fast] == [g.token_ids for g in plain]
+        for f, p in zip(fast, plain, strict=True):
+            torch.testing.assert_close(f.logits, p.logits, atol=1e-4, rtol=1e-4)
+
+
+def test_the_graph_decode_step_in_bf16_is_close_to_the_plain_path():
+    model = tiny("gpt").to(DEVICE).to(torch.bfloat16)
+    plain = generate(model, PROMPTS, max_new_tokens=8, stop_ids=[], output_logits=True)
+    fast = generate(model, PROMPTS, max_new_tokens=8, stop_ids=[], output_logits=True, compile=True)
+    for f, p in zip(fast, plain, strict=True):
+        assert f.token_ids[0] == p.token_ids[0]  # the same prompt pass: the first token agrees
+        torch.testing.assert_close(f.logits[1], p.logits[1], atol=3e-2, rtol=3e-2)  # the first graph step
+
+
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt"])
+def test_scores_on_the_gpu_equal_the_cpus(tmp_path, family):
+    tokenizer = small_tokenizer(tmp_path)
+    model = scoring_model(family, tokenizer)
+    want = Scorer(model, tokenizer).score(SENTENCES)
+    got = Scorer(model, tokenizer, device=DEVICE).score(SENTENCES)
+    for g, w in zip(got, want, strict=True):
+        assert g.log_prob == pytest.approx(w.log_prob, abs=1e-3)
