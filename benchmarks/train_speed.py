@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import PeakRSS, interleaved, machine, matmul_peak  # noqa: E402
 
 from maskplay import preset  # noqa: E402
+from maskplay.config import UnilmConfig  # noqa: E402
 from maskplay.families import build_model
 from maskplay.families.bert import mask_tokens  # noqa: E402
 from maskplay.flops import (  # noqa: E402
@@ -92,7 +93,9 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
 
     def our_case(family: str, precision: str, **switch: object) -> Callable[[], object]:
         torch.manual_seed(0)
-        model = build_model(preset(args.preset, family=family, vocab_size=vocab, **switch)).train()
+        # UniLM pretrains with its mixed objective (text windows have no source/target split for seq2seq)
+        objective = {"unilm": UnilmConfig("mixed")} if family == "unilm" else {}
+        model = build_model(preset(args.preset, family=family, vocab_size=vocab, **objective, **switch)).train()
         name = " ".join([family, precision, *([switch_names[tuple(switch.items())]] if switch else [])])
         gen = torch.Generator().manual_seed(0)
         step = optimizer_step(

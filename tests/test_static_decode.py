@@ -69,6 +69,14 @@ def test_compiled_step_gives_the_plain_paths_tokens_and_is_reused():
     assert step.cache.capacity == CAPACITY_STEP
 
 
+def test_a_prompt_that_fills_the_capacity_and_no_new_tokens(eager_compile):
+    model = tiny("gpt")
+    prompt = [[3, *range(10, 10 + CAPACITY_STEP - 1)]]  # exactly CAPACITY_STEP tokens
+    for steps in (0, 1, 2):
+        plain = generate(model, prompt, max_new_tokens=steps, stop_ids=[])
+        assert generate(model, prompt, max_new_tokens=steps, stop_ids=[], compile=True)[0].token_ids == plain[0].token_ids
+
+
 def test_compile_refuses_beam_search_and_the_uncached_path():
     model = tiny("gpt")
     with pytest.raises(ValueError, match="compile"):

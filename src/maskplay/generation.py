@@ -235,7 +235,8 @@ class _Static:
 
     def __init__(self, model: Any, ids: Tensor, mask: Tensor, types: Tensor | None, steps: int) -> None:
         cache, self.first = model.prefill(ids, mask, types)
-        self.step = static_step(model, ids.shape[0], cache.length + steps, ids.device, cache.values[0].dtype)
+        self.step = static_step(model, ids.shape[0], cache.length + max(steps, 1), ids.device,
+                                cache.values[0].dtype)
         self.step.load(cache)
 
     def advance(self, tokens: Tensor, alive: Tensor) -> Tensor:
