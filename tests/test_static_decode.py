@@ -60,13 +60,21 @@ def test_sampling_with_a_seed_draws_the_same_tokens(eager_compile):
     same_as_plain(model, **options)
 
 
-def test_compiled_step_gives_the_plain_paths_tokens_and_is_reused():
+def test_compiled_steps_give_the_plain_paths_tokens_and_are_reused():
+    """Compiled for real. Each step skips its guards after its first call (static_decode.StaticStep), so steps of
+    other shapes and of changed weights, called in turn, must each still run their own program."""
     model = tiny("gpt")
     same_as_plain(model, stop_ids=[])
     step = static_step(model, len(PROMPTS), 9 + 10, torch.device("cpu"), torch.float32)
-    generate(model, PROMPTS, max_new_tokens=10, compile=True, stop_ids=[])
+    one = generate(model, PROMPTS[:1], max_new_tokens=10, stop_ids=[])
+    assert generate(model, PROMPTS[:1], max_new_tokens=10, compile=True, stop_ids=[])[0].token_ids == one[0].token_ids
+    same_as_plain(model, stop_ids=[])
     assert static_step(model, len(PROMPTS), 9 + 10, torch.device("cpu"), torch.float32) is step
-    assert step.cache.capacity == CAPACITY_STEP
+    assert step.cache.capacity == CAPACITY_STEP and step.calls > 9
+    before = [g.token_ids for g in generate(model, PROMPTS, max_new_tokens=10, stop_ids=[])]
+    with torch.no_grad():
+        model.encoder.layers[0].attn.value.weight.mul_(3.0)  # the frozen constants are stale now
+    assert [g.token_ids for g in same_as_plain(model, stop_ids=[])] != before
 
 
 def test_a_prompt_that_fills_the_capacity_and_no_new_tokens(eager_compile):

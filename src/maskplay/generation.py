@@ -297,13 +297,13 @@ def _decode_batch(model: Any, prompts: list[list[int]], types: list[list[int]] |
     for step in range(cfg.max_new_tokens):
         if output_logits:
             recorded.append(logits.float())
-        log_probs = logits.float().log_softmax(-1)
+        scores = logits.float()  # argmax and reductions in fp32: bf16's are several times slower on a CPU
         if cfg.strategy == "sample":
-            probs = filter_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p).softmax(-1)
+            probs = filter_logits(scores, cfg.temperature, cfg.top_k, cfg.top_p).softmax(-1)
             tokens = sample_rows(probs, torch.rand(B, generator=generator, device=device))
         else:
-            tokens = logits.argmax(-1)
-        chosen = log_probs.gather(1, tokens[:, None])[:, 0].tolist()
+            tokens = scores.argmax(-1)
+        chosen = scores.log_softmax(-1).gather(1, tokens[:, None])[:, 0].tolist()
         for row, (token, running) in enumerate(zip(tokens.tolist(), alive.tolist(), strict=True)):
             if not running:
                 continue

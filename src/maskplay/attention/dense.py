@@ -81,11 +81,14 @@ class Attention(nn.Module):
                 a = attend_with_term(q, k, v, mask, term, self.dropout_p, self.training)
         elif self.kernel is not None:
             a = self.kernel(q, k, v, mask, self.dropout_p, self.training)
-        elif self.training and self.dropout_p > 0:
-            # what SDPA does with dropout on CPU (its math path), with the cheaper dropout
+        elif (self.training and self.dropout_p > 0) or getattr(inputs.cache, "static", False):
+            # SDPA's math path written out: with dropout (what SDPA does on CPU, with the cheaper dropout), and in the
+            # static decode step (cache.StaticKVCache), whose one query per row a compiler fuses into a few kernels
+            # where the CPU flash kernel spends ~1 ms a call on it (static_decode.py)
             scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5)
             scores = scores.masked_fill_(~mask, float("-inf")) if mask.dtype == torch.bool else scores.add_(mask)
-            a = dropout(scores.softmax(dim=-1), self.dropout_p, True) @ v
+            probs = scores.softmax(dim=-1)
+            a = (dropout(probs, self.dropout_p, True) if self.training and self.dropout_p > 0 else probs) @ v
         else:
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         if dead_rows is not None:
