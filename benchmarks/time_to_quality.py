@@ -111,10 +111,10 @@ def probe_steps_per_budget(config_path: str, base: list[str], work: Path, args: 
     return max(10, int(result.step / (elapsed / 60) * args.minutes * args.plan_share))
 
 
-def hf_model(kind: str, preset: str, vocab_size: int, pad_id: int) -> torch.nn.Module:
+def hf_model(kind: str, preset: str, vocab_size: int, pad_id: int, layers: int | None = None) -> torch.nn.Module:
     from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
-    p = PRESETS[preset]
+    p = {**PRESETS[preset], **({"num_layers": layers} if layers else {})}
     if kind == "bert":
         return BertForMaskedLM(BertConfig(vocab_size=vocab_size, hidden_size=p["hidden_size"],
                                           num_hidden_layers=p["num_layers"], num_attention_heads=p["num_heads"],
@@ -161,7 +161,7 @@ def hf_curve(kind: str, args: argparse.Namespace, pairs: list) -> list[dict[str,
     collator = DataCollatorForLanguageModeling(fast, mlm=kind == "bert", mlm_probability=0.15)
     rows = TokenDataset(Path(args.data) / "train")
     torch.manual_seed(0)
-    model = hf_model(kind, args.preset, tokenizer.vocab_size, tokenizer.special.pad)
+    model = hf_model(kind, args.preset, tokenizer.vocab_size, tokenizer.special.pad, args.hf_layers)
     order = torch.randperm(len(rows)).tolist()
 
     def batches():
@@ -246,6 +246,8 @@ def main() -> None:
     parser.add_argument("--recipe-set", action="append", default=[], metavar="NAME:KEY=VALUE",
                         help="override for one recipe (an ablation: one config, a piece changed per name)")
     parser.add_argument("--preset", default="mini", help="the HF baselines' size")
+    parser.add_argument("--hf-layers", type=int, default=None,
+                        help="the HF baselines' depth (default: the preset's), to match a recipe's model")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--hf-lr", type=float, default=5e-4)
