@@ -138,18 +138,19 @@ def main() -> None:
             ids = torch.zeros(batch, max(lengths), dtype=torch.long)
             for k, p in enumerate(prompts):
                 ids[k, ids.shape[1] - len(p):] = torch.tensor(p)
-            cases, equal = {}, {}
+            cases, equal, dtype_of = {}, {}, {}
             for d in dtypes:
                 model, hf = models[d]
                 c, same = make_cases(model, hf, prompts, ids.to(device), args.max_new_tokens, not args.no_uncached, d)
                 cases.update(c)
+                dtype_of.update(dict.fromkeys(c, d))
                 equal[d] = same
             times = interleaved(cases, args.rounds)
             tokens = batch * args.max_new_tokens
             hf_best = min(t for name, t in times.items() if name.startswith("HF"))
             columns = max(lengths) + args.max_new_tokens // 2  # the cache's mean width over the steps
             for name, seconds in times.items():
-                d = next(x for x in dtypes if f" {x}," in name)
+                d = dtype_of[name]
                 limit = batch * bandwidth / step_bytes(models[d][0], batch, columns)
                 rows.append({"batch": batch, "prompt_length": prompt_length, "case": name, "dtype": d,
                              "seconds": seconds, "tokens_per_s": tokens / seconds,

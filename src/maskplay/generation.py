@@ -295,9 +295,9 @@ def _decode_batch(model: Any, prompts: list[list[int]], types: list[list[int]] |
     stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
     logits = decoder.first
     for step in range(cfg.max_new_tokens):
-        if output_logits:
-            recorded.append(logits.float())
         scores = logits.float()  # argmax and reductions in fp32: bf16's are several times slower on a CPU
+        if output_logits:
+            recorded.append(scores)
         if cfg.strategy == "sample":
             probs = filter_logits(scores, cfg.temperature, cfg.top_k, cfg.top_p).softmax(-1)
             tokens = sample_rows(probs, torch.rand(B, generator=generator, device=device))

@@ -84,14 +84,15 @@ class StaticStep:
         """Warm up on a side stream (as CUDA graphs need), put the cache back as it was, then capture one step:
         capturing records the kernels without running them."""
         c = self.cache
-        saved = [x.clone() for x in (c.cursor, c.next_position, c.key_mask, c.key_positions)]
+        state = (c.cursor, c.next_position, c.key_mask, c.key_positions)  # what a warm-up step writes
+        saved = [x.clone() for x in state]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):
                 _run_step(self.model, c, self.tokens, self.alive)
         torch.cuda.current_stream().wait_stream(stream)
-        for x, old in zip((c.cursor, c.next_position, c.key_mask, c.key_positions), saved, strict=True):
+        for x, old in zip(state, saved, strict=True):
             x.copy_(old)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
