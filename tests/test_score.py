@@ -168,6 +168,30 @@ def test_bf16_is_close_to_fp32(tok, family):
         assert x.token_log_probs != pytest.approx(y.token_log_probs, abs=1e-5)  # bf16 really ran
 
 
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt", "electra", "xlnet", "unilm", "gpt-bert"])
+def test_bf16_runner_is_the_model_with_bf16_parameters(tok, family):
+    """The bf16 runner's module copy computes exactly what the fp32 model computes with its parameters swapped
+    for bf16 ones (functional_call: the oracle, and the runner's former implementation); it follows the model's
+    training mode and leaves the model's own weights in fp32."""
+    from torch.func import functional_call
+
+    from maskplay.score.passes import Runner, pad_rows
+
+    model = tiny(family, tok).eval()
+    ids, attention = pad_rows([tok.encode(s) for s in SENTENCES[:3]], tok.special.pad, torch.device("cpu"))
+    runner = Runner(model, "bf16")
+    params = {name: p.detach().to(torch.bfloat16) for name, p in model.named_parameters()}
+    with torch.no_grad():
+        want = functional_call(model, params, args=(ids,), kwargs={"attention_mask": attention}, tie_weights=True,
+                               strict=False).last_hidden_state
+        got = runner.forward(ids, attention_mask=attention).last_hidden_state
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    model.train()
+    runner.forward(ids, attention_mask=attention)
+    assert runner.bf16_model.training
+
+
 def test_words_sum_their_pieces(tok):
     score = Scorer(tiny("tta", tok), tok).score(["unbelievably good"])[0]
     words = score.words()

@@ -136,6 +136,35 @@ def test_batcher_never_mixes_results_and_isolates_errors():
     assert max(calls) > 3  # several jobs shared a call
 
 
+def test_batcher_keeps_closed_loop_clients_in_one_call():
+    """Clients that send their next request as soon as an answer comes (serve_load's clients) stay in one call:
+    requests that waited through a call wait up to max_wait after it for the clients it answered, instead of
+    going at once in a small call and splitting the clients into two groups that alternate."""
+    calls = []
+
+    def run(items):
+        calls.append(len(items))
+        time.sleep(0.06)  # a model call longer than max_wait
+        return items
+
+    async def main():
+        batcher = Batcher(max_batch_size=8, max_wait_ms=25, max_queue=64)
+        batcher.start()
+
+        async def client(k):
+            await asyncio.sleep(0.008 * k)  # the clients come one after another, the first alone
+            for step in range(8):
+                await batcher.submit("k", [(k, step)], run)
+                await asyncio.sleep(0.0005 * k)  # each client a little slower to come back
+
+        await asyncio.gather(*(client(k) for k in range(8)))
+        await batcher.stop()
+
+    asyncio.run(main())
+    assert sum(calls) == 64
+    assert sorted(calls[2:])[len(calls[2:]) // 2] == 8, calls  # after warming up, the median call serves all
+
+
 def test_batcher_queue_bound_and_batching_off():
     async def main():
         batcher = Batcher(max_batch_size=8, max_wait_ms=200, max_queue=2, enabled=True)

@@ -237,7 +237,7 @@ class XLNet(MaskplayModel):
                 output_hidden_states: bool = False, left_to_right: bool = False,
                 hide_positions: Tensor | None = None, hide_ends: Tensor | None = None,
                 keep_memory: bool = False) -> ModelOutput:
-        """One entry point for every view (so that bf16 scoring can run any of them through functional_call):
+        """One entry point for every view (so that bf16 scoring can run any of them through the runner's bf16 copy):
 
         - `order` (B, L; each row a permutation of the positions, order[b, t] = the position predicted at step t):
           the permutation LM. The query stream runs at `target_positions` (B, T) (default: partial prediction,

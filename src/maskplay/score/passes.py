@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.func import functional_call
 
 from ..config import ModelConfig
 from ..families import MaskplayModel, families, family_class
@@ -139,8 +138,8 @@ def check_compatible(model: MaskplayModel, tokenizer: Tokenizer) -> None:
 
 
 class Runner:
-    """The model's forward pass and LM head in one precision (maskplay.precision): fp32; bf16 end to end (the
-    parameters cast to bf16 once, here, and used through functional_call - the model keeps its fp32 weights);
+    """The model's forward pass and LM head in one precision (maskplay.precision): fp32; bf16 end to end (a copy
+    of the model with its parameters cast to bf16 once, here - the model keeps its fp32 weights);
     or bf16 autocast; or int8 (the encoder's linear layers in int8, precision.quantize_int8; the LM head in
     bf16 where this CPU runs bf16 natively, else in fp32: an emulated bf16 head would cost more than the whole
     int8 encoder saves). The bf16 and int8 copies are made on first use and reused while the model's weights stay
@@ -154,7 +153,7 @@ class Runner:
         self.head = self.model.head
         self.bf16_head = self.precision is Precision.bf16 or (self.precision is Precision.int8 and _fast_bf16(model))
         if self.bf16_head:
-            self.params, self.head = _cached(model, "bf16", _bf16_copies)
+            self.bf16_model, self.head = _cached(model, "bf16", _bf16_copies)
 
     def _autocast(self) -> Any:
         if self.precision is Precision.bf16_autocast:
@@ -163,7 +162,9 @@ class Runner:
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self.precision is Precision.bf16:
-            return functional_call(self.model, self.params, args=args, kwargs=kwargs, tie_weights=True, strict=False)
+            if self.bf16_model.training != self.model.training:
+                self.bf16_model.train(self.model.training)
+            return self.bf16_model(*args, **kwargs)
         with self._autocast():
             return self.model(*args, **kwargs)
 
@@ -179,7 +180,7 @@ class Runner:
     def log_probs(self, hidden: Tensor, targets: Tensor) -> Tensor:
         """log p(targets[n]) from the LM head at hidden[n], fp32 (heads.LMHead.log_probs)."""
         if self.bf16_head:
-            return self.head.log_probs(hidden.to(torch.bfloat16), self.params["embeddings.word.weight"], targets,
+            return self.head.log_probs(hidden.to(torch.bfloat16), self.bf16_model.embeddings.word.weight, targets,
                                        self.temperature)
         with self._autocast():
             return self.head.log_probs(hidden, self.model.embeddings.word.weight, targets, self.temperature)
@@ -220,10 +221,16 @@ def _fast_bf16(model: MaskplayModel) -> bool:
     return resolve("auto", device, model.config, inference=True).precision is Precision.bf16
 
 
-def _bf16_copies(model: MaskplayModel) -> tuple[dict[str, Tensor], Any]:
-    """bf16 copies of the model's parameters and of its LM head."""
-    params = {name: p.detach().to(torch.bfloat16) for name, p in model.named_parameters()}
-    return params, copy.deepcopy(model.head).to(torch.bfloat16)
+def _bf16_copies(model: MaskplayModel) -> tuple[MaskplayModel, Any]:
+    """A copy of the model with its parameters in bf16 (its buffers, such as rotary frequencies, as they are) and a
+    bf16 copy of its LM head. A module, not functional_call over a dict of bf16 tensors: that swaps every
+    parameter in and out on each call, about 1 ms a call for a mini model, as much as its whole forward pass on one
+    sentence (the serving path's cost, docs/SERVE.md)."""
+    twin = copy.deepcopy(model)
+    for p in twin.parameters():
+        p.requires_grad_(False)
+        p.data = p.data.to(torch.bfloat16)
+    return twin, copy.deepcopy(model.head).to(torch.bfloat16)
 
 
 def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,

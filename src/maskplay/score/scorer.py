@@ -99,6 +99,13 @@ class SentenceScore:
         return self.log_prob / self.num_tokens
 
     def words(self) -> list[WordScore]:
+        """The words with their summed log-probabilities, computed once (the server and explain both ask)."""
+        found = self.__dict__.get("_words")
+        if found is None:
+            found = self.__dict__["_words"] = tuple(self._group_words())
+        return list(found)
+
+    def _group_words(self) -> list[WordScore]:
         out: list[WordScore] = []
         groups: dict[int, list[int]] = {}
         for k, w in enumerate(self.word_ids):

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 from fastapi import FastAPI
-from fastapi.responses import HTMLResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, Response, StreamingResponse
+from pydantic_core import to_json
 
 from ..score import SentenceScore
 from ..score.explain import COLOURS, SCALE, colour_of, explain
@@ -31,6 +32,25 @@ def xterm_hex(code: int) -> str:
     k = code - 16
     level = [0 if v == 0 else 55 + 40 * v for v in (k // 36, (k // 6) % 6, k % 6)]
     return "#" + "".join(f"{v:02x}" for v in level)
+
+
+_HEX: dict[int, str] = {}
+
+
+def colour_hex(surprisal: float) -> str:
+    """The page's colour of a surprisal, xterm_hex(colour_of(s)), from a table filled once per colour."""
+    code = colour_of(surprisal)
+    found = _HEX.get(code)
+    if found is None:
+        found = _HEX[code] = xterm_hex(code)
+    return found
+
+
+def json_body(content: Any) -> Response:
+    """A JSON response of plain dicts and lists, serialised by pydantic-core without FastAPI's response-model
+    pass (a validation of every nested value first): per-request work on the event loop, which the model's thread
+    waits for under load (docs/SERVE.md). A non-finite float becomes null, as FastAPI's own path writes it."""
+    return Response(to_json(content, inf_nan_mode="null"), media_type="application/json")
 
 
 def create_app(service: ModelService, batcher: Batcher, max_body_bytes: int = DEFAULT_MAX_BODY) -> FastAPI:
@@ -83,13 +103,15 @@ def _info_routes(app: FastAPI, service: ModelService, batcher: Batcher) -> None:
 
 
 def _model_routes(app: FastAPI, service: ModelService, batcher: Batcher) -> None:
-    @app.post("/v1/embeddings")
-    async def embeddings(request: EmbeddingRequest) -> dict[str, Any]:
+    scale = {"bounds": list(SCALE), "colours": [xterm_hex(c) for c in COLOURS]}
+
+    @app.post("/v1/embeddings", response_model=None)
+    async def embeddings(request: EmbeddingRequest) -> Response:
         check_model(request, service)
         texts = [request.input] if isinstance(request.input, str) else list(request.input)
         if not texts:
             raise APIError(400, "input is an empty list", "input")
-        service.check_texts(texts, "input", request.overflow)
+        counts = service.check_texts(texts, "input", request.overflow)
         width = service.embedding_width(request.static)
         if request.dimensions is not None and request.dimensions != width:
             raise APIError(400, f"dimensions: this model's vectors have {width} dimensions, got {request.dimensions}",
@@ -102,10 +124,11 @@ def _model_routes(app: FastAPI, service: ModelService, batcher: Batcher) -> None
             v = np.asarray(v, dtype="<f4")
             return base64.b64encode(v.tobytes()).decode() if request.encoding_format == "base64" else v.tolist()
 
-        tokens = sum(service.count(texts)) + 2 * len(texts)
-        return {"object": "list", "model": service.name,
-                "data": [{"object": "embedding", "index": k, "embedding": encoded(v)} for k, v in enumerate(vectors)],
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        tokens = sum(counts) + 2 * len(texts)
+        return json_body({"object": "list", "model": service.name,
+                          "data": [{"object": "embedding", "index": k, "embedding": encoded(v)}
+                                   for k, v in enumerate(vectors)],
+                          "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     @app.post("/v1/completions", response_model=None)
     async def complete(request: CompletionRequest) -> Any:
@@ -114,19 +137,20 @@ def _model_routes(app: FastAPI, service: ModelService, batcher: Batcher) -> None
             events = await completions.stream(request, service, batcher)
             return StreamingResponse(events, media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        return await completions.complete(request, service, batcher)
+        return json_body(await completions.complete(request, service, batcher))
 
-    @app.post("/v1/score")
-    async def score(request: ScoreRequest) -> dict[str, Any]:
+    @app.post("/v1/score", response_model=None)
+    async def score(request: ScoreRequest) -> Response:
         check_model(request, service)
         texts = [request.input] if isinstance(request.input, str) else list(request.input)
         if not texts:
             raise APIError(400, "input is an empty list", "input")
         service.check_texts(texts, "input")
         scores = await batcher.submit(("score",), texts, service.score)
-        return {"object": "list", "model": service.name, "method": service.method(), "replaced": service.replaced(),
-                "scale": {"bounds": list(SCALE), "colours": [xterm_hex(c) for c in COLOURS]},
-                "data": [score_record(k, s, request.explain) for k, s in enumerate(scores)]}
+        return json_body({"object": "list", "model": service.name, "method": service.method(),
+                          "replaced": service.replaced(),
+                          "scale": scale,
+                          "data": [score_record(k, s, request.explain) for k, s in enumerate(scores)]})
 
 
 def score_record(index: int, s: SentenceScore, with_explanation: bool) -> dict[str, Any]:
@@ -135,7 +159,7 @@ def score_record(index: int, s: SentenceScore, with_explanation: bool) -> dict[s
     tokens = []
     for k, (token, (start, end), lp) in enumerate(zip(s.tokens, s.offsets, s.token_log_probs, strict=True)):
         entry = {"token": token, "start": start, "end": end, "log_prob": lp, "surprisal": -lp,
-                 "colour": xterm_hex(colour_of(-lp))}
+                 "colour": colour_hex(-lp)}
         if replaced is not None:
             entry["replaced_prob"] = replaced[k]
         tokens.append(entry)

@@ -68,6 +68,7 @@ class Batcher:
         self._task: asyncio.Task | None = None
         self.running = False  # a model call is in flight
         self._busy = False  # the last call served several jobs: clients are concurrent, so wait for the others
+        self._free_at = 0.0  # when the last model call ended (time.monotonic)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="maskplay-model")  # the model runs here only
 
     def start(self) -> None:
@@ -111,10 +112,15 @@ class Batcher:
             await self._call(batch)
 
     async def _gather(self, first: _Job) -> None:
-        """Wait until the oldest job is max_wait old or its key has max_batch_size items waiting."""
+        """Wait until max_wait has passed since the oldest job arrived or, if it arrived while the model was busy,
+        since the model became free; or until its key has max_batch_size items waiting. Counting from the end of
+        the last call keeps concurrent clients in one batch: the requests that wait through a call would otherwise
+        go at once, in a small call, while the clients the call answered send their next requests (each call then
+        contends for the interpreter with the event loop's work for the other group)."""
+        began = max(first.arrived, self._free_at)
         while True:
             waiting = sum(len(j.items) for j in self.pending if j.key == first.key)
-            left = first.arrived + self.max_wait - time.monotonic()
+            left = began + self.max_wait - time.monotonic()
             if waiting >= self.max_batch_size or left <= 0:
                 return
             self._wakeup.clear()
@@ -163,6 +169,7 @@ class Batcher:
             return
         finally:
             self.running = False
+            self._free_at = time.monotonic()
         start = 0
         for job in batch:
             _settle(job, results[start:start + len(job.items)])

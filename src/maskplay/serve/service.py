@@ -101,15 +101,18 @@ class ModelService:
         """Word pieces per text (no specials)."""
         return [len(e.ids) for e in self.tokenizer.backend.encode_batch(texts, add_special_tokens=False)]
 
-    def check_texts(self, texts: list[str], param: str, overflow: str = "error") -> None:
-        """An empty text or one over the token limit (with [SOS]/[EOS]) is a 400 naming its index and the limit."""
-        for k, n in enumerate(self.count(texts)):
+    def check_texts(self, texts: list[str], param: str, overflow: str = "error") -> list[int]:
+        """Word pieces per text (count); an empty text or one over the token limit (with [SOS]/[EOS]) is a 400
+        naming its index and the limit."""
+        counts = self.count(texts)
+        for k, n in enumerate(counts):
             where = f"{param}[{k}]" if len(texts) > 1 else param
             if n == 0:
                 raise APIError(400, f"{where} is empty (no word pieces): there is nothing to score or embed", param)
             if n + 2 > self.max_tokens and overflow == "error":
                 raise APIError(400, f"{where} has {n + 2} tokens with [SOS]/[EOS], over the limit of "
                                     f"{self.max_tokens} ({self._limit_name()})", param, "context_length_exceeded")
+        return counts
 
     def _limit_name(self) -> str:
         return "the model's max_position" if self.max_tokens == self.max_position else "the server's --max-tokens"
