@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test test-avx2 test-gpu fuzz lint demo bundle-tta bundle-gpt bundle-unilm clean
+.PHONY: venv test test-avx2 test-gpu fuzz lint demo bench bundle-tta bundle-gpt bundle-unilm clean
 
 $(BIN)/maskplay: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -43,6 +43,11 @@ fuzz: venv
 
 demo: venv
 	$(BIN)/python -m maskplay.demo
+
+# Every family against its HuggingFace twin, one table (benchmarks/all.py; 10-15 minutes on 2 cores), written into
+# docs/BENCHMARKS.md; the sub-runs' JSON in results/bench-all/.
+bench: venv
+	$(BIN)/python benchmarks/all.py --docs docs/BENCHMARKS.md
 
 # Retrain a bundled model from the shared Wikipedia and export it: configs/bundle-NAME.toml trains runs/bundle/NAME
 # (a started run resumes), scripts/bundle.py writes src/maskplay/assets/NAME. The shipped models' logs, metrics and

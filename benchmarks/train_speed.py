@@ -16,6 +16,11 @@ as target_mapping and labels, loss from the model.
 
     python benchmarks/train_speed.py --preset mini --families xlnet --precisions fp32 bf16 --hf-xlnet
 
+With --hf-gpt2 the baseline is HuggingFace GPT2LMHeadModel of the same size (GPT's twin: next-token loss from
+labels = the input ids, the shift inside the model).
+
+    python benchmarks/train_speed.py --preset mini --families gpt --hf-gpt2
+
 With --switch NAME:FIELD=VALUE[,FIELD=VALUE...] (repeatable) each family/precision also runs with those ModelConfig
 fields set (docs/SWITCHES.md), and each switch's step time is reported as a ratio to the default's of the same
 run:
@@ -134,6 +139,25 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
         flops[f"HF {precision}"] = tokens * training_flops_per_token(cfg, args.seq_len, 1.0)
         return step
 
+    def hf_gpt2_case(precision: str) -> Callable[[], object]:
+        import transformers
+
+        cfg = preset(args.preset, family="gpt", vocab_size=vocab)
+        hf_cfg = transformers.GPT2Config(
+            vocab_size=vocab, n_positions=cfg.max_position, n_embd=cfg.hidden_size, n_layer=cfg.num_layers,
+            n_head=cfg.num_heads, n_inner=cfg.intermediate_size, bos_token_id=cfg.sos_token_id,
+            eos_token_id=cfg.eos_token_id)
+        torch.manual_seed(0)
+        model = transformers.GPT2LMHeadModel(hf_cfg).train()
+
+        def loss_of(ids: torch.Tensor) -> torch.Tensor:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-autocast"):
+                return model(input_ids=ids, attention_mask=mask.long(), labels=ids).loss
+
+        step = optimizer_step(model, loss_of)
+        flops[f"HF gpt2 {precision}"] = tokens * training_flops_per_token(cfg, args.seq_len, 1.0)
+        return step
+
     def hf_electra_case(precision: str) -> Callable[[], object]:
         import transformers
 
@@ -201,6 +225,8 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
     for precision in args.hf_precisions:
         if args.hf_xlnet:
             cases[f"HF xlnet {precision}"] = hf_xlnet_case(precision)
+        elif args.hf_gpt2:
+            cases[f"HF gpt2 {precision}"] = hf_gpt2_case(precision)
         elif args.hf_electra:
             cases[f"HF electra {precision}"] = hf_electra_case(precision)
         else:
@@ -249,6 +275,8 @@ def main() -> None:
                    help="baseline: HuggingFace ELECTRA (generator + discriminator) instead of BertForMaskedLM")
     p.add_argument("--hf-xlnet", action="store_true",
                    help="baseline: HuggingFace XLNetLMHeadModel (perm_mask + target_mapping) instead of BertForMaskedLM")
+    p.add_argument("--hf-gpt2", action="store_true",
+                   help="baseline: HuggingFace GPT2LMHeadModel of the same size (GPT's twin) instead of BertForMaskedLM")
     p.add_argument("--switch", action="append", default=[], metavar="NAME:FIELD=VALUE[,...]",
                    help="also run every family/precision with these ModelConfig fields (docs/SWITCHES.md)")
     p.add_argument("--rounds", type=int, default=3)

@@ -1,0 +1,226 @@
+"""One table, every family: each family's training step, scoring, embedding and generation against its HuggingFace
+twin where one exists, best precision against best precision, in one invocation (`make bench`).
+
+    python benchmarks/all.py                      # ~10-15 minutes on 2 cores; writes results/bench-all/
+    python benchmarks/all.py --rounds 5 --docs docs/BENCHMARKS.md
+
+It runs the project's benchmark scripts with small rounds (ratios are what count; each script interleaves its cases
+round by round, so the machine's drift hits both sides alike) and merges their JSON into one Markdown table:
+
+- training (`train_speed.py --preset mini`, batch 16 x 128, random ids): every family in fp32 and bf16; the twins
+  BertForMaskedLM (BERT), GPT2LMHeadModel (GPT), HF ELECTRA generator + discriminator (ELECTRA), XLNetLMHeadModel
+  (XLNet); T-TA, UniLM and GPT-BERT have no twin in transformers and are shown against BertForMaskedLM of the same
+  size, the model a HuggingFace user would train instead (marked "reference");
+- scoring and embedding (`score_speed.py`, tta-paper size, WikiText-103 sentences): T-TA one pass and BERT PLL
+  against HF BertForMaskedLM's PLL, XLNet causal against XLNetLMHeadModel, T-TA / BERT encode against HF BertModel;
+- generation (`generate_speed.py --preset mini`): GPT's greedy decoding (cached and compiled) against HF `generate`
+  on the same weights (BertLMHeadModel, converted), batch 1 and 8.
+
+Each row: maskplay's best case (over its precisions, int8 and compiled included where the script has them) and the
+twin's best, the ratio of their throughputs, and maskplay's MFU against this machine's measured matmul peak of the
+precision it ran in (generation: the share of the memory-bandwidth limit instead). Cells a family does not support,
+or that have no script yet, say so. --docs replaces the block between the markers below in that file (appended
+once with a heading if absent); the sub-runs' JSON and the table stay in --work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+START, END = "<!-- bench-all:start -->", "<!-- bench-all:end -->"
+FAMILIES = ("tta", "bert", "gpt", "electra", "xlnet", "unilm", "gpt-bert")
+NAMES = {"tta": "T-TA", "bert": "BERT", "gpt": "GPT", "electra": "ELECTRA", "xlnet": "XLNet", "unilm": "UniLM",
+         "gpt-bert": "GPT-BERT"}
+TRAIN_TWINS = {"bert": ("", "HF BertForMaskedLM"), "gpt": ("gpt2", "HF GPT2LMHeadModel"),
+               "electra": ("electra", "HF ELECTRA (generator + discriminator)"),
+               "xlnet": ("xlnet", "HF XLNetLMHeadModel")}
+REFERENCE = "HF BertForMaskedLM (reference: no twin in transformers)"
+
+
+def runs(rounds: int, work: Path) -> dict[str, list[str]]:
+    """The sub-runs: name -> the script and its arguments (each writes work/NAME.json)."""
+    train = ["benchmarks/train_speed.py", "--preset", "mini", "--data", "none", "--batch-size", "16",
+             "--precisions", "fp32", "bf16", "--hf-precisions", "fp32", "bf16-autocast", "--rounds", str(rounds)]
+    return {
+        "train": [*train, "--families", "tta", "bert", "unilm", "gpt-bert", "--out", str(work / "train.json")],
+        "train-gpt": [*train, "--families", "gpt", "--hf-gpt2", "--out", str(work / "train-gpt.json")],
+        "train-electra": [*train, "--families", "electra", "--hf-electra", "--out", str(work / "train-electra.json")],
+        "train-xlnet": [*train, "--families", "xlnet", "--hf-xlnet", "--out", str(work / "train-xlnet.json")],
+        "score": ["benchmarks/score_speed.py", "--sentences", "60", "--rounds", str(rounds),
+                  "--out", str(work / "score.json")],
+        "generate": ["benchmarks/generate_speed.py", "--preset", "mini", "--batch-sizes", "1", "8",
+                     "--prompt-lengths", "16", "--max-new-tokens", "32", "--rounds", str(rounds), "--no-uncached",
+                     "--dtypes", "fp32", "bf16", "--out", str(work / "generate")],
+    }
+
+
+def best(rows: list[dict], key: str, pick) -> dict | None:
+    chosen = [r for r in rows if pick(r)]
+    return max(chosen, key=lambda r: r[key]) if chosen else None
+
+
+def train_rows(work: Path) -> dict[str, tuple[str, str, str, str]]:
+    """family -> (maskplay's best case, the twin, ratio, MFU) from the training sub-runs."""
+    out = {}
+    for run in ("train", "train-gpt", "train-electra", "train-xlnet"):
+        path = work / f"{run}.json"
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        peaks = {"bf16": data["peak_bf16"], "fp32": data["peak_fp32"]}
+        rows = data["rows"]
+        hf = best(rows, "tokens_per_s", lambda r: r["case"].startswith("HF "))
+        for family in FAMILIES:
+            ours = best(rows, "tokens_per_s", lambda r, f=family: r["case"].split() in ([f, "fp32"], [f, "bf16"]))
+            if ours is None:
+                continue
+            precision = ours["case"].split(" ")[1]
+            mfu = ours["mfu_bf16"] * data["peak_bf16"] / peaks["fp32" if precision == "fp32" else "bf16"]
+            twin = TRAIN_TWINS.get(family, (None, REFERENCE))[1]
+            hf_precision = hf["case"].split()[-1]
+            out[family] = (f"{ours['tokens_per_s']:,.0f} tokens/s ({precision})",
+                           f"{twin}: {hf['tokens_per_s']:,.0f} ({hf_precision})",
+                           f"{ours['tokens_per_s'] / hf['tokens_per_s']:.2f}x", f"{mfu:.0%}")
+    return out
+
+
+SCORE_CASES = {  # (task, family) -> maskplay's cases, the HF cases, the twin's name
+    ("score", "tta"): (("tta", "tta8"), ("hf_pll", "hf_pll8"), "HF BertForMaskedLM PLL (reference: no twin)"),
+    ("score", "bert"): (("pll",), ("hf_pll", "hf_pll8"), "HF BertForMaskedLM PLL"),
+    ("score", "xlnet"): (("xlnet",), ("hf_xlnet",), "HF XLNetLMHeadModel, causal order"),
+    ("embed", "tta"): (("e_tta", "e_tta8"), ("e_hf", "e_hf8"), "HF BertModel, mean pooling (reference)"),
+    ("embed", "bert"): (("e_bert", "e_bert8"), ("e_hf", "e_hf8"), "HF BertModel, mean pooling"),
+}
+
+
+def score_rows(work: Path) -> dict[tuple[str, str], tuple[str, str, str, str]]:
+    path = work / "score.json"
+    if not path.exists():
+        return {}
+    rows = {r["case"]: r for r in json.loads(path.read_text())["rows"]}
+    out = {}
+    for key, (ours, theirs, twin) in SCORE_CASES.items():
+        o = max((rows[c] for c in ours if c in rows), key=lambda r: r["sentences_per_s"], default=None)
+        t = max((rows[c] for c in theirs if c in rows), key=lambda r: r["sentences_per_s"], default=None)
+        if o is None or t is None:
+            continue
+        out[key] = (f"{o['sentences_per_s']:,.1f} sent/s ({o['method'].replace(' (maskplay)', '')})",
+                    f"{twin}: {t['sentences_per_s']:,.1f}", f"{o['sentences_per_s'] / t['sentences_per_s']:.2f}x",
+                    f"{o['mfu']:.0%}")
+    return out
+
+
+def generate_rows(work: Path) -> dict[str, tuple[str, str, str, str]]:
+    path = work / "generate.json"
+    if not path.exists():
+        return {}
+    rows = json.loads(path.read_text())["rows"]
+    cells = []
+    for batch in sorted({r["batch"] for r in rows}):
+        here = [r for r in rows if r["batch"] == batch]
+        o = best(here, "tokens_per_s", lambda r: r["case"].startswith("maskplay"))
+        t = best(here, "tokens_per_s", lambda r: r["case"].startswith("HF"))
+        cells.append((batch, o, t))
+    return {"gpt": (
+        "; ".join(f"b{b}: {o['tokens_per_s']:,.0f} tokens/s ({o['case'].removeprefix('maskplay ')})" for b, o, _ in cells),
+        "HF generate on the same weights (BertLMHeadModel): "
+        + "; ".join(f"b{b}: {t['tokens_per_s']:,.0f}" for b, _, t in cells),
+        " / ".join(f"{o['tokens_per_s'] / t['tokens_per_s']:.2f}x" for _, o, t in cells),
+        " / ".join(f"{o['tokens_per_s'] / o['bandwidth_limit_tokens_per_s']:.0%} of bandwidth" for _, o, _ in cells))}
+
+
+NOT_MEASURED = {  # (task, family) -> why the cell is empty
+    ("score", "gpt"): "causal sum; no script row yet (its twin: GPT2LMHeadModel)",
+    ("score", "electra"): "discriminator's P(original); no twin measured",
+    ("score", "unilm"): "PLL as BERT; no twin",
+    ("score", "gpt-bert"): "causal / MNTP PLL; no twin",
+    ("embed", "gpt"): "supported; not in score_speed.py",
+    ("embed", "electra"): "supported; not in score_speed.py",
+    ("embed", "xlnet"): "supported; not in score_speed.py",
+    ("embed", "unilm"): "supported; not in score_speed.py",
+    ("embed", "gpt-bert"): "supported (bidirectional mode); no twin",
+    ("generate", "unilm"): "same decode code as GPT; no twin",
+    ("generate", "gpt-bert"): "same decode code as GPT (causal mode); no twin",
+}
+GENERATES = {"gpt", "unilm", "gpt-bert"}
+
+
+def table(work: Path) -> str:
+    train, score, generate = train_rows(work), score_rows(work), generate_rows(work)
+    lines = ["| family | task | maskplay (best precision) | HuggingFace twin (best) | ratio | MFU |",
+             "|---|---|---|---|---|---|"]
+    for family in FAMILIES:
+        cells = [("train step", train.get(family)), ("score", score.get(("score", family))),
+                 ("embed", score.get(("embed", family)))]
+        if family in GENERATES:
+            cells.append(("generate", generate.get(family)))
+        for task, cell in cells:
+            if cell is None:
+                why = NOT_MEASURED.get((task.split()[0], family), "not measured")
+                lines.append(f"| {NAMES[family]} | {task} | - | {why} | - | - |")
+            else:
+                lines.append(f"| {NAMES[family]} | {task} | " + " | ".join(cell) + " |")
+    return "\n".join(lines)
+
+
+def write_docs(path: Path, block: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    body = f"{START}\n{block}\n{END}"
+    if START in text and END in text:
+        text = text[:text.index(START)] + body + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n## Every family against its HuggingFace twin (`benchmarks/all.py`)\n\n" + body + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per sub-run (the median counts)")
+    parser.add_argument("--work", type=Path, default=Path("results/bench-all"), help="the sub-runs' JSON and logs")
+    parser.add_argument("--only", nargs="+", default=None, help="run only these sub-runs (the others' JSON in --work "
+                                                                "are reused): train train-gpt train-electra ...")
+    parser.add_argument("--table-only", action="store_true", help="run nothing: build the table from --work")
+    parser.add_argument("--docs", type=Path, default=None, help="write the table into this Markdown file")
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    args.work.mkdir(parents=True, exist_ok=True)
+    plan = runs(args.rounds, args.work)
+    unknown = sorted(set(args.only or ()) - set(plan))
+    if unknown:
+        parser.error(f"--only: unknown sub-runs {unknown}; choose from {sorted(plan)}")
+    timings = {}
+    for name, argv in ([] if args.table_only else plan.items()):
+        if args.only and name not in args.only:
+            continue
+        began = time.perf_counter()
+        print(f"== {name}: python {' '.join(argv)}", flush=True)
+        with open(args.work / f"{name}.log", "w") as log:
+            done = subprocess.run([sys.executable, *argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        timings[name] = time.perf_counter() - began
+        if done.returncode != 0:
+            raise SystemExit(f"benchmarks/all.py: {name} failed (exit {done.returncode}); see {args.work / name}.log")
+        print(f"   {timings[name]:.0f} s", flush=True)
+    block = (f"Machine: {machine()}; {args.rounds} interleaved rounds per sub-run; "
+             f"`python benchmarks/all.py --rounds {args.rounds}` "
+             + (f"({sum(timings.values()) / 60:.1f} minutes in all)" if timings else "") + "; the sub-runs' JSON in "
+             f"`{args.work.as_posix()}/`.\n\n" + table(args.work))
+    (args.work / "table.md").write_text(block + "\n")
+    print(block)
+    if args.docs is not None:
+        write_docs(args.docs, block)
+        print(f"wrote the table into {args.docs}")
+
+
+if __name__ == "__main__":
+    main()
