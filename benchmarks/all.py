@@ -12,7 +12,8 @@ round by round, so the machine's drift hits both sides alike) and merges their J
   (XLNet); T-TA, UniLM and GPT-BERT have no twin in transformers and are shown against BertForMaskedLM of the same
   size, the model a HuggingFace user would train instead (marked "reference");
 - scoring and embedding (`score_speed.py`, tta-paper size, WikiText-103 sentences): T-TA one pass and BERT PLL
-  against HF BertForMaskedLM's PLL, XLNet causal against XLNetLMHeadModel, T-TA / BERT encode against HF BertModel;
+  against HF BertForMaskedLM's PLL, XLNet causal against XLNetLMHeadModel, GPT causal against BertLMHeadModel on
+  the same weights, T-TA / BERT encode against HF BertModel;
 - generation (`generate_speed.py --preset mini`): GPT's greedy decoding (cached and compiled) against HF `generate`
   on the same weights (BertLMHeadModel, converted), batch 1 and 8.
 
@@ -97,6 +98,7 @@ SCORE_CASES = {  # (task, family) -> maskplay's cases, the HF cases, the twin's 
     ("score", "tta"): (("tta", "tta8"), ("hf_pll", "hf_pll8"), "HF BertForMaskedLM PLL (reference: no twin)"),
     ("score", "bert"): (("pll",), ("hf_pll", "hf_pll8"), "HF BertForMaskedLM PLL"),
     ("score", "xlnet"): (("xlnet",), ("hf_xlnet",), "HF XLNetLMHeadModel, causal order"),
+    ("score", "gpt"): (("gpt",), ("hf_gpt",), "HF BertLMHeadModel on the same weights (GPT's converter twin)"),
     ("embed", "tta"): (("e_tta", "e_tta8"), ("e_hf", "e_hf8"), "HF BertModel, mean pooling (reference)"),
     ("embed", "bert"): (("e_bert", "e_bert8"), ("e_hf", "e_hf8"), "HF BertModel, mean pooling"),
 }
@@ -139,7 +141,6 @@ def generate_rows(work: Path) -> dict[str, tuple[str, str, str, str]]:
 
 
 NOT_MEASURED = {  # (task, family) -> why the cell is empty
-    ("score", "gpt"): "causal sum; no script row yet (its twin: GPT2LMHeadModel)",
     ("score", "electra"): "discriminator's P(original); no twin measured",
     ("score", "unilm"): "PLL as BERT; no twin",
     ("score", "gpt-bert"): "causal / MNTP PLL; no twin",

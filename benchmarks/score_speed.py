@@ -10,6 +10,9 @@
 - XLNet's exact sentence log-likelihood in one pass: maskplay Scorer (method causal: the query stream under the
   left-to-right order, the head at the scored pieces) vs HuggingFace XLNetLMHeadModel given the same weights, a
   left-to-right perm_mask and a target_mapping over every position (one pass per batch, as its users score);
+- GPT's exact sentence log-likelihood (causal, one pass): maskplay Scorer vs HuggingFace BertLMHeadModel given the
+  same weights (maskplay's GPT is a BERT decoder: the converter's twin), one pass per batch of length-sorted
+  sentences, log-softmax over every position as its users score;
 - embeddings: maskplay encode (T-TA and BERT, mean pooling) at --dtype and at int8 vs HuggingFace BertModel
   mean pooling at --dtype and with torch.ao dynamic int8 quantisation (the int8 route HuggingFace documents);
   the int8 rows' cosine similarity to the fp32 embeddings of the same model is reported.
@@ -48,7 +51,7 @@ from common import interleaved, machine, matmul_peak, resolve_dtype  # noqa: E40
 
 from maskplay import preset  # noqa: E402
 from maskplay.allocator import keep_freed_memory  # noqa: E402
-from maskplay.convert import maskplay_to_hf_bert  # noqa: E402
+from maskplay.convert import gpt_to_hf_bert_lm_head, maskplay_to_hf_bert  # noqa: E402
 from maskplay.families import build_model
 from maskplay.flops import scoring_flops  # noqa: E402
 from maskplay.precision import Precision  # noqa: E402
@@ -118,6 +121,28 @@ def hf_xlnet_causal(hf_xlnet, tok, sentences: list[str], batch_size: int, contex
     return out
 
 
+def hf_causal(hf_gpt, tok, sentences: list[str], batch_size: int, context) -> list[float]:
+    """Sentence log p with a HuggingFace decoder in one pass per batch of length-sorted, right-padded sentences:
+    log p(piece t | pieces before it) from the logits at t - 1, the pieces between [SOS] and [EOS] summed (the rule
+    of maskplay's causal score: [SOS] is context, [EOS] is not scored)."""
+    encoded = [tok.encode(s) for s in sentences]
+    order = sorted(range(len(encoded)), key=lambda k: -len(encoded[k]))
+    out = [0.0] * len(encoded)
+    with torch.inference_mode(), context():
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            rows = [encoded[k] for k in batch]
+            width = max(len(r) for r in rows)
+            ids = torch.full((len(rows), width), tok.special.pad, dtype=torch.long)
+            for k, r in enumerate(rows):
+                ids[k, :len(r)] = torch.tensor(r)
+            logits = hf_gpt(input_ids=ids, attention_mask=(ids != tok.special.pad).long()).logits
+            picked = logits[:, :-1].float().log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
+            for k, (index, r) in enumerate(zip(batch, rows, strict=True)):
+                out[index] = float(picked[k, :len(r) - 2].sum())
+    return out
+
+
 def hf_mean_pool(hf_bert, tok, sentences: list[str], batch_size: int, context) -> torch.Tensor:
     """sentence-transformers style: batches sorted by length, attention-masked mean over all tokens
     ([CLS]/[SEP] included, as sentence-transformers does)."""
@@ -152,7 +177,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is reported")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    parser.add_argument("--tasks", nargs="+", choices=["score", "xlnet", "embed"], default=["score", "xlnet", "embed"],
+    parser.add_argument("--tasks", nargs="+", choices=["score", "xlnet", "gpt", "embed"],
+                        default=["score", "xlnet", "gpt", "embed"],
                         help="which rows to run (each task with its HuggingFace baseline)")
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="keep freed heap memory in the process, for both sides (as the maskplay CLI does)")
@@ -189,6 +215,11 @@ def main() -> None:
     (xl_config, xl_state), = to_hf(xlnet)
     hf_xlnet = transformers.XLNetLMHeadModel(transformers.XLNetConfig(**xl_config)).eval()
     hf_xlnet.load_state_dict(xl_state, strict=True)
+    gpt = build_model(preset("tta-paper", family="gpt", **ids)).eval()
+    gpt_config, gpt_state = gpt_to_hf_bert_lm_head(gpt)
+    hf_gpt = transformers.BertLMHeadModel(transformers.BertConfig(**{k: v for k, v in gpt_config.items()
+                                                                     if k != "architectures"})).eval()
+    hf_gpt.load_state_dict(gpt_state, strict=True)
     loaded = hf.load_state_dict(maskplay_to_hf_bert(bert.state_dict()), strict=False)
     assert not loaded.unexpected_keys and all(k.endswith("_ids") for k in loaded.missing_keys), loaded
 
@@ -204,6 +235,7 @@ def main() -> None:
         context = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
     elif precision is Precision.bf16:
         hf = hf.to(torch.bfloat16)  # after the weights were copied from the maskplay model (which stays fp32)
+        hf_gpt = hf_gpt.to(torch.bfloat16)
     # HuggingFace XLNet's two-stream path fails with bf16 weights (its relative-position einsum mixes dtypes): its
     # bf16 route is autocast
     xlnet_context = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision in (  # noqa: E731
@@ -213,6 +245,7 @@ def main() -> None:
     tta_scorer8 = Scorer(tta, tok, batch_size=args.batch_size, precision=Precision.int8)
     pll_scorer = Scorer(bert, tok, batch_size=args.batch_size, method="pll", precision=precision)
     xlnet_scorer = Scorer(xlnet, tok, batch_size=args.batch_size, method="causal", precision=precision)
+    gpt_scorer = Scorer(gpt, tok, batch_size=args.batch_size, method="causal", precision=precision)
     tta_embed = Embedder(tta, tok, precision=precision)
     bert_embed = Embedder(bert, tok, precision=precision)
     tta_embed8 = Embedder(tta, tok, precision=Precision.int8)
@@ -227,6 +260,9 @@ def main() -> None:
     xl_diff = max(abs(a.log_prob - b) for a, b in zip(xlnet_scorer.score(sentences),
                                                        hf_xlnet_causal(hf_xlnet, tok, sentences, args.batch_size,
                                                                        xlnet_context), strict=True))
+    gpt_diff = max(abs(a.log_prob - b) for a, b in zip(gpt_scorer.score(sentences),
+                                                        hf_causal(hf_gpt, tok, sentences, args.batch_size, context),
+                                                        strict=True))
 
     cases = {  # (task, name, call, FLOPs per call, baseline row of the task)
         "tta": ("score", "T-TA one pass (maskplay)", lambda: tta_scorer.score(sentences), "one-pass", tta.config),
@@ -243,6 +279,10 @@ def main() -> None:
                      lambda: hf_xlnet_causal(hf_xlnet, tok, sentences, args.batch_size, xlnet_context),
                      "two-stream-full",
                      xlnet.config),
+        "gpt": ("gpt", "GPT causal, one pass (maskplay)", lambda: gpt_scorer.score(sentences), "one-pass",
+                gpt.config),
+        "hf_gpt": ("gpt", "GPT causal, one pass (HF BertLMHeadModel)",
+                   lambda: hf_causal(hf_gpt, tok, sentences, args.batch_size, context), "one-pass-full", gpt.config),
         "e_tta": ("embed", "T-TA encode, mean (maskplay)",
                   lambda: tta_embed.encode(sentences, batch_size=args.batch_size), "encode", tta.config),
         "e_bert": ("embed", "BERT encode, mean (maskplay)",
@@ -258,7 +298,7 @@ def main() -> None:
     }
     cases = {k: c for k, c in cases.items() if c[0] in args.tasks}
     seconds = interleaved({k: c[2] for k, c in cases.items()}, args.rounds)
-    baselines = {"score": ("hf_pll", "hf_pll8"), "xlnet": ("hf_xlnet",), "embed": ("e_hf", "e_hf8")}
+    baselines = {"score": ("hf_pll", "hf_pll8"), "xlnet": ("hf_xlnet",), "gpt": ("hf_gpt",), "embed": ("e_hf", "e_hf8")}
     base = {task: seconds[keys[0]] for task, keys in baselines.items() if task in args.tasks}
     fastest_hf = {task: min(keys, key=seconds.__getitem__) for task, keys in baselines.items() if task in args.tasks}
     best = {task: seconds[key] for task, key in fastest_hf.items()}
@@ -295,6 +335,7 @@ def main() -> None:
           + "; ".join(f"{task}: {cases[key][1]}" for task, key in fastest_hf.items()) + ")"
           + (f". T-TA one pass vs bucketed PLL: {seconds['pll'] / seconds['tta']:.1f}x" if "score" in args.tasks else ""))
     print(f"check: max |sentence log p (maskplay XLNet causal) - (HF XLNet)| = {xl_diff:.2e} nats")
+    print(f"check: max |sentence log p (maskplay GPT causal) - (HF BertLMHeadModel)| = {gpt_diff:.2e} nats")
     print(f"check: max |sentence log p (maskplay PLL) - (HF naive PLL)| = {diff:.2e} nats; "
           "maskplay BERT encode excludes [SOS]/[EOS] from the mean, HF includes them")
     print("int8 embeddings vs fp32 of the same model, lowest cosine similarity over the sentences: "
@@ -304,6 +345,7 @@ def main() -> None:
                                               "args": {k: os.path.relpath(v) if isinstance(v, Path) else str(v)
                                                        for k, v in vars(args).items()},  # no machine paths
                                               "malloc": malloc, "pll_max_diff": diff, "xlnet_max_diff": xl_diff,
+                                              "gpt_max_diff": gpt_diff,
                                               "int8_min_cosine": cosines,
                                               "rows": rows},
                                              indent=2) + "\n")

@@ -71,7 +71,9 @@ def _head_flops(config: ModelConfig) -> float:
 def scoring_flops(config: ModelConfig, lengths: list[int], method: str) -> float:
     """Forward FLOPs to score sentences of `lengths` pieces each ([SOS]/[EOS] not included), as each method
     computes them:
-    - "one-pass": one pass per sentence, the head at every piece (T-TA);
+    - "one-pass": one pass per sentence, the head at every piece (T-TA; GPT's causal score);
+    - "one-pass-full": the same with the head at every position, [SOS]/[EOS] included (a HuggingFace decoder's
+      logits);
     - "pll": one copy per piece, the last block and the head at the masked position only (maskplay's PLL);
     - "pll-naive": one copy per piece, every block and the head everywhere (HuggingFace BertForMaskedLM);
     - "encode": one pass, no head (embeddings);
@@ -86,6 +88,8 @@ def scoring_flops(config: ModelConfig, lengths: list[int], method: str) -> float
         body = n_layers * L * _layer_flops(config, L)
         if method == "one-pass":
             total += body + n * _head_flops(config)
+        elif method == "one-pass-full":
+            total += body + L * _head_flops(config)
         elif method == "encode":
             total += body
         elif method == "two-stream":
