@@ -27,7 +27,7 @@ def jacobian_norms(model, ids, mask, **kwargs):
     g = torch.Generator().manual_seed(0)
     for d, o in enumerate(outputs):
         # a random direction, not .sum(): the sum of a LayerNorm output is constant and has zero gradient
-        direction = torch.randn(o.shape[-1], generator=g)
+        direction = torch.randn(o.shape[-1], generator=g).to(o.dtype)
         for b in range(B):
             for i in range(L):
                 (grad,) = torch.autograd.grad(o[b, i] @ direction, emb, retain_graph=True)

@@ -81,12 +81,15 @@ class Attention(nn.Module):
                 a = attend_with_term(q, k, v, mask, term, self.dropout_p, self.training)
         elif self.kernel is not None:
             a = self.kernel(q, k, v, mask, self.dropout_p, self.training)
-        elif (self.training and self.dropout_p > 0) or getattr(inputs.cache, "static", False):
-            # SDPA's math path written out: with dropout (what SDPA does on CPU, with the cheaper dropout), and in the
+        elif (self.training and self.dropout_p > 0) or getattr(inputs.cache, "static", False) or \
+                explicit_pays(q, k):
+            # SDPA's math path written out: with dropout (what SDPA does on CPU, with the cheaper dropout), in the
             # static decode step (cache.StaticKVCache), whose one query per row a compiler fuses into a few kernels
-            # where the CPU flash kernel spends ~1 ms a call on it (static_decode.py)
+            # where the CPU flash kernel spends ~1 ms a call on it (static_decode.py), and in bf16 training on a CPU
+            # at short lengths (explicit_pays)
             scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5)
-            scores = scores.masked_fill_(~mask, float("-inf")) if mask.dtype == torch.bool else scores.add_(mask)
+            if mask is not None:
+                scores = scores.masked_fill_(~mask, float("-inf")) if mask.dtype == torch.bool else scores.add_(mask)
             probs = scores.softmax(dim=-1)
             a = (dropout(probs, self.dropout_p, True) if self.training and self.dropout_p > 0 else probs) @ v
         else:
@@ -140,6 +143,20 @@ class SynthesizedAttention(Attention):
         if dead_rows is not None:
             a = a.masked_fill(dead_rows, 0.0)
         return self.output(a.transpose(1, 2).reshape(B, Lq, -1), h)
+
+
+# Keys up to which bf16 training on a CPU writes attention out rather than calling SDPA: forward and backward of
+# SDPA's CPU flash kernel with a mask took 3-6x the explicit softmax's time at 16-128 keys and 1.4x at 256 on the
+# AVX-512 BF16 EPYC (64 x 32-token rows, 4 heads of 64: 31 against 5 ms); fp32 is level, so it keeps SDPA
+# (benchmarks/attention_kernel.py, docs/BENCHMARKS.md).
+EXPLICIT_BF16_MAX_KEYS = 256
+
+
+def explicit_pays(q: Tensor, k: Tensor) -> bool:
+    """Whether to write attention out instead of SDPA: bf16 with gradients, on a CPU, at most
+    EXPLICIT_BF16_MAX_KEYS keys (the scores, (B, heads, L, keys), stay small there)."""
+    return (q.device.type == "cpu" and q.dtype == torch.bfloat16 and q.requires_grad and torch.is_grad_enabled()
+            and k.shape[-2] <= EXPLICIT_BF16_MAX_KEYS)
 
 
 def split_heads(x: Tensor, heads: int) -> Tensor:
