@@ -7,7 +7,8 @@ forward and backward, and what the choice does to a whole training step.
    tokens, L from 16 to 256, in bf16 and fp32; the median of interleaved rounds.
 2. A training step of the two-hour model's shape (4 x 256, pre-LN, SwiGLU, rotary; 64 rows of 12-32 tokens, bf16
    end to end, AdamW) for GPT and T-TA, with attention.dense.EXPLICIT_BF16_MAX_KEYS at its value (written out) and
-   at 0 (SDPA), alternating in one process so that the machine's drift hits both.
+   at 0 (SDPA), alternating in one process so that the machine's drift hits both; then full 128- and 64-token rows
+   of the `mini` preset on two threads, written out (up to 256 keys) against SDPA.
 """
 
 from __future__ import annotations
@@ -66,16 +67,21 @@ def kernel_rows(rounds: int) -> list[dict]:
     return rows
 
 
-def training_step(family: str):
-    """One bf16 training step (AdamW) of the two-hour model's shape, as a call."""
+TWO_HOUR = {"num_layers": 4, "norm_placement": "pre", "ffn": "swiglu", "positions": "rotary", "hidden_dropout": 0.0,
+            "attention_dropout": 0.0}
+
+
+def training_step(family: str, rows: int = 64, length: int = 32, two_hour: bool = True):
+    """One bf16 training step (AdamW) as a call: the two-hour model's shape on sentence rows of 12-32 tokens, or
+    the `mini` preset on full rows."""
     torch.manual_seed(0)
-    cfg = preset("mini", family=family, num_layers=4, norm_placement="pre", ffn="swiglu", positions="rotary",
-                 hidden_dropout=0.0, attention_dropout=0.0)
+    cfg = preset("mini", family=family, **(TWO_HOUR if two_hour else {}))
     model = build_model(cfg).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(7, cfg.vocab_size, (64, 32), generator=g)
-    mask = torch.arange(32)[None] < torch.randint(12, 33, (64,), generator=g)[:, None]
+    ids = torch.randint(7, cfg.vocab_size, (rows, length), generator=g)
+    mask = torch.arange(length)[None] < torch.randint(12, 33, (rows,), generator=g)[:, None] if two_hour else \
+        torch.ones(rows, length, dtype=torch.bool)
 
     def step() -> None:
         loss = forward_in(model, "bf16", **model.training_batch(ids, mask, generator=g)).loss
@@ -86,10 +92,13 @@ def training_step(family: str):
     return step
 
 
-def step_rows(rounds: int) -> list[dict]:
-    rows, keys = [], dense.EXPLICIT_BF16_MAX_KEYS
-    for family in ("gpt", "tta"):
-        step = training_step(family)
+def step_rows(rounds: int, cases: tuple = (("gpt", 64, 32, True), ("tta", 64, 32, True)),
+              keys: int | None = None) -> list[dict]:
+    """Each case's step with attention written out up to `keys` (default: the switch's value) and with SDPA."""
+    rows, default = [], dense.EXPLICIT_BF16_MAX_KEYS
+    keys = default if keys is None else keys
+    for family, n, length, two_hour in cases:
+        step = training_step(family, n, length, two_hour)
         times = {keys: [], 0: []}
         for r in range(rounds):
             for threshold in ((keys, 0) if r % 2 else (0, keys)):
@@ -99,10 +108,13 @@ def step_rows(rounds: int) -> list[dict]:
                 for _ in range(3):
                     step()
                 times[threshold].append((time.perf_counter() - start) / 3)
-        dense.EXPLICIT_BF16_MAX_KEYS = keys
+        dense.EXPLICIT_BF16_MAX_KEYS = default
         w, s = statistics.median(times[keys]), statistics.median(times[0])
-        rows.append({"family": family, "written_out_ms": 1000 * w, "sdpa_ms": 1000 * s, "speedup": s / w})
-        print(f"step   {family:>8} written out {1000 * w:7.1f} ms  sdpa {1000 * s:7.1f} ms  -> {s / w:.3f}x", flush=True)
+        shape = f"{'two-hour' if two_hour else 'mini'} {n} x {length}"
+        rows.append({"family": family, "shape": shape, "threads": torch.get_num_threads(), "written_out_ms": 1000 * w,
+                     "sdpa_ms": 1000 * s, "speedup": s / w})
+        print(f"step   {family:>8} {shape} ({torch.get_num_threads()} threads): written out {1000 * w:7.1f} ms  "
+              f"sdpa {1000 * s:7.1f} ms  -> {s / w:.3f}x", flush=True)
     return rows
 
 
@@ -116,6 +128,10 @@ def main() -> None:
     print(machine())
     result = {"machine": machine(), "threads": args.threads, "rounds": args.rounds, "kernel": kernel_rows(args.rounds),
               "step": step_rows(args.rounds)}
+    # full rows of the mini preset on two threads, written out even where the switch stops (256 keys): why it stops
+    torch.set_num_threads(2)
+    result["full_rows_two_threads"] = step_rows(args.rounds, (("gpt", 16, 128, False), ("xlnet", 16, 128, False),
+                                                              ("gpt", 32, 64, False), ("tta", 32, 64, False)), keys=256)
     if args.out is not None:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {args.out}")

@@ -145,11 +145,13 @@ class SynthesizedAttention(Attention):
         return self.output(a.transpose(1, 2).reshape(B, Lq, -1), h)
 
 
-# Keys up to which bf16 training on a CPU writes attention out rather than calling SDPA: forward and backward of
-# SDPA's CPU flash kernel with a mask took 3-6x the explicit softmax's time at 16-128 keys and 1.4x at 256 on the
-# AVX-512 BF16 EPYC (64 x 32-token rows, 4 heads of 64: 31 against 5 ms); fp32 is level, so it keeps SDPA
-# (benchmarks/attention_kernel.py, docs/BENCHMARKS.md).
-EXPLICIT_BF16_MAX_KEYS = 256
+# Keys up to which bf16 training on a CPU writes attention out rather than calling SDPA. On the AVX-512 BF16 EPYC
+# (benchmarks/attention_kernel.py, docs/BENCHMARKS.md), one thread: forward and backward of SDPA's CPU flash kernel
+# with a mask took 4-6x the written-out softmax's time at 16-32 keys, 3x at 64-128, 1.2x at 256; whole training
+# steps of the two-hour model on 32- and 64-token rows ran 1.06-1.18x faster, but steps of the `mini` preset on full
+# 64- and 128-token rows with two threads were level (0.93-1.04x over repeated runs), so the switch stops at 64 keys.
+# fp32 is level throughout and keeps SDPA.
+EXPLICIT_BF16_MAX_KEYS = 64
 
 
 def explicit_pays(q: Tensor, k: Tensor) -> bool:
