@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import math
 import os
 import shutil
@@ -163,6 +164,18 @@ def test_batcher_keeps_closed_loop_clients_in_one_call():
     asyncio.run(main())
     assert sum(calls) == 64
     assert sorted(calls[2:])[len(calls[2:]) // 2] == 8, calls  # after warming up, the median call serves all
+
+
+def test_json_bodies_are_strict_json():
+    """The hot routes' serialiser: plain JSON (non-ASCII kept), a non-finite float as null (as FastAPI's own path
+    writes it; `-Infinity` is not JSON), and nothing else changed."""
+    from maskplay.score.explain import colour_of
+    from maskplay.serve.app import colour_hex, json_body, xterm_hex
+
+    body = json_body({"text": "café", "log_prob": float("-inf"), "nan": float("nan"), "x": [1, 2.5, None]}).body
+    assert json.loads(body) == {"text": "café", "log_prob": None, "nan": None, "x": [1, 2.5, None]}
+    assert b"Infinity" not in body and "café".encode() in body
+    assert [colour_hex(s) for s in (0.5, 3.5, 20.0)] == [xterm_hex(colour_of(s)) for s in (0.5, 3.5, 20.0)]
 
 
 def test_batcher_queue_bound_and_batching_off():
