@@ -12,8 +12,8 @@ round by round, so the machine's drift hits both sides alike) and merges their J
   (XLNet); T-TA, UniLM and GPT-BERT have no twin in transformers and are shown against BertForMaskedLM of the same
   size, the model a HuggingFace user would train instead (marked "reference");
 - scoring and embedding (`score_speed.py`, tta-paper size, WikiText-103 sentences): T-TA one pass and BERT PLL
-  against HF BertForMaskedLM's PLL, XLNet causal against XLNetLMHeadModel, GPT causal against BertLMHeadModel on
-  the same weights, T-TA / BERT encode against HF BertModel;
+  against HF BertForMaskedLM's PLL, XLNet causal against XLNetLMHeadModel, GPT causal against BertLMHeadModel and
+  ELECTRA's discriminator against ElectraForPreTraining on the same weights, T-TA / BERT encode against HF BertModel;
 - generation (`generate_speed.py --preset mini`): GPT's greedy decoding (cached and compiled) against HF `generate`
   on the same weights (BertLMHeadModel, converted), batch 1 and 8.
 
@@ -99,6 +99,7 @@ SCORE_CASES = {  # (task, family) -> maskplay's cases, the HF cases, the twin's 
     ("score", "bert"): (("pll",), ("hf_pll", "hf_pll8"), "HF BertForMaskedLM PLL"),
     ("score", "xlnet"): (("xlnet",), ("hf_xlnet",), "HF XLNetLMHeadModel, causal order"),
     ("score", "gpt"): (("gpt",), ("hf_gpt",), "HF BertLMHeadModel on the same weights (GPT's converter twin)"),
+    ("score", "electra"): (("electra",), ("hf_electra",), "HF ElectraForPreTraining on the same weights"),
     ("embed", "tta"): (("e_tta", "e_tta8"), ("e_hf", "e_hf8"), "HF BertModel, mean pooling (reference)"),
     ("embed", "bert"): (("e_bert", "e_bert8"), ("e_hf", "e_hf8"), "HF BertModel, mean pooling"),
 }
@@ -141,7 +142,6 @@ def generate_rows(work: Path) -> dict[str, tuple[str, str, str, str]]:
 
 
 NOT_MEASURED = {  # (task, family) -> why the cell is empty
-    ("score", "electra"): "discriminator's P(original); no twin measured",
     ("score", "unilm"): "PLL as BERT; no twin",
     ("score", "gpt-bert"): "causal / MNTP PLL; no twin",
     ("embed", "gpt"): "supported; not in score_speed.py",
@@ -212,9 +212,14 @@ def main() -> None:
         if done.returncode != 0:
             raise SystemExit(f"benchmarks/all.py: {name} failed (exit {done.returncode}); see {args.work / name}.log")
         print(f"   {timings[name]:.0f} s", flush=True)
-    block = (f"Machine: {machine()}; {args.rounds} interleaved rounds per sub-run; "
-             f"`python benchmarks/all.py --rounds {args.rounds}` "
-             + (f"({sum(timings.values()) / 60:.1f} minutes in all)" if timings else "") + "; the sub-runs' JSON in "
+    if args.table_only:
+        how = "built from the sub-runs' JSON already there (`--table-only`)"
+    elif args.only:
+        how = (f"`python benchmarks/all.py --rounds {args.rounds} --only {' '.join(args.only)}` re-ran those "
+               f"({sum(timings.values()) / 60:.1f} minutes); the other rows are an earlier full run's")
+    else:
+        how = f"`python benchmarks/all.py --rounds {args.rounds}` ({sum(timings.values()) / 60:.1f} minutes in all)"
+    block = (f"Machine: {machine()}; {args.rounds} interleaved rounds per sub-run; {how}; the sub-runs' JSON in "
              f"`{args.work.as_posix()}/`.\n\n" + table(args.work))
     (args.work / "table.md").write_text(block + "\n")
     print(block)

@@ -13,6 +13,8 @@
 - GPT's exact sentence log-likelihood (causal, one pass): maskplay Scorer vs HuggingFace BertLMHeadModel given the
   same weights (maskplay's GPT is a BERT decoder: the converter's twin), one pass per batch of length-sorted
   sentences, log-softmax over every position as its users score;
+- ELECTRA's discriminator score (sum of log P(original) over the pieces, one pass): maskplay Scorer vs HuggingFace
+  ElectraForPreTraining given the same weights (the converter's twin), one pass per batch of length-sorted sentences;
 - embeddings: maskplay encode (T-TA and BERT, mean pooling) at --dtype and at int8 vs HuggingFace BertModel
   mean pooling at --dtype and with torch.ao dynamic int8 quantisation (the int8 route HuggingFace documents);
   the int8 rows' cosine similarity to the fp32 embeddings of the same model is reported.
@@ -143,6 +145,26 @@ def hf_causal(hf_gpt, tok, sentences: list[str], batch_size: int, context) -> li
     return out
 
 
+def hf_discriminator(hf_electra, tok, sentences: list[str], batch_size: int, context) -> list[float]:
+    """Sentence log P(original) with HuggingFace's ELECTRA discriminator in one pass per batch of length-sorted,
+    right-padded sentences: log sigmoid(-logit) summed over the pieces between [SOS] and [EOS]."""
+    encoded = [tok.encode(s) for s in sentences]
+    order = sorted(range(len(encoded)), key=lambda k: -len(encoded[k]))
+    out = [0.0] * len(encoded)
+    with torch.inference_mode(), context():
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            rows = [encoded[k] for k in batch]
+            ids = torch.full((len(rows), max(len(r) for r in rows)), tok.special.pad, dtype=torch.long)
+            for k, r in enumerate(rows):
+                ids[k, :len(r)] = torch.tensor(r)
+            logits = hf_electra(input_ids=ids, attention_mask=(ids != tok.special.pad).long()).logits.float()
+            original = torch.nn.functional.logsigmoid(-logits)
+            for k, (index, r) in enumerate(zip(batch, rows, strict=True)):
+                out[index] = float(original[k, 1:len(r) - 1].sum())
+    return out
+
+
 def hf_mean_pool(hf_bert, tok, sentences: list[str], batch_size: int, context) -> torch.Tensor:
     """sentence-transformers style: batches sorted by length, attention-masked mean over all tokens
     ([CLS]/[SEP] included, as sentence-transformers does)."""
@@ -177,8 +199,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is reported")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    parser.add_argument("--tasks", nargs="+", choices=["score", "xlnet", "gpt", "embed"],
-                        default=["score", "xlnet", "gpt", "embed"],
+    parser.add_argument("--tasks", nargs="+", choices=["score", "xlnet", "gpt", "electra", "embed"],
+                        default=["score", "xlnet", "gpt", "electra", "embed"],
                         help="which rows to run (each task with its HuggingFace baseline)")
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="keep freed heap memory in the process, for both sides (as the maskplay CLI does)")
@@ -220,6 +242,11 @@ def main() -> None:
     hf_gpt = transformers.BertLMHeadModel(transformers.BertConfig(**{k: v for k, v in gpt_config.items()
                                                                      if k != "architectures"})).eval()
     hf_gpt.load_state_dict(gpt_state, strict=True)
+    electra = build_model(preset("tta-paper", family="electra", **ids)).eval()
+    (electra_config, electra_state), _ = to_hf(electra)
+    hf_electra = transformers.ElectraForPreTraining(transformers.ElectraConfig(
+        **{k: v for k, v in electra_config.items() if k != "architectures"})).eval()
+    hf_electra.load_state_dict(electra_state, strict=True)
     loaded = hf.load_state_dict(maskplay_to_hf_bert(bert.state_dict()), strict=False)
     assert not loaded.unexpected_keys and all(k.endswith("_ids") for k in loaded.missing_keys), loaded
 
@@ -236,6 +263,7 @@ def main() -> None:
     elif precision is Precision.bf16:
         hf = hf.to(torch.bfloat16)  # after the weights were copied from the maskplay model (which stays fp32)
         hf_gpt = hf_gpt.to(torch.bfloat16)
+        hf_electra = hf_electra.to(torch.bfloat16)
     # HuggingFace XLNet's two-stream path fails with bf16 weights (its relative-position einsum mixes dtypes): its
     # bf16 route is autocast
     xlnet_context = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision in (  # noqa: E731
@@ -246,6 +274,7 @@ def main() -> None:
     pll_scorer = Scorer(bert, tok, batch_size=args.batch_size, method="pll", precision=precision)
     xlnet_scorer = Scorer(xlnet, tok, batch_size=args.batch_size, method="causal", precision=precision)
     gpt_scorer = Scorer(gpt, tok, batch_size=args.batch_size, method="causal", precision=precision)
+    electra_scorer = Scorer(electra, tok, batch_size=args.batch_size, method="discriminator", precision=precision)
     tta_embed = Embedder(tta, tok, precision=precision)
     bert_embed = Embedder(bert, tok, precision=precision)
     tta_embed8 = Embedder(tta, tok, precision=Precision.int8)
@@ -263,6 +292,9 @@ def main() -> None:
     gpt_diff = max(abs(a.log_prob - b) for a, b in zip(gpt_scorer.score(sentences),
                                                         hf_causal(hf_gpt, tok, sentences, args.batch_size, context),
                                                         strict=True))
+    electra_diff = max(abs(a.log_prob - b) for a, b in zip(
+        electra_scorer.score(sentences), hf_discriminator(hf_electra, tok, sentences, args.batch_size, context),
+        strict=True))
 
     cases = {  # (task, name, call, FLOPs per call, baseline row of the task)
         "tta": ("score", "T-TA one pass (maskplay)", lambda: tta_scorer.score(sentences), "one-pass", tta.config),
@@ -283,6 +315,11 @@ def main() -> None:
                 gpt.config),
         "hf_gpt": ("gpt", "GPT causal, one pass (HF BertLMHeadModel)",
                    lambda: hf_causal(hf_gpt, tok, sentences, args.batch_size, context), "one-pass-full", gpt.config),
+        "electra": ("electra", "ELECTRA discriminator, one pass (maskplay)", lambda: electra_scorer.score(sentences),
+                    "encode", electra.config),
+        "hf_electra": ("electra", "ELECTRA discriminator (HF ElectraForPreTraining)",
+                       lambda: hf_discriminator(hf_electra, tok, sentences, args.batch_size, context), "encode",
+                       electra.config),
         "e_tta": ("embed", "T-TA encode, mean (maskplay)",
                   lambda: tta_embed.encode(sentences, batch_size=args.batch_size), "encode", tta.config),
         "e_bert": ("embed", "BERT encode, mean (maskplay)",
@@ -298,7 +335,8 @@ def main() -> None:
     }
     cases = {k: c for k, c in cases.items() if c[0] in args.tasks}
     seconds = interleaved({k: c[2] for k, c in cases.items()}, args.rounds)
-    baselines = {"score": ("hf_pll", "hf_pll8"), "xlnet": ("hf_xlnet",), "gpt": ("hf_gpt",), "embed": ("e_hf", "e_hf8")}
+    baselines = {"score": ("hf_pll", "hf_pll8"), "xlnet": ("hf_xlnet",), "gpt": ("hf_gpt",), "electra": ("hf_electra",),
+                 "embed": ("e_hf", "e_hf8")}
     base = {task: seconds[keys[0]] for task, keys in baselines.items() if task in args.tasks}
     fastest_hf = {task: min(keys, key=seconds.__getitem__) for task, keys in baselines.items() if task in args.tasks}
     best = {task: seconds[key] for task, key in fastest_hf.items()}
@@ -336,6 +374,8 @@ def main() -> None:
           + (f". T-TA one pass vs bucketed PLL: {seconds['pll'] / seconds['tta']:.1f}x" if "score" in args.tasks else ""))
     print(f"check: max |sentence log p (maskplay XLNet causal) - (HF XLNet)| = {xl_diff:.2e} nats")
     print(f"check: max |sentence log p (maskplay GPT causal) - (HF BertLMHeadModel)| = {gpt_diff:.2e} nats")
+    print(f"check: max |sentence log P(original) (maskplay ELECTRA) - (HF ElectraForPreTraining)| = "
+          f"{electra_diff:.2e} nats")
     print(f"check: max |sentence log p (maskplay PLL) - (HF naive PLL)| = {diff:.2e} nats; "
           "maskplay BERT encode excludes [SOS]/[EOS] from the mean, HF includes them")
     print("int8 embeddings vs fp32 of the same model, lowest cosine similarity over the sentences: "
@@ -345,7 +385,7 @@ def main() -> None:
                                               "args": {k: os.path.relpath(v) if isinstance(v, Path) else str(v)
                                                        for k, v in vars(args).items()},  # no machine paths
                                               "malloc": malloc, "pll_max_diff": diff, "xlnet_max_diff": xl_diff,
-                                              "gpt_max_diff": gpt_diff,
+                                              "gpt_max_diff": gpt_diff, "electra_max_diff": electra_diff,
                                               "int8_min_cosine": cosines,
                                               "rows": rows},
                                              indent=2) + "\n")
