@@ -13,7 +13,8 @@ round by round, so the machine's drift hits both sides alike) and merges their J
   size, the model a HuggingFace user would train instead (marked "reference");
 - scoring and embedding (`score_speed.py`, tta-paper size, WikiText-103 sentences): T-TA one pass and BERT PLL
   against HF BertForMaskedLM's PLL, XLNet causal against XLNetLMHeadModel, GPT causal against BertLMHeadModel and
-  ELECTRA's discriminator against ElectraForPreTraining on the same weights, T-TA / BERT encode against HF BertModel;
+  ELECTRA's discriminator against ElectraForPreTraining on the same weights, T-TA / BERT / UniLM encode against HF
+  BertModel, GPT / ELECTRA / XLNet encode against their HF encoders on the same weights;
 - generation (`generate_speed.py --preset mini`): GPT's greedy decoding (cached and compiled) against HF `generate`
   on the same weights (BertLMHeadModel, converted), batch 1 and 8.
 
@@ -102,6 +103,10 @@ SCORE_CASES = {  # (task, family) -> maskplay's cases, the HF cases, the twin's 
     ("score", "electra"): (("electra",), ("hf_electra",), "HF ElectraForPreTraining on the same weights"),
     ("embed", "tta"): (("e_tta", "e_tta8"), ("e_hf", "e_hf8"), "HF BertModel, mean pooling (reference)"),
     ("embed", "bert"): (("e_bert", "e_bert8"), ("e_hf", "e_hf8"), "HF BertModel, mean pooling"),
+    ("embed", "gpt"): (("e_gpt",), ("e_hf_gpt",), "HF BertLMHeadModel's encoder on the same weights, mean"),
+    ("embed", "electra"): (("e_electra",), ("e_hf_electra",), "HF ElectraModel on the same weights, mean"),
+    ("embed", "xlnet"): (("e_xlnet",), ("e_hf_xlnet",), "HF XLNetModel on the same weights, mean"),
+    ("embed", "unilm"): (("e_unilm",), ("e_hf", "e_hf8"), "HF BertModel, mean pooling (reference: no twin)"),
 }
 
 
@@ -144,10 +149,6 @@ def generate_rows(work: Path) -> dict[str, tuple[str, str, str, str]]:
 NOT_MEASURED = {  # (task, family) -> why the cell is empty
     ("score", "unilm"): "PLL as BERT; no twin",
     ("score", "gpt-bert"): "causal / MNTP PLL; no twin",
-    ("embed", "gpt"): "supported; not in score_speed.py",
-    ("embed", "electra"): "supported; not in score_speed.py",
-    ("embed", "xlnet"): "supported; not in score_speed.py",
-    ("embed", "unilm"): "supported; not in score_speed.py",
     ("embed", "gpt-bert"): "supported (bidirectional mode); no twin",
     ("generate", "unilm"): "same decode code as GPT; no twin",
     ("generate", "gpt-bert"): "same decode code as GPT (causal mode); no twin",

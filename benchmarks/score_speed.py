@@ -15,6 +15,8 @@
   sentences, log-softmax over every position as its users score;
 - ELECTRA's discriminator score (sum of log P(original) over the pieces, one pass): maskplay Scorer vs HuggingFace
   ElectraForPreTraining given the same weights (the converter's twin), one pass per batch of length-sorted sentences;
+- embeddings of GPT, ELECTRA and XLNet against their HuggingFace encoders on the same weights (BertLMHeadModel's
+  causal BERT, ElectraModel, XLNetModel; mean pooling), and UniLM's against HF BertModel (no twin of its own);
 - embeddings: maskplay encode (T-TA and BERT, mean pooling) at --dtype and at int8 vs HuggingFace BertModel
   mean pooling at --dtype and with torch.ao dynamic int8 quantisation (the int8 route HuggingFace documents);
   the int8 rows' cosine similarity to the fp32 embeddings of the same model is reported.
@@ -185,6 +187,9 @@ def hf_mean_pool(hf_bert, tok, sentences: list[str], batch_size: int, context) -
     return out
 
 
+TASKS = ("score", "xlnet", "gpt", "electra", "embed", "embed-gpt", "embed-electra", "embed-xlnet")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=int, default=200)
@@ -199,8 +204,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is reported")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    parser.add_argument("--tasks", nargs="+", choices=["score", "xlnet", "gpt", "electra", "embed"],
-                        default=["score", "xlnet", "gpt", "electra", "embed"],
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS),
                         help="which rows to run (each task with its HuggingFace baseline)")
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="keep freed heap memory in the process, for both sides (as the maskplay CLI does)")
@@ -275,6 +279,9 @@ def main() -> None:
     xlnet_scorer = Scorer(xlnet, tok, batch_size=args.batch_size, method="causal", precision=precision)
     gpt_scorer = Scorer(gpt, tok, batch_size=args.batch_size, method="causal", precision=precision)
     electra_scorer = Scorer(electra, tok, batch_size=args.batch_size, method="discriminator", precision=precision)
+    unilm = build_model(preset("tta-paper", family="unilm", **ids)).eval()
+    embedders = {name: Embedder(model, tok, precision=precision)
+                 for name, model in (("gpt", gpt), ("electra", electra), ("xlnet", xlnet), ("unilm", unilm))}
     tta_embed = Embedder(tta, tok, precision=precision)
     bert_embed = Embedder(bert, tok, precision=precision)
     tta_embed8 = Embedder(tta, tok, precision=Precision.int8)
@@ -324,6 +331,23 @@ def main() -> None:
                   lambda: tta_embed.encode(sentences, batch_size=args.batch_size), "encode", tta.config),
         "e_bert": ("embed", "BERT encode, mean (maskplay)",
                    lambda: bert_embed.encode(sentences, batch_size=args.batch_size), "encode", cfg),
+        "e_unilm": ("embed", "UniLM encode, mean (maskplay)",
+                    lambda: embedders["unilm"].encode(sentences, batch_size=args.batch_size), "encode", unilm.config),
+        "e_gpt": ("embed-gpt", "GPT encode, mean (maskplay)",
+                  lambda: embedders["gpt"].encode(sentences, batch_size=args.batch_size), "encode", gpt.config),
+        "e_hf_gpt": ("embed-gpt", "HF BertLMHeadModel's encoder, mean",
+                     lambda: hf_mean_pool(hf_gpt.bert, tok, sentences, args.batch_size, context), "encode", gpt.config),
+        "e_electra": ("embed-electra", "ELECTRA encode, mean (maskplay)",
+                      lambda: embedders["electra"].encode(sentences, batch_size=args.batch_size), "encode",
+                      electra.config),
+        "e_hf_electra": ("embed-electra", "HF ElectraModel, mean",
+                         lambda: hf_mean_pool(hf_electra.electra, tok, sentences, args.batch_size, context), "encode",
+                         electra.config),
+        "e_xlnet": ("embed-xlnet", "XLNet encode, mean (maskplay)",
+                    lambda: embedders["xlnet"].encode(sentences, batch_size=args.batch_size), "encode", xlnet.config),
+        "e_hf_xlnet": ("embed-xlnet", "HF XLNetModel, mean",
+                       lambda: hf_mean_pool(hf_xlnet.transformer, tok, sentences, args.batch_size, xlnet_context),
+                       "encode", xlnet.config),
         "e_tta8": ("embed", "T-TA encode, mean, int8 (maskplay)",
                    lambda: tta_embed8.encode(sentences, batch_size=args.batch_size), "encode", tta.config),
         "e_bert8": ("embed", "BERT encode, mean, int8 (maskplay)",
@@ -336,7 +360,8 @@ def main() -> None:
     cases = {k: c for k, c in cases.items() if c[0] in args.tasks}
     seconds = interleaved({k: c[2] for k, c in cases.items()}, args.rounds)
     baselines = {"score": ("hf_pll", "hf_pll8"), "xlnet": ("hf_xlnet",), "gpt": ("hf_gpt",), "electra": ("hf_electra",),
-                 "embed": ("e_hf", "e_hf8")}
+                 "embed": ("e_hf", "e_hf8"), "embed-gpt": ("e_hf_gpt",), "embed-electra": ("e_hf_electra",),
+                 "embed-xlnet": ("e_hf_xlnet",)}
     base = {task: seconds[keys[0]] for task, keys in baselines.items() if task in args.tasks}
     fastest_hf = {task: min(keys, key=seconds.__getitem__) for task, keys in baselines.items() if task in args.tasks}
     best = {task: seconds[key] for task, key in fastest_hf.items()}
