@@ -42,9 +42,8 @@ START, END = "<!-- bench-all:start -->", "<!-- bench-all:end -->"
 FAMILIES = ("tta", "bert", "gpt", "electra", "xlnet", "unilm", "gpt-bert")
 NAMES = {"tta": "T-TA", "bert": "BERT", "gpt": "GPT", "electra": "ELECTRA", "xlnet": "XLNet", "unilm": "UniLM",
          "gpt-bert": "GPT-BERT"}
-TRAIN_TWINS = {"bert": ("", "HF BertForMaskedLM"), "gpt": ("gpt2", "HF GPT2LMHeadModel"),
-               "electra": ("electra", "HF ELECTRA (generator + discriminator)"),
-               "xlnet": ("xlnet", "HF XLNetLMHeadModel")}
+TRAIN_TWINS = {"bert": "HF BertForMaskedLM", "gpt": "HF GPT2LMHeadModel",
+               "electra": "HF ELECTRA (generator + discriminator)", "xlnet": "HF XLNetLMHeadModel"}
 REFERENCE = "HF BertForMaskedLM (reference: no twin in transformers)"
 
 
@@ -87,7 +86,7 @@ def train_rows(work: Path) -> dict[str, tuple[str, str, str, str]]:
                 continue
             precision = ours["case"].split(" ")[1]
             mfu = ours["mfu_bf16"] * data["peak_bf16"] / peaks["fp32" if precision == "fp32" else "bf16"]
-            twin = TRAIN_TWINS.get(family, (None, REFERENCE))[1]
+            twin = TRAIN_TWINS.get(family, REFERENCE)
             hf_precision = hf["case"].split()[-1]
             out[family] = (f"{ours['tokens_per_s']:,.0f} tokens/s ({precision})",
                            f"{twin}: {hf['tokens_per_s']:,.0f} ({hf_precision})",

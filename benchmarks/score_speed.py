@@ -100,56 +100,10 @@ def hf_naive_pll(hf, tok, sentences: list[str], context) -> list[float]:
     return totals
 
 
-def hf_xlnet_causal(hf_xlnet, tok, sentences: list[str], batch_size: int, context) -> list[float]:
-    """Sentence log p with HuggingFace XLNet in one pass per batch: perm_mask left to right (i sees j < i),
-    target_mapping = every position; the pieces between [SOS] and [EOS] summed. Sentences are sorted by length
-    into batches, as maskplay's Scorer does, so that both carry the same padding."""
-    encoded = [tok.encode(s) for s in sentences]
-    order = sorted(range(len(encoded)), key=lambda k: -len(encoded[k]))
-    out = [0.0] * len(encoded)
-    with torch.inference_mode(), context():
-        for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
-            rows = [encoded[k] for k in batch]
-            width = max(len(r) for r in rows)
-            ids = torch.full((len(rows), width), tok.special.pad, dtype=torch.long)
-            for k, r in enumerate(rows):
-                ids[k, :len(r)] = torch.tensor(r)
-            attention = (ids != tok.special.pad).float()
-            perm = torch.triu(torch.ones(width, width), diagonal=0).expand(len(rows), -1, -1)
-            mapping = torch.eye(width).expand(len(rows), -1, -1)
-            logp = hf_xlnet(ids, attention_mask=attention, perm_mask=perm, target_mapping=mapping).logits.float()
-            picked = logp.log_softmax(-1).gather(-1, ids[..., None])[..., 0]
-            for k, (index, r) in enumerate(zip(batch, rows, strict=True)):
-                out[index] = float(picked[k, 1:len(r) - 1].sum())
-    return out
-
-
-def hf_causal(hf_gpt, tok, sentences: list[str], batch_size: int, context) -> list[float]:
-    """Sentence log p with a HuggingFace decoder in one pass per batch of length-sorted, right-padded sentences:
-    log p(piece t | pieces before it) from the logits at t - 1, the pieces between [SOS] and [EOS] summed (the rule
-    of maskplay's causal score: [SOS] is context, [EOS] is not scored)."""
-    encoded = [tok.encode(s) for s in sentences]
-    order = sorted(range(len(encoded)), key=lambda k: -len(encoded[k]))
-    out = [0.0] * len(encoded)
-    with torch.inference_mode(), context():
-        for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
-            rows = [encoded[k] for k in batch]
-            width = max(len(r) for r in rows)
-            ids = torch.full((len(rows), width), tok.special.pad, dtype=torch.long)
-            for k, r in enumerate(rows):
-                ids[k, :len(r)] = torch.tensor(r)
-            logits = hf_gpt(input_ids=ids, attention_mask=(ids != tok.special.pad).long()).logits
-            picked = logits[:, :-1].float().log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
-            for k, (index, r) in enumerate(zip(batch, rows, strict=True)):
-                out[index] = float(picked[k, :len(r) - 2].sum())
-    return out
-
-
-def hf_discriminator(hf_electra, tok, sentences: list[str], batch_size: int, context) -> list[float]:
-    """Sentence log P(original) with HuggingFace's ELECTRA discriminator in one pass per batch of length-sorted,
-    right-padded sentences: log sigmoid(-logit) summed over the pieces between [SOS] and [EOS]."""
+def hf_piece_sums(tok, sentences: list[str], batch_size: int, context, values) -> list[float]:
+    """Per sentence, the sum of values(ids)[row, t] over its pieces t (between [SOS] and [EOS]): one pass per batch
+    of length-sorted, right-padded sentences, as maskplay's Scorer batches, so that both carry the same padding.
+    values(ids) gives a (rows, width) tensor aligned with the positions of ids."""
     encoded = [tok.encode(s) for s in sentences]
     order = sorted(range(len(encoded)), key=lambda k: -len(encoded[k]))
     out = [0.0] * len(encoded)
@@ -160,11 +114,47 @@ def hf_discriminator(hf_electra, tok, sentences: list[str], batch_size: int, con
             ids = torch.full((len(rows), max(len(r) for r in rows)), tok.special.pad, dtype=torch.long)
             for k, r in enumerate(rows):
                 ids[k, :len(r)] = torch.tensor(r)
-            logits = hf_electra(input_ids=ids, attention_mask=(ids != tok.special.pad).long()).logits.float()
-            original = torch.nn.functional.logsigmoid(-logits)
+            picked = values(ids)
             for k, (index, r) in enumerate(zip(batch, rows, strict=True)):
-                out[index] = float(original[k, 1:len(r) - 1].sum())
+                out[index] = float(picked[k, 1:len(r) - 1].sum())
     return out
+
+
+def hf_xlnet_causal(hf_xlnet, tok, sentences: list[str], batch_size: int, context) -> list[float]:
+    """Sentence log p with HuggingFace XLNet in one pass per batch: perm_mask left to right (i sees j < i),
+    target_mapping = every position."""
+
+    def values(ids: torch.Tensor) -> torch.Tensor:
+        rows, width = ids.shape
+        perm = torch.triu(torch.ones(width, width), diagonal=0).expand(rows, -1, -1)
+        mapping = torch.eye(width).expand(rows, -1, -1)
+        logp = hf_xlnet(ids, attention_mask=(ids != tok.special.pad).float(), perm_mask=perm,
+                        target_mapping=mapping).logits.float()
+        return logp.log_softmax(-1).gather(-1, ids[..., None])[..., 0]
+
+    return hf_piece_sums(tok, sentences, batch_size, context, values)
+
+
+def hf_causal(hf_gpt, tok, sentences: list[str], batch_size: int, context) -> list[float]:
+    """Sentence log p with a HuggingFace decoder: log p(piece t | pieces before it) from the logits at t - 1 (the
+    rule of maskplay's causal score: [SOS] is context, [EOS] is not scored)."""
+
+    def values(ids: torch.Tensor) -> torch.Tensor:
+        logits = hf_gpt(input_ids=ids, attention_mask=(ids != tok.special.pad).long()).logits
+        picked = logits[:, :-1].float().log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
+        return torch.nn.functional.pad(picked, (1, 0))  # position t's value at column t
+
+    return hf_piece_sums(tok, sentences, batch_size, context, values)
+
+
+def hf_discriminator(hf_electra, tok, sentences: list[str], batch_size: int, context) -> list[float]:
+    """Sentence log P(original) with HuggingFace's ELECTRA discriminator: log sigmoid(-logit) per piece."""
+
+    def values(ids: torch.Tensor) -> torch.Tensor:
+        logits = hf_electra(input_ids=ids, attention_mask=(ids != tok.special.pad).long()).logits.float()
+        return torch.nn.functional.logsigmoid(-logits)
+
+    return hf_piece_sums(tok, sentences, batch_size, context, values)
 
 
 def hf_mean_pool(hf_bert, tok, sentences: list[str], batch_size: int, context) -> torch.Tensor:

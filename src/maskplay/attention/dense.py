@@ -87,11 +87,7 @@ class Attention(nn.Module):
             # static decode step (cache.StaticKVCache), whose one query per row a compiler fuses into a few kernels
             # where the CPU flash kernel spends ~1 ms a call on it (static_decode.py), and in bf16 training on a CPU
             # at short lengths (explicit_pays)
-            scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5)
-            if mask is not None:
-                scores = scores.masked_fill_(~mask, float("-inf")) if mask.dtype == torch.bool else scores.add_(mask)
-            probs = scores.softmax(dim=-1)
-            a = (dropout(probs, self.dropout_p, True) if self.training and self.dropout_p > 0 else probs) @ v
+            a = written_out(q, k, v, mask, self.dropout_p if self.training else 0.0)
         else:
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         if dead_rows is not None:
@@ -159,6 +155,16 @@ def explicit_pays(q: Tensor, k: Tensor) -> bool:
     EXPLICIT_BF16_MAX_KEYS keys (the scores, (B, heads, L, keys), stay small there)."""
     return (q.device.type == "cpu" and q.dtype == torch.bfloat16 and q.requires_grad and torch.is_grad_enabled()
             and k.shape[-2] <= EXPLICIT_BF16_MAX_KEYS)
+
+
+def written_out(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float = 0.0) -> Tensor:
+    """softmax(q k^T / sqrt(d) + mask) v, the mask boolean (False: not attended) or additive; dropout on the
+    probabilities when dropout_p > 0 (training)."""
+    scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5)
+    if mask is not None:
+        scores = scores.masked_fill_(~mask, float("-inf")) if mask.dtype == torch.bool else scores.add_(mask)
+    probs = scores.softmax(dim=-1)
+    return (dropout(probs, dropout_p, True) if dropout_p > 0 else probs) @ v
 
 
 def split_heads(x: Tensor, heads: int) -> Tensor:

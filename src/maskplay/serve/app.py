@@ -5,6 +5,7 @@ a vLLM one), /health, /v1/models, the page at / and FastAPI's OpenAPI page at /d
 from __future__ import annotations
 
 import base64
+import functools
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,6 +28,7 @@ PAGE = Path(__file__).parent / "static" / "index.html"
 DEFAULT_MAX_BODY = 1 << 20  # 1 MiB: some 200k words of input per request
 
 
+@functools.cache
 def xterm_hex(code: int) -> str:
     """An xterm 256-colour code of the 6x6x6 cube (16..231) as #rrggbb: the CLI's --explain colours on the page."""
     k = code - 16
@@ -34,16 +36,9 @@ def xterm_hex(code: int) -> str:
     return "#" + "".join(f"{v:02x}" for v in level)
 
 
-_HEX: dict[int, str] = {}
-
-
 def colour_hex(surprisal: float) -> str:
-    """The page's colour of a surprisal, xterm_hex(colour_of(s)), from a table filled once per colour."""
-    code = colour_of(surprisal)
-    found = _HEX.get(code)
-    if found is None:
-        found = _HEX[code] = xterm_hex(code)
-    return found
+    """The page's colour of a surprisal (xterm_hex is cached: eight colours, made once each)."""
+    return xterm_hex(colour_of(surprisal))
 
 
 def json_body(content: Any) -> Response:
