@@ -181,6 +181,9 @@ def fused_linear(x: Tensor, *layers: nn.Linear) -> tuple[Tensor, ...]:
 def wide_linear(x: Tensor, *layers: nn.Linear) -> Tensor:
     """torch.cat([layer(x) for layer in layers], -1) as one matmul against the concatenated weights (int8
     layers have their own concatenation; other layers run one by one)."""
+    # F.linear folds a contiguous (B, L, H) input into one (B*L, H) matmul; a strided one (a slice of the rows of
+    # two concatenated streams) goes through a batched matmul against B copies of the weight
+    x = x.contiguous()
     if all(isinstance(layer, Int8Linear) for layer in layers):
         return concatenated_int8(x, layers)
     if any(type(layer) is not nn.Linear for layer in layers):

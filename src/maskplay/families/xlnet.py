@@ -192,7 +192,7 @@ class XLNet(MaskplayModel):
         keys_values: list = [None] * len(layers)  # filled layer by layer: each projects the content stream it gets
         inputs = PassInputs(mask, dead, keys_values=keys_values, frame=frame)
         for index, layer in enumerate(layers):
-            content = x[:, :L]
+            content = x[:, :L].contiguous()  # a strided slice would cost its projections a batched matmul (wide_linear)
             if keep_memory or cfg.xlnet.mem_len or mems is not None:
                 new_mems.append(self._next_memory(memory[index] if memory else None, content))
             source = torch.cat([memory[index].to(x.dtype), content], dim=1) if memory else content
@@ -200,7 +200,7 @@ class XLNet(MaskplayModel):
             if index == len(layers) - 1 and not need_content and query_positions is not None:
                 # the last layer's content rows feed nothing: run its query rows alone
                 rows = PassInputs(mask[:, :, L:], _rows(dead, L), keys_values=keys_values, frame=frame.rows_from(L))
-                x = torch.cat([content, layer(x[:, L:], rows, index)], dim=1)
+                x = torch.cat([content, layer(x[:, L:].contiguous(), rows, index)], dim=1)
             else:
                 x = layer(x, inputs, index)
             if states is not None:
