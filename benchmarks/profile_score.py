@@ -33,7 +33,7 @@ from maskplay.tokenizer import load_tokenizer  # noqa: E402
 
 MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul", "mkldnn::_linear_pointwise",
            "aten::_scaled_dot_product_flash_attention_for_cpu", "quantized::linear_dynamic", "aten::_weight_int8pack_mm",
-           "aten::_int_mm"}
+           "aten::_int_mm", "onednn::qlinear_pointwise"}
 
 
 def profile(call: Callable[[], object], repeats: int) -> list[dict]:
