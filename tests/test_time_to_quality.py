@@ -118,3 +118,29 @@ def test_ttq_table_rows():
     assert lines[0] == "| recipe | steps | tokens | held-out loss | BLiMP @ 4 min | BLiMP @ 8 min |"
     assert lines[2] == "| gpt | 20 | 5.00 M | 5.000 | 51.0 | 53.2 |"
     assert lines[3] == "| hf-bert | 7 | 0.00 M |  |  | 49.0 |"
+
+
+def test_the_plan_counts_the_corpus_mean_batch_not_the_probes(tmp_path, monkeypatch):
+    """The probe's first batches are shorter than the corpus's mean (length buckets), so the schedule is planned from
+    its tokens per second and the corpus's mean tokens per batch: a probe of 100 steps and 60,000 tokens in 60 s
+    (1,000 tokens/s) on a corpus of 1,800 tokens per batch of 16 plans 2,000 steps for 60 minutes, not the 6,000 its
+    steps per minute would give."""
+    import argparse
+    from types import SimpleNamespace
+
+    module = load_script()
+    data = tmp_path / "data"
+    (data / "train").mkdir(parents=True)
+    (data / "train" / "meta.json").write_text(json.dumps({"num_sequences": 1_000, "num_tokens": 112_500}))
+    assert module.mean_tokens_per_step(data, 16) == 1_800
+    assert module.mean_tokens_per_step(tmp_path / "none", 16) is None
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "state.json").write_text(json.dumps({"elapsed_s": 60.0, "tokens_seen": 60_000}))
+    monkeypatch.setattr(module, "train", lambda config: SimpleNamespace(step=100, checkpoint=str(checkpoint)))
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY_GPT)
+    args = argparse.Namespace(data=str(data), minutes=60.0, plan_share=1.0, probe_steps=100)
+    assert module.probe_steps_per_budget(str(config), [f"data.path={data}"], tmp_path / "work", args) == 2_000
+    args.data = str(tmp_path / "none")  # no meta: the probe's steps per minute
+    assert module.probe_steps_per_budget(str(config), [f"data.path={data}"], tmp_path / "work", args) == 6_000
