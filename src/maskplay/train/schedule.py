@@ -43,8 +43,9 @@ def build_optimizer(model: nn.Module, optim: OptimSection) -> torch.optim.Optimi
     betas = (optim.betas[0], optim.betas[1])
     if optim.optimizer == "lamb":
         return Lamb(groups, lr=optim.lr, betas=betas, eps=optim.eps)
-    # the fused kernel updates every tensor in one pass over its four states: 41-68 ms -> 14-15 ms a step for the
-    # two-hour model's 7.4 M parameters on one core (4.5 % of its step, docs/BENCHMARKS.md); CPU and CUDA have it
+    # the fused kernel updates every tensor in one pass over its states: 39 -> 6 ms a step for the two-hour model's
+    # 7.4 M parameters on one core (the for-loop was 4.5 % of its step; benchmarks/optimizer_step.py); CPU and CUDA
+    # have it
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for g in groups for _, p in g["params"])
     return torch.optim.AdamW(groups, lr=optim.lr, betas=betas, eps=optim.eps, fused=fused)
 
