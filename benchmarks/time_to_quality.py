@@ -119,15 +119,12 @@ def probe_steps_per_budget(config_path: str, base: list[str], work: Path, args: 
 
 
 def mean_tokens_per_step(data: Path, batch_size: int) -> float | None:
-    """The corpus's mean tokens in a batch of `batch_size` sequences (its train split's meta.json); None where the
-    meta does not say."""
-    meta_file = data / "train" / "meta.json"
-    if not meta_file.is_file():
+    """The corpus's mean tokens in a batch of `batch_size` sequences (its prepared train split); None where there is
+    no split or it is empty."""
+    if not (data / "train").is_dir():
         return None
-    meta = json.loads(meta_file.read_text())
-    if not meta.get("num_sequences") or not meta.get("num_tokens"):
-        return None
-    return meta["num_tokens"] / meta["num_sequences"] * batch_size
+    rows = TokenDataset(data / "train")
+    return rows.num_tokens / len(rows) * batch_size if len(rows) else None
 
 
 def hf_model(kind: str, preset: str, vocab_size: int, pad_id: int, layers: int | None = None) -> torch.nn.Module:

@@ -64,27 +64,14 @@ def test_bundled_gpt_is_small_fp16_and_prefers_the_corrected_sentence():
     assert totals[0] > totals[1] and totals[2] > totals[3], totals
 
 
-def test_bundled_two_hour_gpt_is_small_fp16_and_prefers_the_grammatical_sentence():
+@pytest.mark.parametrize("name, family", [("gpt-two-hour", "gpt"), ("tta-two-hour", "tta")])
+def test_bundled_two_hour_model_is_small_fp16_and_prefers_the_grammatical_sentence(name, family):
     from maskplay.score import Scorer
 
-    assert_small_and_fp16(BUNDLED_MODELS["gpt-two-hour"])
-    model = MaskplayModel.from_pretrained("gpt-two-hour")
-    assert model.family == "gpt" and model.config.num_layers == 4 and model.config.positions == "rotary"
-    scores = Scorer.from_pretrained("gpt-two-hour").score(
-        ["The dogs are barking in the garden.", "The dogs is barking in the garden.",
-         "He took a piece of cake from the plate.", "He took a peace of cake from the plate.",
-         "She has written three letters to her brother.", "She has wrote three letters to her brother."])
-    totals = [s.log_prob for s in scores]
-    assert totals[0] > totals[1] and totals[2] > totals[3] and totals[4] > totals[5], totals
-
-
-def test_bundled_two_hour_tta_is_small_fp16_and_prefers_the_grammatical_sentence():
-    from maskplay.score import Scorer
-
-    assert_small_and_fp16(BUNDLED_MODELS["tta-two-hour"])
-    model = MaskplayModel.from_pretrained("tta-two-hour")
-    assert model.family == "tta" and model.config.num_layers == 4 and model.config.positions == "rotary"
-    scores = Scorer.from_pretrained("tta-two-hour").score(
+    assert_small_and_fp16(BUNDLED_MODELS[name])
+    model = MaskplayModel.from_pretrained(name)
+    assert model.family == family and model.config.num_layers == 4 and model.config.positions == "rotary"
+    scores = Scorer.from_pretrained(name).score(
         ["The dogs are barking in the garden.", "The dogs is barking in the garden.",
          "He took a piece of cake from the plate.", "He took a peace of cake from the plate.",
          "She has written three letters to her brother.", "She has wrote three letters to her brother."])

@@ -129,9 +129,10 @@ def test_the_plan_counts_the_corpus_mean_batch_not_the_probes(tmp_path, monkeypa
     from types import SimpleNamespace
 
     module = load_script()
+    from maskplay.data.dataset import write_split
+
     data = tmp_path / "data"
-    (data / "train").mkdir(parents=True)
-    (data / "train" / "meta.json").write_text(json.dumps({"num_sequences": 1_000, "num_tokens": 112_500}))
+    write_split(data / "train", [[5] * (112 + k % 2) for k in range(1_000)], vocab_size=16)  # 112,500 tokens
     assert module.mean_tokens_per_step(data, 16) == 1_800
     assert module.mean_tokens_per_step(tmp_path / "none", 16) is None
     checkpoint = tmp_path / "ckpt"

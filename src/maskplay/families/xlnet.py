@@ -192,7 +192,7 @@ class XLNet(MaskplayModel):
         keys_values: list = [None] * len(layers)  # filled layer by layer: each projects the content stream it gets
         inputs = PassInputs(mask, dead, keys_values=keys_values, frame=frame)
         for index, layer in enumerate(layers):
-            content = x[:, :L].contiguous()  # a strided slice would cost its projections a batched matmul (wide_linear)
+            content = x[:, :L]
             if keep_memory or cfg.xlnet.mem_len or mems is not None:
                 new_mems.append(self._next_memory(memory[index] if memory else None, content))
             source = torch.cat([memory[index].to(x.dtype), content], dim=1) if memory else content
