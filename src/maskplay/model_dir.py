@@ -37,7 +37,7 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 # Models shipped inside the package, usable by name anywhere a model directory is expected.
 BUNDLED_MODELS = {"tta-mini-wiki": ASSETS / "tta-mini-wiki", "gpt-mini-wiki": ASSETS / "gpt-mini-wiki",
                   "unilm-titles-mini": ASSETS / "unilm-titles-mini", "gpt-two-hour": ASSETS / "gpt-two-hour",
-                  "tta-two-hour": ASSETS / "tta-two-hour"}
+                  "tta-two-hour": ASSETS / "tta-two-hour", "tta-two-hour-gutenberg": ASSETS / "tta-two-hour-gutenberg"}
 
 
 def resolve_model_dir(name: str | Path) -> Path:
