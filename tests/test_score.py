@@ -375,6 +375,18 @@ def test_electra_pll_is_the_generators_pll(tok):
         assert score.replaced_probs is None
 
 
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_electra_pll_runs_the_generator_at_a_reduced_precision(tok, precision):
+    """The generator is copied out under inference mode; the reduced-precision runner's copy of it must not ask its
+    inference tensors for a version counter (`maskplay eval blimp ELECTRA --method pll` failed so on a CPU where
+    auto means bf16)."""
+    model = tiny("electra", tok)
+    want = Scorer(model, tok, method=Method.PLL).score(SENTENCES[:3])
+    got = Scorer(model, tok, method=Method.PLL, precision=precision).score(SENTENCES[:3])
+    for x, y in zip(want, got, strict=True):
+        assert x.token_log_probs == pytest.approx(y.token_log_probs, abs=0.15)
+
+
 @pytest.mark.parametrize("auto, bf16_head", [("fp32", False), ("bf16", True)])
 def test_int8_scoring_runs_the_head_in_bf16_only_where_bf16_is_fast(tok, monkeypatch, auto, bf16_head):
     """On a CPU that emulates bf16 (the probe, here pinned through MASKPLAY_AUTO_PRECISION) an int8 scorer keeps its

@@ -193,8 +193,10 @@ _COPIES: weakref.WeakKeyDictionary[MaskplayModel, dict[str, tuple[tuple[int, ...
 def _cached(model: MaskplayModel, kind: str, make: Callable[[MaskplayModel], Any]) -> Any:
     """make(model), made once and reused by later calls for as long as no parameter has changed (each in-place
     update, an optimizer step's included, bumps a tensor's version counter; replacing a parameter changes its
-    data pointer)."""
-    key = tuple(v for p in model.parameters() for v in (p.data_ptr(), p._version))
+    data pointer). A model made under inference mode (an ELECTRA generator copied out while scoring) has inference
+    tensors, which keep no version counter and cannot be updated in place outside inference mode: their data
+    pointer alone is their key."""
+    key = tuple(v for p in model.parameters() for v in (p.data_ptr(), -1 if p.is_inference() else p._version))
     copies = _COPIES.setdefault(model, {})
     if kind not in copies or copies[kind][0] != key:
         copies.pop(kind, None)  # free the stale copy before making the new one
