@@ -65,7 +65,7 @@ def test_bundled_gpt_is_small_fp16_and_prefers_the_corrected_sentence():
 
 
 @pytest.mark.parametrize("name, family", [("gpt-two-hour", "gpt"), ("tta-two-hour", "tta"),
-                                                ("tta-two-hour-gutenberg", "tta")])
+                                          ("tta-two-hour-gutenberg", "tta")])
 def test_bundled_two_hour_model_is_small_fp16_and_prefers_the_grammatical_sentence(name, family):
     from maskplay.score import Scorer
 
