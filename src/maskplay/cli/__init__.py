@@ -12,7 +12,7 @@ import sys
 # is built, not with this package: `from maskplay.cli.generate import ...` loads no other command.
 COMMANDS = ("masks", "tokenizer", "prepare", "pretrain", "score", "embed", "eval", "plot_runs", "export",
             "convert", "data", "seq2seq", "generate", "finetune", "predict", "finetune_convert", "simcse", "grow", "serve",
-            "lm_eval")
+            "lm_eval", "distill")
 
 INFERENCE_COMMANDS = ("score", "embed", "eval")
 

@@ -22,7 +22,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -441,8 +441,10 @@ class Trainer:
 
 
 def train(config: TrainConfig, resume: bool = False, resume_from: str | Path | None = None,
-          stream: TextIO | None = None) -> TrainResult:
-    """Train (or resume) one run as `config` describes; under torchrun, one call per process."""
+          stream: TextIO | None = None, trainer_class: Callable[..., Trainer] | None = None) -> TrainResult:
+    """Train (or resume) one run as `config` describes; under torchrun, one call per process. `trainer_class`: a
+    Trainer subclass (or a factory taking Trainer's arguments) for a run that changes one of its units
+    (maskplay.distill's DistillTrainer)."""
     config.validate()
     if config.run.threads is not None:
         torch.set_num_threads(config.run.threads)
@@ -450,11 +452,12 @@ def train(config: TrainConfig, resume: bool = False, resume_from: str | Path | N
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it to be deterministic
         torch.use_deterministic_algorithms(True, warn_only=True)
     d = setup_processes(config.run.device, config.run.dist_timeout_s)
+    make = trainer_class or Trainer
     trainer = None
     completed = False
     try:
         with hold_run_directory(Path(config.run.out_dir), d):
-            trainer = Trainer(config, d, resume=resume, resume_from=resume_from, stream=stream)
+            trainer = make(config, d, resume=resume, resume_from=resume_from, stream=stream)
             result = trainer.run()
         completed = True
         return result
