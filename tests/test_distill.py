@@ -199,6 +199,18 @@ def test_warm_start_copies_every_weight_of_a_bert_of_the_same_shape(data, tmp_pa
     assert "embeddings.word.weight" in report["kept"] and "head.bias" in report["copied"]
 
 
+@pytest.mark.parametrize("family", TEACHERS)
+def test_a_student_of_each_teachers_shape_runs_and_warm_starts(data, tmp_path, family):
+    teacher = load_teacher(save_teacher(tmp_path / "t", data, family))
+    student = build_model(student_config(teacher, load_tokenizer(data).model_config_ids()))
+    report = warm_start(student, teacher)
+    assert student.config.family == "tta" and report["copied"]
+    # XLNet's relative positions and bias-free attention are its own: the T-TA keeps its learned positions
+    assert report["kept"] == [] or type(teacher).two_streams
+    out = student(torch.tensor([[3, 10, 11, 12, 1]]))
+    assert out.last_hidden_state.shape[:2] == (1, 5)
+
+
 def order_pairs(data: Path, n_per: int = 5) -> list[tuple[list[int], list[int]]]:
     """Held-out word-order minimal pairs: a valid sentence and a copy with two neighbouring pieces swapped (the same
     pieces, so a student that has not learnt the teacher's use of context cannot tell them apart, and one trained on
@@ -270,6 +282,10 @@ def test_cli_distils_a_huggingface_bert_through_stored_targets(data, tmp_path, c
     assert cli_main(args) == 0
     assert "final model" in capsys.readouterr().out
     assert MaskplayModel.from_pretrained(run / "final").config.family == "tta"
+    # --resume takes the run's saved switches (its top-k, its stored targets) unless given again
+    assert cli_main(["distill", str(targets / "teacher"), "--out", str(run), "--resume", "--max-steps", "3"]) == 0
+    assert json.loads((run / "distill.json").read_text())["top_k"] == 8
+    assert (run / "ckpt-000003").is_dir()
     bad = ["distill", str(targets / "teacher"), "--data", str(data), "--out", str(tmp_path / "bad"), "--ce-weight", "2"]
     assert cli_main(bad) == 2
     assert "ce_weight must be in [0, 1]" in capsys.readouterr().err
