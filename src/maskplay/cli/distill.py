@@ -11,7 +11,15 @@ from pathlib import Path
 from ..config import PRESETS
 from ..families import families
 from ..train.config import PRECISIONS
-from .common import OneLineParser, positive_float, positive_int, seed_int
+from .common import OneLineParser, finite_float, positive_float, positive_int, seed_int
+
+
+def unit_weight(value: str) -> float:
+    """0 <= w <= 1 (the cross-entropy's share of the loss)."""
+    x = finite_float(value)
+    if not 0 <= x <= 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not in [0, 1]")
+    return x
 
 
 def teacher_families() -> list[str]:
@@ -59,7 +67,7 @@ def train_parser() -> OneLineParser:
     p.add_argument("--shape", choices=["teacher", "config"],
                    help="the student's architecture: the teacher's (default) or the config's [model] section")
     p.add_argument("--temperature", type=positive_float, help="of the KL (default 1)")
-    p.add_argument("--ce-weight", type=float,
+    p.add_argument("--ce-weight", type=unit_weight,
                    help="weight w of the T-TA cross-entropy on the real token: (1 - w) T^2 KL + w CE (default 0)")
     p.add_argument("--top-k", type=positive_int, help="teacher ids kept per position (default 64)")
     p.add_argument("--teacher-rows", type=positive_int, help="masked copies per teacher pass (default 256)")
