@@ -11,15 +11,7 @@ from pathlib import Path
 from ..config import PRESETS
 from ..families import families
 from ..train.config import PRECISIONS
-from .common import OneLineParser, finite_float, positive_float, positive_int, seed_int
-
-
-def unit_weight(value: str) -> float:
-    """0 <= w <= 1 (the cross-entropy's share of the loss)."""
-    x = finite_float(value)
-    if not 0 <= x <= 1:
-        raise argparse.ArgumentTypeError(f"{value!r} is not in [0, 1]")
-    return x
+from .common import OneLineParser, fraction, positive_float, positive_int, seed_int
 
 
 def teacher_families() -> list[str]:
@@ -45,11 +37,13 @@ prepare --help` for the stored targets."""
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("distill", help="distil a masked LM's PLL into a T-TA's one pass (and `distill prepare`: its "
                                        "targets, stored)",
-                       description=__doc__.strip(), epilog="`maskplay distill TEACHER --help` and `maskplay distill "
-                       "prepare --help` list the options of each.", formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("arguments", nargs=argparse.REMAINDER, metavar="[prepare] TEACHER ...",
-                   help="`prepare TEACHER --data DIR --out TARGETS ...`, or `TEACHER --student tta --data DIR --out "
-                        "RUN_DIR ...`")
+                       description=__doc__.strip(), epilog=EPILOG + " `maskplay distill prepare --help` lists its options.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    # `prepare ...` or `TEACHER ...`: what follows the first word is parsed again by that form's own parser
+    p.add_argument("arguments", nargs=argparse.REMAINDER, metavar="TEACHER | prepare TEACHER",
+                   help=TEACHER_HELP.format(", ".join(teacher_families()), "RUN_DIR/teacher") + "; `prepare TEACHER "
+                   "--data DIR --out TARGETS`: the teacher's targets, stored")
+    add_train_options(p)
     p.set_defaults(func=run)
 
 
@@ -57,6 +51,11 @@ def train_parser() -> OneLineParser:
     p = OneLineParser(prog="maskplay distill", description=__doc__.strip(), epilog=EPILOG,
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("teacher", metavar="TEACHER", help=TEACHER_HELP.format(", ".join(teacher_families()), "RUN_DIR/teacher"))
+    add_train_options(p)
+    return p
+
+
+def add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--student", choices=["tta"], default="tta", help="the student's family: T-TA (one pass)")
     p.add_argument("--data", metavar="DIR", help="data.path: prepared with the teacher's tokenizer")
     p.add_argument("--out", metavar="RUN_DIR", help="run.out_dir")
@@ -67,7 +66,7 @@ def train_parser() -> OneLineParser:
     p.add_argument("--shape", choices=["teacher", "config"],
                    help="the student's architecture: the teacher's (default) or the config's [model] section")
     p.add_argument("--temperature", type=positive_float, help="of the KL (default 1)")
-    p.add_argument("--ce-weight", type=unit_weight,
+    p.add_argument("--ce-weight", type=fraction,
                    help="weight w of the T-TA cross-entropy on the real token: (1 - w) T^2 KL + w CE (default 0)")
     p.add_argument("--top-k", type=positive_int, help="teacher ids kept per position (default 64)")
     p.add_argument("--teacher-rows", type=positive_int, help="masked copies per teacher pass (default 256)")
@@ -84,7 +83,6 @@ def train_parser() -> OneLineParser:
     p.add_argument("--seed", type=seed_int, help="data.seed")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     p.add_argument("--resume-from", metavar="CKPT_DIR", help="continue from this checkpoint directory")
-    return p
 
 
 def prepare_parser() -> OneLineParser:
@@ -111,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
     rest = list(args.arguments)
     if rest[:1] == ["prepare"]:
         return run_prepare(prepare_parser().parse_args(rest[1:]))
-    return run_train(train_parser().parse_args(rest))
+    # options given before TEACHER were parsed already: they stay unless given again after it
+    before = {k: v for k, v in vars(args).items() if k not in ("arguments", "func", "command")}
+    return run_train(train_parser().parse_args(rest, namespace=argparse.Namespace(**before)))
 
 
 def maskplay_teacher(teacher: str, converted: Path) -> str:
