@@ -199,6 +199,18 @@ def test_warm_start_copies_every_weight_of_a_bert_of_the_same_shape(data, tmp_pa
     assert "embeddings.word.weight" in report["kept"] and "head.bias" in report["copied"]
 
 
+def test_a_student_of_the_configs_shape_takes_what_fits(data, tmp_path):
+    """shape = config: the [model] section's architecture; the warm start copies the weights whose shapes agree."""
+    teacher_dir = save_teacher(tmp_path / "t", data)
+    result = distill(small_config(data, tmp_path / "run", "model.hidden_size=48", "optim.max_steps=2",
+                                  "run.save_every=0"),
+                     DistillConfig(teacher=str(teacher_dir), shape="config", top_k=8))
+    model = MaskplayModel.from_pretrained(result.final_dir)
+    assert model.config.hidden_size == 48 and model.config.family == "tta"
+    log = (result.run_dir / "train.log").read_text()
+    assert "warm start from the teacher: " in log and "kept at their initialisation: embeddings.word.weight" in log
+
+
 @pytest.mark.parametrize("family", TEACHERS)
 def test_a_student_of_each_teachers_shape_runs_and_warm_starts(data, tmp_path, family):
     teacher = load_teacher(save_teacher(tmp_path / "t", data, family))
