@@ -29,6 +29,7 @@ from maskplay.distill import (
     student_config,
     warm_start,
 )
+from maskplay.distill.store import teacher_identity
 from maskplay.families import build_model
 from maskplay.score.passes import Segment
 from maskplay.score.scorer import Scorer
@@ -159,6 +160,11 @@ def test_stored_targets_equal_on_the_fly_ones_and_prepare_resumes(data, tmp_path
         StoredTargets(out, top_k=6, max_length=32)
     with pytest.raises(ValueError, match="top 6 teacher ids"):
         StoredTargets(out, top_k=8, max_length=20)
+    # the teacher's identity is its weights', not its file's
+    same, other = (load_teacher(save_teacher(tmp_path / name, data, seed=seed)) for name, seed in (("a", 0), ("b", 1)))
+    StoredTargets(out, top_k=6, max_length=20, teacher_sha256=teacher_identity(same))
+    with pytest.raises(ValueError, match="prepared by another teacher"):
+        StoredTargets(out, top_k=6, max_length=20, teacher_sha256=teacher_identity(other))
 
 
 # ---- training -------------------------------------------------------------------------------------------------

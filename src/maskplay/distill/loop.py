@@ -80,7 +80,7 @@ class DistillTrainer(Trainer):
         cfg = self.distill
         if cfg.targets:
             stored = StoredTargets(cfg.targets, cfg.top_k, self.config.data.max_length,
-                                   teacher_identity(cfg.teacher))
+                                   teacher_identity(self.teacher))
             self.log(f"teacher targets: stored in {cfg.targets} (top {cfg.top_k})")
             return stored.batch
         self.log(f"teacher targets: computed at every step (top {cfg.top_k}; `maskplay distill prepare` stores them)")

@@ -16,6 +16,7 @@ answer), reading only those rows from the memory-mapped shard."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -29,8 +30,8 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from ..data.dataset import TokenDataset
-from ..files import atomic_path, prepare_output_dir, read_json_object, sha256
-from ..model_dir import WEIGHTS_NAME, resolve_model_dir
+from ..families import MaskplayModel
+from ..files import atomic_path, prepare_output_dir, read_json_object
 from ..tokenizer import load_tokenizer
 from .teacher import TeacherPass, check_teacher_tokenizer, describe, load_teacher
 
@@ -38,9 +39,16 @@ META = "meta.json"
 FORMAT = 1
 
 
-def teacher_identity(directory: str | Path) -> str:
-    """The sha256 of the teacher's weights: targets are only ever read back for the teacher that made them."""
-    return sha256(resolve_model_dir(directory) / WEIGHTS_NAME)
+def teacher_identity(teacher: MaskplayModel) -> str:
+    """A sha256 of the teacher's weights (names, dtypes, shapes, values; not of a file, whose header a second
+    conversion of the same HuggingFace model may order differently): targets are only read back for the teacher
+    that made them."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(teacher.state_dict().items()):
+        t = tensor.detach().to("cpu").contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 def shard_name(split: str, index: int) -> str:
@@ -85,7 +93,7 @@ def _prepare(teacher: str | Path, data: Path, out: Path, top_k: int, max_length:
     model = load_teacher(teacher, device)
     check_teacher_tokenizer(model, load_tokenizer(data), f"--data {data}")
     datasets = {s: TokenDataset(data / s) for s in splits if (data / s).is_dir()}
-    meta = {"format": FORMAT, "teacher": {**describe(model), "weights_sha256": teacher_identity(teacher)},
+    meta = {"format": FORMAT, "teacher": {**describe(model), "weights_sha256": teacher_identity(model)},
             "top_k": min(top_k, model.config.vocab_size), "max_length": max_length, "shard_sequences": shard_sequences,
             "splits": {s: {"sequences": len(d), "tokens": d.num_tokens} for s, d in datasets.items()}}
     _write_or_check_meta(out, meta)
