@@ -29,6 +29,7 @@ from maskplay.distill import (
     student_config,
     warm_start,
 )
+from maskplay.distill.fused import fused_distill_loss
 from maskplay.distill.store import teacher_identity
 from maskplay.families import build_model
 from maskplay.score.passes import Segment
@@ -85,6 +86,27 @@ def test_loss_equals_a_naive_per_position_kl(temperature, ce_weight):
     assert float(parts["kl"]) == pytest.approx(kl, rel=1e-5)
     assert float(parts["ce"]) == pytest.approx(ce, rel=1e-5)
     assert float(loss) == pytest.approx((1 - ce_weight) * temperature ** 2 * kl + ce_weight * ce, rel=1e-5)
+
+
+@pytest.mark.parametrize("temperature, ce_weight", [(1.0, 0.0), (1.0, 0.4), (2.0, 0.3), (0.5, 1.0), (3.0, 0.0)])
+def test_the_fused_loss_equals_the_plain_one_with_its_gradients(temperature, ce_weight):
+    """The fused loss (chunks of rows, the gradient taken in the forward pass) against distill_loss on the logits
+    of the same projection, autograd's gradients: over 150 rows, more than two chunks."""
+    g = torch.Generator().manual_seed(1)
+    n, width, vocab, k = 150, 16, 40, 6
+    x = torch.randn(n, width, generator=g, requires_grad=True)
+    weight = torch.randn(vocab, width, generator=g, requires_grad=True)
+    bias = torch.randn(vocab, generator=g, requires_grad=True)
+    top = torch.log_softmax(torch.randn(n, vocab, generator=g) * 2, -1).topk(k, -1)
+    real = torch.randint(vocab, (n,), generator=g)
+    fused, parts = fused_distill_loss(x, weight, bias, top.indices.int(), top.values, real, temperature, ce_weight)
+    want, want_parts = distill_loss(x @ weight.t() + bias, top.indices.int(), top.values, real, temperature, ce_weight)
+    torch.testing.assert_close(fused, want)
+    torch.testing.assert_close(parts["kl"], want_parts["kl"].detach())
+    torch.testing.assert_close(parts["ce"], want_parts["ce"].detach())
+    got = torch.autograd.grad(fused * 3, (x, weight, bias))
+    for a, b in zip(got, torch.autograd.grad(want * 3, (x, weight, bias)), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
 def test_the_loss_is_zero_when_the_student_is_the_full_teacher():

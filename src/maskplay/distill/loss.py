@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from ..families import MaskplayModel
 from ..outputs import ModelOutput
 from ..precision import Precision, forward_in
+from .fused import fused_distill_loss
 from .teacher import target_mask
 
 
@@ -46,7 +47,8 @@ def distill_loss(logits: Tensor, top_ids: Tensor, top_logprobs: Tensor, real: Te
 
 class DistillObjective(nn.Module):
     """The student's forward pass, its LM head at the target positions and the loss, in one module, so that the
-    run's precision (maskplay.precision.forward_in) covers all of it. The student is its only submodule."""
+    run's precision (maskplay.precision.forward_in) covers all of it. The student is its only submodule. The loss
+    is distill_loss fused with the head's projection (fused.py): no (N, V) logits are held."""
 
     def __init__(self, student: MaskplayModel, temperature: float, ce_weight: float) -> None:
         super().__init__()
@@ -56,9 +58,10 @@ class DistillObjective(nn.Module):
     def forward(self, input_ids: Tensor, attention_mask: Tensor, targets: Tensor, top_ids: Tensor,
                 top_logprobs: Tensor) -> ModelOutput:
         hidden = self.student(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        logits = self.student.logits(hidden[targets])
-        loss, parts = distill_loss(logits, top_ids, top_logprobs, input_ids[targets], self.temperature,
-                                   self.ce_weight)
+        head = self.student.head  # the tied LM head: transform, then the embedding table and the bias (heads.py)
+        loss, parts = fused_distill_loss(head.transform(hidden[targets]), self.student.embeddings.word.weight,
+                                         head.bias, top_ids, top_logprobs, input_ids[targets], self.temperature,
+                                         self.ce_weight)
         return ModelOutput(loss=loss, parts=parts)
 
 
