@@ -1,7 +1,8 @@
 """The cost of distillation (maskplay.distill) against plain T-TA training, in one run: an optimizer step of a T-TA
 on its own cross-entropy, the same step on a teacher's stored targets (`maskplay distill prepare`), and on targets
 the teacher computes at the step (on the fly); then `distill prepare`'s throughput (sequences per second, teacher
-passes and masked copies per sequence). Teacher: a random BERT of the preset's size; student: a T-TA of its shape
+passes and masked copies per sequence; the teacher in fp32, then in bf16).
+Teacher: a random BERT of the preset's size; student: a T-TA of its shape
 (the default --shape teacher). Steps run as the training loop runs them (DistillForward / forward_in, backward,
 AdamW), cases interleaved round by round, the median reported.
 
@@ -92,6 +93,10 @@ def main() -> None:
         summary = prepare_targets(root / "teacher", data, root / "targets", top_k=args.top_k,
                                   max_length=preset(args.preset).max_position, splits=("train",))
         prepare_s = time.perf_counter() - started
+        started = time.perf_counter()  # the same with the teacher in bf16 (--teacher-precision bf16)
+        prepare_targets(root / "teacher", data, root / "targets-bf16", top_k=args.top_k,
+                        max_length=preset(args.preset).max_position, splits=("train",), precision="bf16")
+        prepare_bf16_s = time.perf_counter() - started
         stored = StoredTargets(root / "targets", args.top_k, preset(args.preset).max_position)
 
         cases = {}
@@ -113,14 +118,17 @@ def main() -> None:
     rows = [{"case": k, "step_s": v, "ratio_to_tta": v / times["tta"]} for k, v in times.items()]
     prep = {"sequences": n_seq, "seconds": prepare_s, "sequences_per_s": n_seq / prepare_s,
             "teacher_passes_per_sequence": summary.passes / n_seq, "masked_copies_per_sequence": pieces / n_seq,
-            "prepare_s_per_sequence_over_tta_step_s_per_sequence": (prepare_s / n_seq) / (times["tta"] / args.batch)}
+            "prepare_s_per_sequence_over_tta_step_s_per_sequence": (prepare_s / n_seq) / (times["tta"] / args.batch),
+            "bf16_teacher_sequences_per_s": n_seq / prepare_bf16_s, "bf16_teacher_speedup": prepare_s / prepare_bf16_s}
     print(f"preset {args.preset}, batch {args.batch} sentences (mean {pieces / n_seq + 2:.1f} tokens), top-k {args.top_k}, "
           f"fp32, median of {args.rounds} interleaved rounds")
     for r in rows:
         print(f"  {r['case']:<20} {r['step_s'] * 1e3:9.1f} ms/step   x{r['ratio_to_tta']:.2f} of a T-TA step")
     print(f"  distill prepare: {prep['sequences_per_s']:.1f} sequences/s, {prep['teacher_passes_per_sequence']:.2f} "
           f"teacher passes and {prep['masked_copies_per_sequence']:.1f} masked copies per sequence; one sequence's "
-          f"targets cost x{prep['prepare_s_per_sequence_over_tta_step_s_per_sequence']:.2f} its share of a T-TA step")
+          f"targets cost x{prep['prepare_s_per_sequence_over_tta_step_s_per_sequence']:.2f} its share of a T-TA step; "
+          f"with the teacher in bf16 {prep['bf16_teacher_sequences_per_s']:.1f} sequences/s "
+          f"(x{prep['bf16_teacher_speedup']:.2f})")
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine(), "preset": args.preset, "batch": args.batch,
                                                "rows": rows, "prepare": prep}, indent=2) + "\n")

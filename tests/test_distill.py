@@ -189,6 +189,24 @@ def test_stored_targets_equal_on_the_fly_ones_and_prepare_resumes(data, tmp_path
         StoredTargets(out, top_k=6, max_length=20, teacher_sha256=teacher_identity(other))
 
 
+def test_a_bf16_teacher_is_close_to_fp32_and_stored_as_computed(data, tmp_path):
+    teacher_dir = save_teacher(tmp_path / "t", data)
+    teacher = load_teacher(teacher_dir)
+    seq = torch.as_tensor(TokenDataset(data / "valid")[2])
+    ids32, logp32 = TeacherPass(teacher, top_k=100)(seq)
+    ids16, logp16 = TeacherPass(teacher, top_k=100, precision="bf16")(seq)
+    full32 = torch.empty_like(logp32).scatter_(1, ids32.long(), logp32)
+    full16 = torch.empty_like(logp16).scatter_(1, ids16.long(), logp16)
+    assert 0 < (full16 - full32).abs().max() < 0.1  # bf16's rounding, not another distribution
+    prepare_targets(teacher_dir, data, tmp_path / "targets", top_k=6, max_length=32, precision="bf16")
+    stored = StoredTargets(tmp_path / "targets", top_k=6, max_length=32, precision="bf16")
+    ids, mask = pad_batch([seq.numpy()], 0)
+    a, b = stored.batch(ids, mask), TeacherPass(teacher, top_k=6, precision="bf16").batch(ids, mask)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    with pytest.raises(ValueError, match="computed by the teacher in bf16"):
+        StoredTargets(tmp_path / "targets", top_k=6, max_length=32, precision="fp32")
+
+
 # ---- training -------------------------------------------------------------------------------------------------
 
 def test_a_resume_is_bitwise_and_stored_targets_train_as_on_the_fly_ones(data, tmp_path):

@@ -70,6 +70,8 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
                    help="weight w of the T-TA cross-entropy on the real token: (1 - w) T^2 KL + w CE (default 0)")
     p.add_argument("--top-k", type=positive_int, help="teacher ids kept per position (default 64)")
     p.add_argument("--teacher-rows", type=positive_int, help="masked copies per teacher pass (default 256)")
+    p.add_argument("--teacher-precision", choices=["fp32", "bf16"],
+                   help="the teacher's passes (default fp32; bf16: faster where the CPU has bf16 matmuls)")
     p.add_argument("--config", metavar="TOML", help="training config (as `maskplay pretrain --config`)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config field (repeatable)")
@@ -100,6 +102,8 @@ def prepare_parser() -> OneLineParser:
     p.add_argument("--splits", nargs="+", default=["train", "valid"], help="splits to cover (default train valid)")
     p.add_argument("--teacher-rows", type=positive_int, default=256, help="masked copies per teacher pass")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
+    p.add_argument("--teacher-precision", choices=["fp32", "bf16"], default="fp32",
+                   help="the teacher's passes (bf16: faster where the CPU has bf16 matmuls; the run must use the same)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads (the run's run.threads gives on-the-fly targets equal to these bit for bit)")
     return p
@@ -140,7 +144,8 @@ def run_prepare(args: argparse.Namespace) -> int:
     teacher = maskplay_teacher(args.teacher, Path(args.out) / "teacher")
     summary = prepare_targets(teacher, args.data, args.out, top_k=args.top_k, max_length=args.max_length,
                               shard_sequences=args.shard_sequences, splits=tuple(args.splits), rows=args.teacher_rows,
-                              device=args.device, progress=True, threads=args.threads)
+                              device=args.device, progress=True, threads=args.threads,
+                              precision=args.teacher_precision)
     print(f"{summary.out}: targets of {summary.sequences:,} sequences ({summary.computed:,} computed now: "
           f"{summary.positions:,} positions, {summary.passes:,} teacher passes, {summary.seconds:.0f} s)")
     return 0
@@ -159,7 +164,7 @@ def run_train(args: argparse.Namespace) -> int:
     saved = load_distill_config(config.run.out_dir) if args.resume or args.resume_from else None
     given = {"teacher": teacher, "targets": args.targets, "init": args.student_init, "shape": args.shape,
              "temperature": args.temperature, "ce_weight": args.ce_weight, "top_k": args.top_k,
-             "teacher_rows": args.teacher_rows}
+             "teacher_rows": args.teacher_rows, "teacher_precision": args.teacher_precision}
     cfg = dataclasses.replace(saved or DistillConfig(), **{k: v for k, v in given.items() if v is not None})
     result = distill(config, cfg, resume=args.resume, resume_from=args.resume_from)
     if result.final_dir is not None:

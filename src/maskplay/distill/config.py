@@ -37,6 +37,7 @@ class DistillConfig:
     ce_weight: float = 0.0  # loss = (1 - w) T^2 KL + w CE(the real token); 0 = KL alone, 1 = plain T-TA training
     top_k: int = 64  # teacher log-probabilities kept per position (the rest of the vocabulary is dropped)
     teacher_rows: int = 256  # masked copies per teacher pass (rows of one sequence; a longer one takes more passes)
+    teacher_precision: str = "fp32"  # fp32 | bf16: the teacher's passes (stored targets must have been made so)
 
     def __post_init__(self) -> None:
         if self.init not in INITS:
@@ -49,6 +50,8 @@ class DistillConfig:
             raise ValueError(f"distill ce_weight must be in [0, 1], got {self.ce_weight}")
         if self.top_k < 1:
             raise ValueError(f"distill top_k must be at least 1, got {self.top_k}")
+        if self.teacher_precision not in ("fp32", "bf16"):
+            raise ValueError(f"distill teacher_precision must be fp32 or bf16, got {self.teacher_precision!r}")
         if self.teacher_rows < 1:
             raise ValueError(f"distill teacher_rows must be at least 1, got {self.teacher_rows}")
 

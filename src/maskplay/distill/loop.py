@@ -80,11 +80,11 @@ class DistillTrainer(Trainer):
         cfg = self.distill
         if cfg.targets:
             stored = StoredTargets(cfg.targets, cfg.top_k, self.config.data.max_length,
-                                   teacher_identity(self.teacher))
+                                   teacher_identity(self.teacher), cfg.teacher_precision)
             self.log(f"teacher targets: stored in {cfg.targets} (top {cfg.top_k})")
             return stored.batch
         self.log(f"teacher targets: computed at every step (top {cfg.top_k}; `maskplay distill prepare` stores them)")
-        return TeacherPass(self.teacher, cfg.top_k, cfg.teacher_rows).batch
+        return TeacherPass(self.teacher, cfg.top_k, cfg.teacher_rows, cfg.teacher_precision).batch
 
 
 def distill(config: TrainConfig, distill_config: DistillConfig, resume: bool = False,

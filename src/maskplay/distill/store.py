@@ -67,24 +67,25 @@ class PrepareSummary:
 
 def prepare_targets(teacher: str | Path, data: str | Path, out: str | Path, top_k: int = 64, max_length: int = 128,
                     shard_sequences: int = 1000, splits: tuple[str, ...] = ("train", "valid"), rows: int = 256,
-                    device: str = "cpu", progress: bool = False, threads: int | None = None) -> PrepareSummary:
+                    device: str = "cpu", progress: bool = False, threads: int | None = None,
+                    precision: str = "fp32") -> PrepareSummary:
     """Compute and store the teacher's top-k PLL distributions at every piece of every sequence of `splits` of the
     prepared data directory `data` (missing splits are skipped, not `train`). Resumes a directory written before with
     the same settings; a directory written with other settings is an error. `threads`: torch's threads meanwhile
     (a CPU matmul's rounding depends on them: targets equal the ones a run computes on the fly bit for bit when
-    both use the same number, run.threads)."""
+    both use the same number, run.threads). `precision`: the teacher's, fp32 or bf16 (TeacherPass)."""
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
         return _prepare(teacher, Path(data), Path(out), top_k, max_length, shard_sequences, splits, rows, device,
-                        progress)
+                        progress, precision)
     finally:
         torch.set_num_threads(before)
 
 
 def _prepare(teacher: str | Path, data: Path, out: Path, top_k: int, max_length: int, shard_sequences: int,
-             splits: tuple[str, ...], rows: int, device: str, progress: bool) -> PrepareSummary:
+             splits: tuple[str, ...], rows: int, device: str, progress: bool, precision: str) -> PrepareSummary:
     prepare_output_dir(out, "--out")
     if not (data / "train").is_dir():
         raise FileNotFoundError(f"{data / 'train'} not found: --data must be a directory prepared by `maskplay prepare`")
@@ -95,9 +96,10 @@ def _prepare(teacher: str | Path, data: Path, out: Path, top_k: int, max_length:
     datasets = {s: TokenDataset(data / s) for s in splits if (data / s).is_dir()}
     meta = {"format": FORMAT, "teacher": {**describe(model), "weights_sha256": teacher_identity(model)},
             "top_k": min(top_k, model.config.vocab_size), "max_length": max_length, "shard_sequences": shard_sequences,
+            "teacher_precision": precision,
             "splits": {s: {"sequences": len(d), "tokens": d.num_tokens} for s, d in datasets.items()}}
     _write_or_check_meta(out, meta)
-    teacher_pass = TeacherPass(model, top_k, rows)
+    teacher_pass = TeacherPass(model, top_k, rows, precision)
     started, computed, positions = time.monotonic(), 0, 0
     jobs = [(s, k) for s, d in datasets.items() for k in range(-(-len(d) // shard_sequences))]
     jobs = [(s, k) for s, k in jobs if not (out / shard_name(s, k)).is_file()]
@@ -149,7 +151,8 @@ class StoredTargets:
     """targets(input_ids, attention_mask) -> (top ids (N, k) long, top log-probabilities (N, k)) for the target
     positions of a padded batch, in row-major order, read from a prepared directory."""
 
-    def __init__(self, directory: str | Path, top_k: int, max_length: int, teacher_sha256: str | None = None) -> None:
+    def __init__(self, directory: str | Path, top_k: int, max_length: int, teacher_sha256: str | None = None,
+                 precision: str | None = None) -> None:
         self.directory = Path(directory)
         path = self.directory / META
         if not path.is_file():
@@ -157,6 +160,10 @@ class StoredTargets:
                                     "`maskplay distill prepare`?")
         self.meta = read_json_object(path)
         self._check(top_k, max_length, teacher_sha256)
+        stored = self.meta.get("teacher_precision", "fp32")
+        if precision is not None and stored != precision:
+            raise ValueError(f"targets {self.directory} were computed by the teacher in {stored}, the run's "
+                             f"teacher_precision is {precision}: the targets on the fly would differ")
         self.top_k = top_k
         self.files: list[Any] = []
         self.index: dict[bytes, tuple[int, int, int]] = {}  # token ids -> (file, first row, rows)

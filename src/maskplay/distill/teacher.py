@@ -55,15 +55,24 @@ def target_mask(input_ids: Tensor, attention_mask: Tensor, special_ids: list[int
     return attention_mask.bool() & ~torch.isin(input_ids, special)
 
 
+TEACHER_PRECISIONS = ("fp32", "bf16")
+
+
 class TeacherPass:
     """teacher(sequence) -> (top ids (P, k) int32, top log-probabilities (P, k) fp32) at the P target positions of
     one unpadded sequence, in order; log-probabilities of the full softmax at temperature 1, largest first."""
 
-    def __init__(self, teacher: MaskplayModel, top_k: int, rows: int = 256) -> None:
+    def __init__(self, teacher: MaskplayModel, top_k: int, rows: int = 256, precision: str = "fp32") -> None:
+        """precision: fp32, or bf16 (a bf16 copy of the teacher, made once: several times faster where the CPU
+        has bf16 matmuls; its targets differ from fp32's by bf16's rounding)."""
+        if precision not in TEACHER_PRECISIONS:
+            raise ValueError(f"teacher precision must be one of {TEACHER_PRECISIONS}, got {precision!r}")
         self.teacher = teacher
         self.top_k = min(top_k, teacher.config.vocab_size)
         self.rows = rows
-        self.runner = Runner(teacher, "fp32")
+        self.runner = Runner(teacher, precision)
+        # the model whose head reads the hidden states: the bf16 copy under bf16
+        self.head_model = self.runner.bf16_model if precision == "bf16" else teacher
         self.special = list(teacher.config.special_token_ids)
         self.passes = 0  # teacher forward passes run (benchmarks/distill_step.py reads it)
 
@@ -82,7 +91,7 @@ class TeacherPass:
                 copies = seq[None].expand(len(pos), -1)
                 attn = torch.ones_like(copies, dtype=torch.bool)
                 hidden = self.teacher.pll_hidden(self.runner, copies, attn, pos, pos + 1)
-                logp = torch.log_softmax(self.teacher.logits(hidden).float(), dim=-1)
+                logp = torch.log_softmax(self.head_model.logits(hidden).float(), dim=-1)
                 top = logp.topk(self.top_k, dim=-1)
                 ids_out.append(top.indices.to(torch.int32))
                 logp_out.append(top.values)
