@@ -16,10 +16,10 @@ pytest.importorskip("httpx", reason="the serve tests need httpx (the serve extra
 import torch  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
+from maskplay.precision import Precision  # noqa: E402
 from maskplay.serve.app import create_app  # noqa: E402
 from maskplay.serve.batching import Batcher  # noqa: E402
 from maskplay.serve.service import ModelService  # noqa: E402
-from maskplay.precision import Precision  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +51,12 @@ LONE = '"the cat \\ud800 sat"'
 
 
 @pytest.mark.parametrize("path,body,param", [
-    ("/v1/score", '{"input": %s}' % LONE, "input"),
-    ("/v1/score", '{"input": ["fine .", %s]}' % LONE, "input"),
-    ("/v1/embeddings", '{"input": %s}' % LONE, "input"),
-    ("/v1/completions", '{"prompt": %s, "max_tokens": 2}' % LONE, "prompt"),
-    ("/v1/completions", '{"prompt": "a", "max_tokens": 2, "stop": [%s]}' % LONE, "stop"),
-    ("/tokenize", '{"prompt": %s}' % LONE, "prompt"),
+    ("/v1/score", f'{{"input": {LONE}}}', "input"),
+    ("/v1/score", f'{{"input": ["fine .", {LONE}]}}', "input"),
+    ("/v1/embeddings", f'{{"input": {LONE}}}', "input"),
+    ("/v1/completions", f'{{"prompt": {LONE}, "max_tokens": 2}}', "prompt"),
+    ("/v1/completions", f'{{"prompt": "a", "max_tokens": 2, "stop": [{LONE}]}}', "stop"),
+    ("/tokenize", f'{{"prompt": {LONE}}}', "prompt"),
 ])
 def test_a_lone_surrogate_is_a_400_naming_the_field(client, path, body, param):
     found = error(client.post(path, content=body, headers={"content-type": "application/json"}), 400)

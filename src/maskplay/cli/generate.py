@@ -16,8 +16,7 @@ from ..generation import (
     generating_families,
     require_generative,
 )
-from .common import (check_text_arguments, finite_float, non_negative_int, positive_float, positive_int, probability,
-                     seed_int)
+from .common import check_text_arguments, finite_float, non_negative_int, positive_float, positive_int, probability, seed_int
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
