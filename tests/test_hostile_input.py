@@ -5,6 +5,11 @@ unbounded allocation or a path outside the model directory before its fix; the s
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +87,107 @@ def test_generate_refuses_a_prompt_argument_that_is_not_utf8(capsys):
     assert main(["generate", "gpt-mini-wiki", "the cat \udcff", "--max-new-tokens", "2"]) != 0
     err = capsys.readouterr().err.strip()
     assert "prompt argument 1 is not valid UTF-8" in err and len(err.splitlines()) == 1
+
+
+# ---- item 2: a model directory's sizes against its weights ----------------------------------------------------
+
+@contextmanager
+def address_space_cap(extra: int = 3 << 30):
+    """RLIMIT_AS at what the process maps now plus `extra`: an allocation of the sizes below fails at once
+    instead of paging the machine out (before the fix, the model was built first)."""
+    resource = pytest.importorskip("resource")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    status = Path("/proc/self/status").read_text()
+    mapped = int(re.search(r"VmSize:\s+(\d+) kB", status).group(1)) * 1024
+    cap = mapped + extra if hard == resource.RLIM_INFINITY else min(hard, mapped + extra)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    from tests.test_score_support import save_model_dir, small_tokenizer, tiny
+
+    root = tmp_path_factory.mktemp("hostile")
+    tok = small_tokenizer(root)
+    return save_model_dir(root / "model", tiny("gpt", tok), tok)
+
+
+def edited_copy(source: Path, target: Path, **changes) -> Path:
+    shutil.copytree(source, target)
+    config = json.loads((target / "config.json").read_text())
+    config.update(changes)
+    (target / "config.json").write_text(json.dumps(config))
+    return target
+
+
+@pytest.mark.parametrize("changes", [
+    {"hidden_size": 10**9, "num_heads": 1}, {"vocab_size": 10**12}, {"max_position": 10**9},
+    {"intermediate_size": 10**12}, {"hidden_size": 2**70, "num_heads": 1}, {"num_layers": 10**6},
+    {"hidden_size": 64},  # within bounds, but not these weights: the skeleton's comparison
+    {"max_position": 10**9, "positions": "sinusoidal"},  # no table in the file: the computed one's size
+], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_sizes_are_checked_against_the_weights_before_any_allocation(tiny_dir, tmp_path, changes):
+    from maskplay.score import load_model_dir
+
+    bad = edited_copy(tiny_dir, tmp_path / "bad", **changes)
+    with address_space_cap(), pytest.raises(ValueError, match=r"config\.json") as found:
+        load_model_dir(bad)
+    assert len(str(found.value).splitlines()) == 1
+    load_model_dir(tiny_dir)  # the unedited directory loads
+
+
+def test_convert_from_hf_checks_sizes_before_building(tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    from maskplay.cli import main
+
+    config = transformers.BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(config).save_pretrained(tmp_path / "hf")
+    data = json.loads((tmp_path / "hf" / "config.json").read_text())
+    data["hidden_size"] = 10**9
+    data["num_attention_heads"] = 1
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(data))
+    capsys.readouterr()  # transformers' progress bars
+    with address_space_cap():
+        code = main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "out")])
+    assert code != 0 and not (tmp_path / "out").exists()
+    err = capsys.readouterr().err.strip()
+    assert "hidden_size = 1000000000" in err and len(err.splitlines()) == 1
+
+
+# ---- item 3: a manifest's paths stay inside the model directory -----------------------------------------------
+
+def _manifest(directory: Path, name: str) -> None:
+    (directory / "manifest.json").write_text(json.dumps({"format": 1, "files": {name: {"sha256": "0", "bytes": 1}}}))
+
+
+@pytest.mark.parametrize("kind", ["absolute", "dotdot", "symlink"])
+def test_a_manifest_cannot_point_outside_the_model_directory(tiny_dir, tmp_path, kind, capsys):
+    from maskplay.cli import main
+
+    model = edited_copy(tiny_dir, tmp_path / "model")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("x" * 1221)
+    if kind == "symlink":
+        (model / "link.txt").symlink_to(secret)
+    _manifest(model, {"absolute": str(secret), "dotdot": "../secret.txt", "symlink": "link.txt"}[kind])
+    assert main(["score", str(model), "the cat sat ."]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "manifest.json lists" in err and "1221" not in err and len(err.splitlines()) == 1
+
+
+def test_a_checkpoint_manifest_cannot_point_outside_the_checkpoint(tmp_path):
+    from maskplay.train.checkpoint import FORMAT_VERSION, MANIFEST, REQUIRED, CheckpointError, verify_checkpoint
+
+    ckpt = tmp_path / "ckpt-1"
+    ckpt.mkdir()
+    (tmp_path / "outside").write_text("x")
+    files = {"../outside": {"sha256": "0", "bytes": 1}, **{n: {"sha256": "0", "bytes": 1} for n in REQUIRED}}
+    (ckpt / MANIFEST).write_text(json.dumps({"format": FORMAT_VERSION, "files": files}))
+    with pytest.raises(CheckpointError, match="a path outside"):
+        verify_checkpoint(ckpt)

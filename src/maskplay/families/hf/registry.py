@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from .common import HFCheckpoint, HFConverter, HFExport
+from .common import HFCheckpoint, HFConverter, HFExport, check_hf_sizes
 
 if TYPE_CHECKING:
     from ..base import MaskplayModel
@@ -52,6 +52,7 @@ def from_hf(architecture: str, checkpoint: HFCheckpoint, generator: HFCheckpoint
     converter = converter_for_architecture(architecture)
     if generator is not None and architecture not in converter.takes_generator:
         raise ValueError(f"a generator goes with an ElectraForPreTraining discriminator, not a {architecture}")
+    check_hf_sizes(converter.config_from_hf(checkpoint[0]), checkpoint[1])  # before the converter builds anything
     return converter.from_hf(architecture, checkpoint, generator, special_ids)
 
 
