@@ -191,3 +191,60 @@ def test_a_checkpoint_manifest_cannot_point_outside_the_checkpoint(tmp_path):
     (ckpt / MANIFEST).write_text(json.dumps({"format": FORMAT_VERSION, "files": files}))
     with pytest.raises(CheckpointError, match="a path outside"):
         verify_checkpoint(ckpt)
+
+
+# ---- item 5: lm-eval's pairs files and arguments --------------------------------------------------------------
+
+def _pairs_loader():
+    import importlib.util
+
+    from maskplay.lm_eval_backend import TASKS_DIR
+
+    spec = importlib.util.spec_from_file_location("maskplay_pairs_loader", TASKS_DIR / "pairs.py")
+    loader = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loader)
+    return loader
+
+
+GOOD = '{"sentence_good": "the cat sat .", "sentence_bad": "the cat sit ."}\n'
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", r"pairs\.jsonl: no pairs"),
+    ((GOOD + '{"sentence_good": "a').encode(), r"pairs\.jsonl:2: invalid JSON"),
+    (b'{"sentence_good": "", "sentence_bad": "b ."}\n', r"pairs\.jsonl:1: sentence_good is empty"),
+    (b'{"good": "a .", "bad": "b ."}\n', r"pairs\.jsonl:1: missing"),
+    (GOOD.encode() + b'{"sentence_good": "caf\xe9", "sentence_bad": "b ."}\n', r"pairs\.jsonl.*2"),
+], ids=["empty", "truncated", "empty-sentence", "keys", "not-utf8"])
+def test_lm_eval_pairs_file_errors_name_the_file_and_line(tmp_path, content, message):
+    pytest.importorskip("lm_eval")
+    pytest.importorskip("datasets")
+    path = tmp_path / "pairs.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        _pairs_loader().load(pairs=str(path))
+
+
+@pytest.mark.parametrize("value", [5, [], [3], ""])
+def test_lm_eval_pairs_metadata_must_name_files(value):
+    pytest.importorskip("lm_eval")
+    with pytest.raises(ValueError, match="metadata 'pairs' must be a file name"):
+        _pairs_loader().load(pairs=value)
+
+
+@pytest.mark.parametrize("argv", [["--limit", "-3"], ["--limit=0"], ["--limit", "x"], ["run", "--limit", "nan"]])
+def test_lm_eval_limit_is_checked(argv):
+    from maskplay.cli.lm_eval import lm_eval_argv
+
+    with pytest.raises(ValueError, match="--limit"):
+        lm_eval_argv(["--model", "maskplay", *argv], "T")
+
+
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf"), -1.0, "hot"])
+def test_lm_eval_generation_temperature_is_checked(temperature):
+    pytest.importorskip("lm_eval")
+    from maskplay.lm_eval_backend import MaskplayLM
+
+    lm = MaskplayLM("gpt-mini-wiki", device="cpu", precision="fp32")
+    with pytest.raises(ValueError, match="temperature"):
+        lm.generate_texts(["the city"], {"do_sample": True, "temperature": temperature, "max_gen_toks": 2})
