@@ -248,3 +248,40 @@ def test_lm_eval_generation_temperature_is_checked(temperature):
     lm = MaskplayLM("gpt-mini-wiki", device="cpu", precision="fp32")
     with pytest.raises(ValueError, match="temperature"):
         lm.generate_texts(["the city"], {"do_sample": True, "temperature": temperature, "max_gen_toks": 2})
+
+
+# ---- item 6: eval blimp-plot validates the result files -------------------------------------------------------
+
+def _blimp_file(path: Path, edit) -> Path:
+    from maskplay.eval.blimp import BlimpPair, evaluate_blimp
+    from maskplay.eval.common import write_results
+
+    pairs = [BlimpPair(f"good {k}", f"bad {k}", paradigm, phenomenon)
+             for k, (paradigm, phenomenon) in enumerate([("adjunct_island", "island_effects"),
+                                                         ("passive_1", "argument_structure")] * 2)]
+    result = evaluate_blimp(lambda texts: [len(t) for t in texts], pairs)
+    edit(result)
+    write_results(path, {"task": "blimp", "model_dir": "runs/x", "method": "causal", "limit": None,
+                         "results": result})
+    return path
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda r: r["phenomena"]["island_effects"].pop("accuracy"), r"phenomena\['island_effects'\]\.accuracy is None"),
+    (lambda r: r["phenomena"]["island_effects"].update(accuracy="high"), "'high', not a finite number"),
+    (lambda r: r["paradigms"]["passive_1"].update(accuracy=float("nan")), "'nan', not a finite number"),
+    (lambda r: r["paradigms"]["passive_1"].update(phenomenon="binding"), "'binding', which results.phenomena"),
+    (lambda r: r.update(phenomena=[]), "results.phenomena is not an object"),
+    (lambda r: r.update(macro_accuracy=None), "macro_accuracy is None"),
+], ids=["no-accuracy", "high", "nan", "unlisted-phenomenon", "list", "no-macro"])
+def test_blimp_plot_refuses_a_malformed_result_in_one_line(tmp_path, capsys, edit, message):
+    from maskplay.cli import main
+
+    good = _blimp_file(tmp_path / "good.json", lambda r: None)
+    bad = _blimp_file(tmp_path / "bad.json", edit)
+    capsys.readouterr()
+    assert main(["eval", "blimp-plot", str(good), str(bad), "--labels", "a", "b",
+                 "--out", str(tmp_path / "p.png")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "bad.json" in err and re.search(message, err), err
+    assert main(["eval", "blimp-plot", str(good), "--out", str(tmp_path / "p.png")]) == 0
