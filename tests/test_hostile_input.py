@@ -8,6 +8,7 @@ import argparse
 import json
 import re
 import shutil
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -285,3 +286,89 @@ def test_blimp_plot_refuses_a_malformed_result_in_one_line(tmp_path, capsys, edi
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "bad.json" in err and re.search(message, err), err
     assert main(["eval", "blimp-plot", str(good), "--out", str(tmp_path / "p.png")]) == 0
+
+
+# ---- item 4: per-request limits; long jobs interleave with short ones -----------------------------------------
+
+def test_a_900_kb_windowed_embedding_request_is_refused_naming_the_limit(client):
+    text = " ".join(["the cat sat on the mat ."] * 36000)  # ~900 kB: under the body cap
+    found = error(client.post("/v1/embeddings", json={"input": text, "overflow": "window"}), 400)
+    assert found["code"] == "request_too_large" and "--max-request-" in found["message"]
+
+
+def test_too_many_prompts_x_n_x_max_tokens_is_refused_naming_the_limit(client):
+    found = error(client.post("/v1/completions", json={"prompt": ["the cat"] * 5000, "n": 16, "max_tokens": 64}),
+                  400)
+    assert "--max-request-tokens" in found["message"] and "5000 prompts x n 16 x max_tokens 64" in found["message"]
+    assert client.post("/v1/completions", json={"prompt": ["the cat"] * 4, "max_tokens": 2}).status_code == 200
+
+
+def test_request_limits_are_settable(service, client, monkeypatch):
+    from maskplay.serve.limits import Limits
+
+    monkeypatch.setattr(service, "limits", Limits(pieces=20, windows=3, generated=10))
+    found = error(client.post("/v1/score", json={"input": ["the cat sat on the mat ."] * 4}), 400)
+    assert "--max-request-pieces" in found["message"] and "limit of 20" in found["message"]
+    assert client.post("/v1/score", json={"input": ["the cat sat on the mat ."] * 2}).status_code == 200
+    long = " ".join(["the cat sat on the mat ."] * 40)  # ~280 pieces: 5 windows of 128
+    found = error(client.post("/v1/embeddings", json={"input": long, "overflow": "truncate"}), 400)
+    assert "--max-request-pieces" in found["message"]
+    monkeypatch.setattr(service, "limits", Limits(pieces=10**6, windows=3, generated=10))
+    assert "--max-request-windows" in error(client.post("/v1/embeddings", json={"input": long, "overflow": "window"}),
+                                            400)["message"]
+    assert "--max-request-tokens" in error(client.post("/v1/completions", json={"prompt": ["a", "b"], "n": 2,
+                                                                                  "max_tokens": 3}), 400)["message"]
+    with pytest.raises(ValueError, match="--max-request-windows"):
+        Limits(windows=0)
+
+
+def test_a_long_job_is_split_and_other_jobs_run_between_its_parts():
+    import asyncio
+
+    from maskplay.serve.batching import Batcher
+
+    order = []
+
+    def run(items):
+        order.append(items[0][0])
+        return [f"{job}:{k}" for job, k in items]
+
+    async def main():
+        batcher = Batcher(max_batch_size=4, max_wait_ms=0, max_queue=16)
+        batcher.start()
+        long = asyncio.ensure_future(batcher.submit("k", [("long", k) for k in range(40)], run))
+        await asyncio.sleep(0)
+        short = await batcher.submit("k", [("short", 0)], run)
+        long_done = long.done()
+        got = await long
+        seeded = await batcher.submit("k", [("seeded", k) for k in range(10)], run, split=False)
+        await batcher.stop()
+        return short, long_done, got, seeded
+
+    short, long_done, got, seeded = asyncio.run(main())
+    assert short == ["short:0"] and not long_done  # answered while the long job still had parts to run
+    assert got == [f"long:{k}" for k in range(40)] and order.index("short") <= 2
+    assert order.count("long") == 10 and order.count("seeded") == 1 and len(seeded) == 10
+
+
+def test_a_short_request_is_answered_while_a_long_one_runs(client):
+    """Over HTTP: a 1,000-sentence /v1/score (about 32 model calls) and, once it runs, a one-sentence one; the
+    short one is answered before the long one ends (before the fix it waited for all of it)."""
+    import threading
+
+    done = {}
+
+    def long_request():
+        response = client.post("/v1/score", json={"input": [f"the cat sat on mat {k} ." for k in range(1000)],
+                                                  "explain": False})
+        done["long"] = response.status_code
+
+    thread = threading.Thread(target=long_request)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not client.get("/health").json()["batching"]["running"] and time.monotonic() < deadline:
+        time.sleep(0.01)  # the long job runs
+    response = client.post("/v1/score", json={"input": "the cat sat ."})
+    assert response.status_code == 200 and "long" not in done
+    thread.join(timeout=300)
+    assert done["long"] == 200

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from ..precision import Precision
+from ..serve.limits import Limits
 from .common import non_negative_float, non_negative_int, positive_int
 
 AUTO = "auto"
@@ -35,6 +36,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="tokens per input with [SOS]/[EOS] at most (default and most: the model's max_position)")
     p.add_argument("--max-body-bytes", type=positive_int, default=1 << 20, metavar="N",
                    help="a request body over this is answered 413 (default 1 MiB)")
+    limits = Limits()
+    p.add_argument("--max-request-pieces", type=positive_int, default=limits.pieces, metavar="N",
+                   help=f"word pieces over all inputs of one /v1/score or /v1/embeddings request at most (default "
+                        f"{limits.pieces})")
+    p.add_argument("--max-request-windows", type=positive_int, default=limits.windows, metavar="N",
+                   help=f"windows one /v1/embeddings request with overflow 'window' splits into at most (default "
+                        f"{limits.windows})")
+    p.add_argument("--max-request-tokens", type=positive_int, default=limits.generated, metavar="N",
+                   help=f"prompts x n x max_tokens of one /v1/completions request at most (default "
+                        f"{limits.generated})")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=run_serve)
 
@@ -60,7 +71,9 @@ def run_serve(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     precision = resolve_cli(args.precision, device, model_dir=args.model_dir, rows=args.max_batch_size * 32,
                             command="serve")
-    service = ModelService(args.model_dir, device, precision, max_tokens=args.max_tokens, name=args.name)
+    limits = Limits(args.max_request_pieces, args.max_request_windows, args.max_request_tokens)
+    service = ModelService(args.model_dir, device, precision, max_tokens=args.max_tokens, name=args.name,
+                           limits=limits)
     app = create_app(service, batcher, max_body_bytes=args.max_body_bytes)
     print(f"maskplay serve: {service.name} ({service.family}, {service.precision.value}) on "
           f"http://{args.host}:{args.port}/ (batching {'on' if args.batching else 'off'})", file=sys.stderr, flush=True)
