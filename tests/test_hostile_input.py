@@ -25,6 +25,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from maskplay.precision import Precision  # noqa: E402
 from maskplay.serve.app import create_app  # noqa: E402
 from maskplay.serve.batching import Batcher  # noqa: E402
+from maskplay.serve.guards import default_allowed_hosts  # noqa: E402
 from maskplay.serve.service import ModelService  # noqa: E402
 
 
@@ -34,8 +35,9 @@ def service() -> ModelService:
 
 
 def client_of(service: ModelService, **options) -> TestClient:
-    limits = {k: options.pop(k) for k in list(options) if k.startswith("max_") and k != "max_body_bytes"}
-    return TestClient(create_app(service, Batcher(**limits), **options), base_url="http://127.0.0.1")
+    """The app as `maskplay serve` makes it on 127.0.0.1 (its Host check included)."""
+    options.setdefault("allowed_hosts", default_allowed_hosts("127.0.0.1"))
+    return TestClient(create_app(service, Batcher(), **options), base_url="http://127.0.0.1:8000")
 
 
 @pytest.fixture(scope="module")
@@ -372,3 +374,122 @@ def test_a_short_request_is_answered_while_a_long_one_runs(client):
     assert response.status_code == 200 and "long" not in done
     thread.join(timeout=300)
     assert done["long"] == 200
+
+
+# ---- item 7: the rest --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("host,status", [("127.0.0.1:8000", 200), ("localhost:8000", 200), ("[::1]:8000", 200),
+                                         ("evil.example", 400), ("evil.example:8000", 400), ("", 400)])
+def test_the_host_header_must_name_the_server(client, host, status):
+    response = client.get("/health", headers={"host": host})
+    assert response.status_code == status, response.text
+    if status == 400:
+        assert response.json()["error"]["code"] == "invalid_host" and "--allowed-hosts" in response.text
+
+
+def test_allowed_hosts_can_be_widened(service):
+    assert default_allowed_hosts("0.0.0.0") == ["*"]
+    assert "10.0.0.5" in default_allowed_hosts("10.0.0.5")
+    with client_of(service, allowed_hosts=["models.example"]) as c:
+        assert c.get("/health", headers={"host": "models.example:8000"}).status_code == 200
+        assert c.get("/health", headers={"host": "evil.example"}).status_code == 400
+    with client_of(service, allowed_hosts=["*"]) as c:
+        assert c.get("/health", headers={"host": "anything.example"}).status_code == 200
+
+
+def test_docs_page_needs_nothing_from_outside(client):
+    page = client.get("/docs")
+    assert page.status_code == 200 and "/v1/score" in page.text and "overflow" in page.text
+    assert not re.search(r"(src|href)=['\"]?(https?:)?//", page.text)  # no script or style from a CDN
+
+
+@pytest.mark.parametrize("headers", [{"content-type": "text/plain"}, {"content-type": "application/x-www-form-urlencoded"},
+                                     {}])
+def test_a_post_without_a_json_content_type_names_the_header(client, headers):
+    found = error(client.post("/v1/score", content=b'{"input": "a"}', headers=headers), 400)
+    assert found["code"] == "invalid_content_type" and "Content-Type" in found["message"]
+
+
+def test_a_seed_out_of_range_names_seed(client):
+    found = error(client.post("/v1/completions", json={"prompt": "a", "max_tokens": 2, "seed": 2**70}), 400)
+    assert found["param"] == "seed"
+
+
+def test_an_out_path_that_cannot_be_written_says_so(tmp_path, capsys):
+    from maskplay.cli import main
+
+    pairs = tmp_path / "p.jsonl"
+    pairs.write_text(GOOD)
+    assert main(["eval", "blimp", "gpt-mini-wiki", "--file", str(pairs), "--out", "/proc/x"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "cannot write in /proc" in err and "another process" not in err and len(err.splitlines()) == 1
+
+
+def test_serve_finds_a_taken_port_before_loading_the_model(monkeypatch, capsys):
+    import socket
+
+    from maskplay.cli import main
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the port was checked")
+
+    monkeypatch.setattr("maskplay.serve.service.ModelService.__init__", no_model)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert main(["serve", "gpt-mini-wiki", "--port", str(port)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert f"--port {port}" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_stopping_the_server_mid_job_answers_503_without_tracebacks(tmp_path):
+    """Ctrl-C while a request waits for the model: the request gets a 503, the log no CancelledError."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"),
+           "MASKPLAY_AUTO_PRECISION": "fp32"}
+    proc = subprocess.Popen([sys.executable, "-m", "maskplay", "serve", "gpt-mini-wiki", "--port", str(port)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url, got = f"http://127.0.0.1:{port}", {}
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+
+        def seeded():  # a seeded sample is one model call: it is still running when the signal comes
+            got["long"] = httpx.post(url + "/v1/completions", timeout=120, json={
+                "prompt": ["the city"] * 120, "max_tokens": 40, "seed": 1}).status_code
+
+        thread = threading.Thread(target=seeded)
+        thread.start()
+        while not httpx.get(url + "/health", timeout=10).json()["batching"]["running"]:
+            time.sleep(0.01)
+        waiting = threading.Thread(target=lambda: got.update(
+            short=httpx.post(url + "/v1/score", json={"input": "a"}, timeout=120).status_code))
+        waiting.start()
+        while not httpx.get(url + "/health", timeout=10).json()["batching"]["queued"]:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        thread.join(120)
+        waiting.join(120)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert got == {"long": 503, "short": 503} and proc.returncode == 0
+    assert "Traceback" not in err and "CancelledError" not in err, err[-2000:]

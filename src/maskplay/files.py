@@ -105,9 +105,18 @@ class OutputLock:
         try:
             self.lock.acquire()
         except Timeout:
+            self._check_writable()  # filelock reports a lock file it cannot create (/proc/x) as held by another
             raise ValueError(f"{self.what} {self.path} is being written by another process (it holds "
                              f"{self.lock.lock_file}); wait for it to finish or choose another {self.what}") from None
         return self
+
+    def _check_writable(self) -> None:
+        try:
+            fd = os.open(self.lock.lock_file, os.O_WRONLY | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise ValueError(f"{self.what} {self.path}: cannot write in {self.path.parent} "
+                             f"({err.strerror or err})") from None
+        os.close(fd)
 
     def __exit__(self, *_: object) -> None:
         self.lock.release()

@@ -37,6 +37,10 @@ class QueueFull(Exception):
     """The bounded queue holds max_queue jobs already."""
 
 
+class ShuttingDown(QueueFull):
+    """The server is stopping: waiting jobs are answered with this (503) instead of being cancelled mid-wait."""
+
+
 @dataclass
 class _Job:
     key: Hashable
@@ -82,13 +86,25 @@ class Batcher:
         self._busy = False  # the last call served several jobs: clients are concurrent, so wait for the others
         self._free_at = 0.0  # when the last model call ended (time.monotonic)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="maskplay-model")  # the model runs here only
+        self.closing = False
+        self._inflight: list[_Job] = []  # the jobs of the call on the model's thread
 
     def start(self) -> None:
         """Start the loop on the running event loop (the app's startup)."""
         self._wakeup = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
+    def close(self) -> None:
+        """Answer every waiting job, and the jobs of the call in flight, with ShuttingDown, and refuse new ones:
+        the server's shutdown then ends the requests in its grace period instead of cancelling them (whose
+        CancelledError tracebacks filled the log). The call in flight runs to its end; its results are dropped."""
+        self.closing = True
+        for job in [*self.pending, *self._inflight]:
+            _settle(job, error=ShuttingDown("the server is shutting down; retry on its next start"))
+        self.pending.clear()
+
     async def stop(self) -> None:
+        self.close()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -98,7 +114,9 @@ class Batcher:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     def check_room(self) -> None:
-        """QueueFull when max_queue jobs wait already."""
+        """QueueFull when max_queue jobs wait already (ShuttingDown once close() was called)."""
+        if self.closing:
+            raise ShuttingDown("the server is shutting down; retry on its next start")
         if len(self.pending) >= self.max_queue:
             self.stats.refused += 1
             raise QueueFull(f"the server's queue holds {self.max_queue} requests (--max-queue); retry shortly")
@@ -171,7 +189,7 @@ class Batcher:
         self.stats.items += len(items)
         self.stats.calls += 1
         self.stats.largest = max(self.stats.largest, len(batch))
-        self.running = True
+        self.running, self._inflight = True, batch
         try:
             results = await loop.run_in_executor(self.executor, batch[0].run, items)
             if len(results) != len(items):
@@ -189,13 +207,13 @@ class Batcher:
                     _settle(job, error=alone)
             return
         finally:
-            self.running = False
+            self.running, self._inflight = False, []
             self._free_at = time.monotonic()
         start = 0
         for job, n in taken:
             job.done += results[start:start + n]
             start += n
-            if len(job.done) < len(job.items):  # the rest of a long job: after the jobs that came meanwhile
+            if len(job.done) < len(job.items) and not job.future.done():  # the rest: after the jobs that came meanwhile
                 self.pending.append(job)
             else:
                 _settle(job, job.done)

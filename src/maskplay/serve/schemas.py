@@ -66,7 +66,7 @@ class CompletionRequest(Request):
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
     stream: bool = False
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, lt=2**63)  # what torch.manual_seed takes (maskplay generate --seed)
 
 
 class ScoreRequest(Request):
