@@ -493,3 +493,16 @@ def test_stopping_the_server_mid_job_answers_503_without_tracebacks(tmp_path):
         proc.kill()
     assert got == {"long": 503, "short": 503} and proc.returncode == 0
     assert "Traceback" not in err and "CancelledError" not in err, err[-2000:]
+
+
+def test_a_fine_tuned_directory_is_checked_against_its_weights_too(tmp_path):
+    from maskplay.finetune import FineTuned, HeadConfig
+    from tests.test_score_support import small_tokenizer, tiny
+
+    tok = small_tokenizer(tmp_path)
+    FineTuned(tiny("tta", tok), HeadConfig(labels=["0", "1"], pooling="mean")).save_pretrained(tmp_path / "ft", tok)
+    config = json.loads((tmp_path / "ft" / "config.json").read_text())
+    config["vocab_size"] = 10**12
+    (tmp_path / "ft" / "config.json").write_text(json.dumps(config))
+    with address_space_cap(), pytest.raises(ValueError, match=r"config\.json: vocab_size = 1000000000000"):
+        FineTuned.from_pretrained(tmp_path / "ft")
