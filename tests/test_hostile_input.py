@@ -506,3 +506,16 @@ def test_a_fine_tuned_directory_is_checked_against_its_weights_too(tmp_path):
     (tmp_path / "ft" / "config.json").write_text(json.dumps(config))
     with address_space_cap(), pytest.raises(ValueError, match=r"config\.json: vocab_size = 1000000000000"):
         FineTuned.from_pretrained(tmp_path / "ft")
+
+
+@pytest.mark.parametrize("command", [["score"], ["generate"], ["serve", "--port", "0"]])
+def test_commands_refuse_oversized_configs_in_one_line(tiny_dir, tmp_path, capsys, monkeypatch, command):
+    """The commands' precision probe (auto) multiplied matrices of the config's sizes before the model loaded."""
+    from maskplay.cli import main
+
+    monkeypatch.delenv("MASKPLAY_AUTO_PRECISION", raising=False)
+    bad = edited_copy(tiny_dir, tmp_path / "bad", hidden_size=10**9, num_heads=1, intermediate_size=10**12)
+    with address_space_cap():
+        code = main([command[0], str(bad), *(["the cat ."] if command[0] != "serve" else command[1:])])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and "hidden_size = 1000000000" in err[-1], err
