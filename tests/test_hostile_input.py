@@ -519,3 +519,27 @@ def test_commands_refuse_oversized_configs_in_one_line(tiny_dir, tmp_path, capsy
         code = main([command[0], str(bad), *(["the cat ."] if command[0] != "serve" else command[1:])])
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and "hidden_size = 1000000000" in err[-1], err
+
+
+def test_a_failed_call_gives_its_memory_back(monkeypatch):
+    """After a failed model call the batcher collects the garbage and trims the heap (glibc kept ~7 GB of a
+    failed request's pages resident)."""
+    import asyncio
+
+    import maskplay.serve.batching as batching
+
+    trimmed = []
+    monkeypatch.setattr(batching, "release_memory", lambda: trimmed.append(1))
+
+    def run(items):
+        raise RuntimeError("out of memory")
+
+    async def main():
+        batcher = batching.Batcher(max_batch_size=4, max_wait_ms=0)
+        batcher.start()
+        with pytest.raises(RuntimeError):
+            await batcher.submit("k", [1, 2], run)
+        await batcher.stop()
+
+    asyncio.run(main())
+    assert trimmed == [1]
