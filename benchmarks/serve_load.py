@@ -12,7 +12,15 @@ Throughput is the requests answered per second; latency is each request's time f
 answer. The clients run in this process, on the same cores as the server: that is part of what is measured.
 Every answer is checked (status 200, its sentence's text back).
 
+--mixed: long and short requests together (issue 46). Two servers of the same model: one as `maskplay serve`
+runs by default (a request of more than --max-batch-size sentences runs in parts, other requests between them),
+one with --max-batch-size as large as a long request, so that it runs whole (how every request ran before the
+split: the baseline). Each gets --seconds of --long-clients sending /v1/score requests of --long-sentences sentences
+and --clients (the first count) sending one sentence each; reported: the short requests' latency percentiles on
+each server and their ratio, and the long requests answered.
+
     .venv/bin/python benchmarks/serve_load.py --model tta-mini-wiki --seconds 5
+    .venv/bin/python benchmarks/serve_load.py --mixed --clients 4 --long-clients 2 --seconds 20
 """
 
 from __future__ import annotations
@@ -127,6 +135,78 @@ async def load(url: str, path: str, clients: int, seconds: float) -> dict[str, f
             "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]}
 
 
+def percentiles(latencies: list[float]) -> dict[str, float]:
+    latencies = sorted(latencies)
+
+    def at(q: float) -> float:
+        return 1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))]
+
+    return {"requests": len(latencies), "p50_ms": at(0.5), "p90_ms": at(0.9), "p99_ms": at(0.99),
+            "max_ms": 1000 * latencies[-1]}
+
+
+async def mixed(url: str, short_clients: int, long_clients: int, long_sentences: int, seconds: float) -> dict:
+    """Short (one sentence) and long (`long_sentences` sentences) /v1/score requests at once for `seconds`."""
+    short: list[float] = []
+    long: list[float] = []
+    deadline = time.perf_counter() + seconds
+    body = json.dumps({"input": [SENTENCES[k % len(SENTENCES)] for k in range(long_sentences)],
+                       "explain": False}).encode()
+
+    async def client(k: int, is_long: bool) -> None:
+        connection = Connection(url)
+        try:
+            while time.perf_counter() < deadline:
+                data = body if is_long else json.dumps({"input": SENTENCES[k % len(SENTENCES)]}).encode()
+                sent = time.perf_counter()
+                status, answer = await connection.post("/v1/score", data)
+                if status != 200:
+                    raise SystemExit(f"a {'long' if is_long else 'short'} request failed: {status} {answer[:200]!r}")
+                (long if is_long else short).append(time.perf_counter() - sent)
+                k += 1
+        finally:
+            connection.close()
+
+    await asyncio.gather(*(client(k, False) for k in range(short_clients)),
+                         *(client(k, True) for k in range(long_clients)))
+    return {"short": percentiles(short), "long_requests": len(long),
+            "long_p50_ms": 1000 * statistics.median(long) if long else None}
+
+
+def run_mixed(args: argparse.Namespace) -> None:
+    short_clients = int(args.clients.split(",")[0])
+    common = ["--device", args.device, "--precision", args.precision]
+    servers = {"split": start(args.model, [*common, "--max-batch-size", str(args.max_batch_size)], args.threads),
+               "whole": start(args.model, [*common, "--max-batch-size", str(args.long_sentences)], args.threads)}
+    rows: dict[str, dict] = {}
+    try:
+        for _, url in servers.values():
+            asyncio.run(load(url, "/v1/score", 2, 1.0))  # warm-up
+        for mode in ("split", "whole"):
+            rows[mode] = asyncio.run(mixed(servers[mode][1], short_clients, args.long_clients, args.long_sentences,
+                                           args.seconds))
+            print(mode, json.dumps(rows[mode]), flush=True)
+    finally:
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait(timeout=60)
+    print(f"\n{machine()}; {args.model} ({args.precision}, {args.threads} torch thread per server), POST /v1/score: "
+          f"{short_clients} clients of one sentence and {args.long_clients} of {args.long_sentences} sentences, "
+          f"{args.seconds:g} s per server; split: --max-batch-size {args.max_batch_size}, whole: --max-batch-size "
+          f"{args.long_sentences}\n")
+    print("| server | short requests | p50 ms | p90 ms | p99 ms | max ms | long requests answered |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for mode, r in rows.items():
+        s = r["short"]
+        print(f"| {mode} | {s['requests']} | {s['p50_ms']:.0f} | {s['p90_ms']:.0f} | {s['p99_ms']:.0f} | "
+              f"{s['max_ms']:.0f} | {r['long_requests']} |")
+    whole, split = rows["whole"]["short"], rows["split"]["short"]
+    print(f"\nshort-request p50 whole / split: {whole['p50_ms'] / split['p50_ms']:.1f}x, p99: "
+          f"{whole['p99_ms'] / split['p99_ms']:.1f}x")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"machine": machine(), "args": vars(args), "rows": rows}, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="tta-mini-wiki")
@@ -143,7 +223,13 @@ def main() -> None:
                              "share the cores)")
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
+    parser.add_argument("--mixed", action="store_true", help="long and short requests together (see above)")
+    parser.add_argument("--long-clients", type=int, default=2, help="--mixed: clients sending long requests")
+    parser.add_argument("--long-sentences", type=int, default=2000, help="--mixed: sentences per long request")
     args = parser.parse_args()
+    if args.mixed:
+        run_mixed(args)
+        return
     counts = [int(c) for c in args.clients.split(",")]
     path = f"/v1/{args.endpoint}"
     common = ["--device", args.device, "--precision", args.precision]

@@ -336,7 +336,9 @@ def test_full_queue_is_503_with_retry_after():
         assert title["choices"][0]["text"].strip() == generate(model, [source], tokenizer=tokenizer,
                                                                max_new_tokens=10).generations[0].text
         with ThreadPoolExecutor(2) as pool:
-            long = pool.submit(server.post, "/v1/embeddings", json={"input": SENTENCES * 150})
+            # one long input (a job of many inputs is split, and others run between its parts)
+            long = pool.submit(server.post, "/v1/embeddings", json={"input": " ".join(SENTENCES * 60),
+                                                                    "overflow": "window"})
             wait_for(server, lambda b: b["running"], "the long call")
             waiting = pool.submit(server.post, "/v1/score", json={"input": "a"})
             wait_for(server, lambda b: b["queued"] == 1, "a waiting request")

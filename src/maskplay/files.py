@@ -21,6 +21,20 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def file_inside(directory: Path, name: object, source: Path) -> Path:
+    """directory / name for a file a manifest (`source`) lists, refused in one line unless it stays inside
+    `directory`: not absolute, no `..`, no symbolic link that leads out, so that a manifest someone else wrote
+    makes maskplay stat or read nothing elsewhere."""
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise ValueError(f"{source} lists {name!r}: not a file name")
+    if Path(name).is_absolute() or ".." in Path(name).parts:
+        raise ValueError(f"{source} lists {name!r}: a path outside {directory} (absolute or with ..) is not read")
+    path = directory / name
+    if not path.resolve().is_relative_to(directory.resolve()):
+        raise ValueError(f"{source} lists {name!r}, a symbolic link out of {directory}: not read")
+    return path
+
+
 def prepare_output_file(path: str | Path, what: str = "--out") -> Path:
     """Check that `path` can be written as a file (it is not a directory, no parent is a file) and create its
     parent directories, so that these mistakes are one-line errors naming the argument."""
@@ -91,9 +105,18 @@ class OutputLock:
         try:
             self.lock.acquire()
         except Timeout:
+            self._check_writable()  # filelock reports a lock file it cannot create (/proc/x) as held by another
             raise ValueError(f"{self.what} {self.path} is being written by another process (it holds "
                              f"{self.lock.lock_file}); wait for it to finish or choose another {self.what}") from None
         return self
+
+    def _check_writable(self) -> None:
+        try:
+            fd = os.open(self.lock.lock_file, os.O_WRONLY | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise ValueError(f"{self.what} {self.path}: cannot write in {self.path.parent} "
+                             f"({err.strerror or err})") from None
+        os.close(fd)
 
     def __exit__(self, *_: object) -> None:
         self.lock.release()

@@ -41,6 +41,8 @@ from .model_dir import (
     CONFIG_NAME,
     HEAD_CONFIG_NAME,
     WEIGHTS_NAME,
+    check_sizes_fit,
+    read_shapes,
     read_weights,
     resolve_model_dir,
     write_model_manifest,
@@ -201,6 +203,7 @@ class FineTuned(nn.Module):
                 raise FileNotFoundError(f"{path} not found: is {directory} a fine-tuned model directory?{hint}")
         config = from_dict(ModelConfig, read_json_object(paths[0]), source=str(paths[0]))
         head = from_dict(HeadConfig, read_json_object(paths[1]), source=str(paths[1]))
+        check_sizes_fit(config, read_shapes(paths[2]), str(paths[0]), str(paths[2]))  # before building anything
         model = cls(family_class(config.family)(config), head)
         state = read_weights(paths[2])
         own = model.state_dict()

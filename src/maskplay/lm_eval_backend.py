@@ -247,10 +247,10 @@ class MaskplayLM(LM):
         if asked > room:
             print(f"maskplay lm-eval: max_gen_toks={asked} is more than the model's {self.model.config.max_position} "
                   f"positions leave room for; generating at most {room}", file=sys.stderr)
-        do_sample, temperature = gen_kwargs.get("do_sample"), gen_kwargs.get("temperature")
+        do_sample, temperature = gen_kwargs.get("do_sample"), _temperature(gen_kwargs.get("temperature"))
         if do_sample is None:  # as lm-eval's HF backend: a positive temperature alone asks for sampling
-            do_sample = temperature is not None and float(temperature) > 0
-        temperature = 1.0 if temperature is None else float(temperature)
+            do_sample = temperature is not None and temperature > 0
+        temperature = 1.0 if temperature is None else temperature
         sample = bool(do_sample) and temperature > 0  # temperature 0 is greedy
         options: dict[str, Any] = {"until": until, "max_new_tokens": min(asked, room),
                                    "strategy": "sample" if sample else "greedy"}
@@ -276,6 +276,20 @@ class MaskplayLM(LM):
     @property
     def can_generate(self) -> bool:
         return can_generate(self.model)
+
+
+def _temperature(value: Any) -> float | None:
+    """gen_kwargs' temperature: a number >= 0 (0: greedy) or None. nan compared as not > 0 and so decoded
+    greedily without a word; it is refused here, as a negative or non-numeric one is."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (number >= 0 and math.isfinite(number)):
+        raise ValueError(f"gen_kwargs temperature must be a finite number >= 0 (0: greedy), got {value!r}")
+    return number
 
 
 def register() -> None:

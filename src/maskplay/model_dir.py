@@ -4,6 +4,7 @@ hub ids, and the integrity checks run before any weight is read (loading never u
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from .config import ModelConfig, from_dict
-from .files import atomic_path, read_json_object, replace_directory, sha256
+from .files import atomic_path, file_inside, read_json_object, replace_directory, sha256
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -92,7 +93,7 @@ def verify_model_files(directory: str | Path) -> None:
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AttributeError) as err:
         raise ValueError(f"{path} is damaged: not a model manifest ({type(err).__name__})") from None
     for name, size, digest in entries:
-        file = directory / name
+        file = file_inside(directory, name, path)
         if not file.is_file():
             raise ValueError(f"{file} is missing (listed in {path})")
         actual = file.stat().st_size
@@ -116,6 +117,66 @@ def read_weights(path: str | Path) -> dict[str, Tensor]:
     except (SafetensorError, OSError, ValueError, RuntimeError) as err:
         detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"{path} is damaged: not a readable safetensors file ({detail})") from None
+
+
+# ---- sizes: a config.json checked against the weights' shapes before anything is built ---------------------
+
+MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit on the JSON header
+BUFFER_BYTES = 1 << 30  # a model's computed buffers (position tables, ...) at most this, or the weights' size
+
+
+def read_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """The tensor shapes a safetensors file declares, from its header alone (8 bytes of length, then JSON): no
+    tensor is read or allocated. A header that is not one is one ValueError naming the file."""
+    path = Path(path)
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            if size < 8 or not 2 <= length <= min(size - 8, MAX_HEADER_BYTES):
+                raise ValueError(f"a header of {length} bytes in a file of {size}")
+            header = json.loads(f.read(length))
+        shapes = {name: tuple(entry["shape"]) for name, entry in header.items() if name != "__metadata__"}
+        if not all(isinstance(d, int) and d >= 0 for shape in shapes.values() for d in shape):
+            raise ValueError("a shape that is not a list of sizes")
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as err:
+        verify_model_files(path.parent)  # a truncated or corrupted copy is named as such when a manifest says so
+        raise ValueError(f"{path} is damaged: not a safetensors header ({type(err).__name__}: {err})"[:300]) from None
+    return shapes
+
+
+def check_sizes_fit(config: ModelConfig, shapes: dict[str, tuple[int, ...]], config_source: str,
+                    weights_source: str) -> None:
+    """Sizes no tensor of the weights can hold are refused before a model of them is built (a config.json that
+    says hidden_size 1e9 would otherwise allocate terabytes, or overflow): each width must be at most the
+    weights' largest dimension, and a stack of separate layers has at least one tensor per layer. Coarse by
+    design (it must hold for every family and converter); the exact comparison follows (expected_shapes)."""
+    largest = max((d for shape in shapes.values() for d in shape), default=0)
+    widths = {"vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
+              "intermediate_size": config.ffn_width, "embedding_size": config.embedding_width,
+              "key_size": config.key_width, "num_heads": config.num_heads}
+    if config.positions == "learned":  # a table of max_position rows; other schemes are checked when built
+        widths["max_position"] = config.max_position
+    if config.type_vocab_size:
+        widths["type_vocab_size"] = config.type_vocab_size
+    for name, value in widths.items():
+        if value > largest:
+            raise ValueError(f"{config_source}: {name} = {value} does not match {weights_source}, whose largest "
+                             f"tensor dimension is {largest}")
+    if not config.share_layers and config.num_layers > len(shapes):
+        raise ValueError(f"{config_source}: num_layers = {config.num_layers} does not match {weights_source}, which "
+                         f"holds {len(shapes)} tensors in all")
+
+
+def check_buffers(buffers: dict[str, tuple[tuple[int, ...], int]], weights_bytes: int, config_source: str) -> None:
+    """Computed tables (sinusoidal, rotary, relative positions) grow with max_position, which no weight shows
+    when positions are not learned: they must stay within BUFFER_BYTES or the weights' own size."""
+    total = sum(math.prod(shape) * item for shape, item in buffers.values())
+    if total > max(BUFFER_BYTES, weights_bytes):
+        name = max(buffers, key=lambda k: math.prod(buffers[k][0]))
+        raise ValueError(f"{config_source}: its sizes ask for {total:,} bytes of computed tables ({name}: "
+                         f"{list(buffers[name][0])}), over the limit of {max(BUFFER_BYTES, weights_bytes):,} "
+                         "(is max_position right?)")
 
 
 def not_a_language_model(directory: str | Path) -> str:

@@ -225,9 +225,12 @@ def model_dir_config(model_dir: str | Path) -> Any:
     """The ModelConfig in a model directory (or a bundled model's), or None when it cannot be read (the model's
     loading then reports the problem)."""
     try:
-        from .model_dir import read_model_config
+        from .model_dir import WEIGHTS_NAME, check_sizes_fit, read_model_config, read_shapes, resolve_model_dir
 
-        return read_model_config(model_dir)
+        config = read_model_config(model_dir)
+        # the probe multiplies matrices of the config's sizes: sizes the weights cannot hold are not probed
+        check_sizes_fit(config, read_shapes(resolve_model_dir(model_dir) / WEIGHTS_NAME), "config", "weights")
+        return config
     except Exception:  # noqa: BLE001 - any problem here is reported by the model's loading right after
         return None
 

@@ -53,6 +53,7 @@ def read_input(args: argparse.Namespace) -> list[tuple[int, str]]:
     if sentences and args.file is not None:
         raise ValueError("give sentences as arguments or with --file, not both")
     if sentences:
+        check_text_arguments(sentences, "sentence argument")
         for k, s in enumerate(sentences, start=1):
             if is_empty(s) and args.empty == "error":
                 raise ValueError(f"sentence argument {k} is empty")
@@ -62,6 +63,17 @@ def read_input(args: argparse.Namespace) -> list[tuple[int, str]]:
     if args.file is None and sys.stdin.isatty():
         raise ValueError("no input: give sentences as arguments, --file F, or pipe them on stdin")
     return read_lines(args.file, empty=args.empty)
+
+
+def check_text_arguments(texts: list[str], what: str) -> None:
+    """Command-line texts must be UTF-8: argv's undecodable bytes reach Python as lone surrogates
+    (surrogateescape), which no tokenizer can encode; the same rule as a file's invalid bytes."""
+    for k, text in enumerate(texts, start=1):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ValueError(f"{what} {k} is not valid UTF-8 (byte {err.start}: undecodable bytes or a lone "
+                             "surrogate)") from None
 
 
 def report_empty(rows: list[tuple[int, str]], args: argparse.Namespace) -> None:

@@ -389,16 +389,24 @@ def _blimp_results(path: str) -> tuple[str, dict[str, Any], int | None]:
     """(label, results, --limit) of one `eval blimp --out` file; anything else is a one-line error naming it."""
     import json
 
+    from ..eval.blimp import check_result
+
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        result = data["results"]
-        if data.get("task") != "blimp" or not all(isinstance(result[k], dict) for k in ("phenomena", "paradigms")):
+        if not isinstance(data, dict) or data.get("task") != "blimp":
             raise ValueError("no BLiMP results in it")
-        return f"{Path(data['model_dir']).name} ({data['method']})", result, data.get("limit")
+        result = data.get("results")
+        check_result(result)
+        if not all(isinstance(data.get(k), str) for k in ("model_dir", "method")):
+            raise ValueError("model_dir and method must be strings")
+        limit = data.get("limit")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise ValueError(f"limit is {limit!r}, not a count")
+        return f"{Path(data['model_dir']).name} ({data['method']})", result, limit
     except FileNotFoundError:
         raise FileNotFoundError(f"{path} not found") from None
-    except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{path}: not the --out of `maskplay eval blimp` ({type(err).__name__}: {err})") from None
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not the --out of `maskplay eval blimp` ({err})"[:400]) from None
 
 
 def run_spelling(args: argparse.Namespace) -> int:

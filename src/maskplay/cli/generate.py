@@ -16,7 +16,7 @@ from ..generation import (
     generating_families,
     require_generative,
 )
-from .common import finite_float, non_negative_int, positive_float, positive_int, probability, seed_int
+from .common import check_text_arguments, finite_float, non_negative_int, positive_float, positive_int, probability, seed_int
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
@@ -71,6 +71,7 @@ def _read_prompts(args: argparse.Namespace) -> list[str]:
     if args.prompts and args.file is not None:
         raise ValueError("give prompts as arguments or with --file, not both")
     if args.prompts:
+        check_text_arguments(args.prompts, "prompt argument")
         return list(args.prompts)
     if args.file is None and sys.stdin.isatty():
         raise ValueError("no input: give a prompt as an argument, --file F, or pipe prompts on stdin")

@@ -5,6 +5,7 @@ plugins by itself, hence this command. Needs the optional extra: pip install 'ma
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 LM_EVAL_COMMANDS = ("run", "ls", "validate")  # lm-eval's subcommands; without one it runs `run`
@@ -50,7 +51,23 @@ def lm_eval_argv(args: list[str], tasks_dir: str) -> list[str]:
         k += 1
     if not found:
         out += ["--include_path", tasks_dir]
+    check_limit(out)
     return out
+
+
+def check_limit(args: list[str]) -> None:
+    """lm-eval's --limit (a count, or a fraction of each task below 1) must be a positive number: lm-eval itself
+    takes -3 to islice and fails deep inside."""
+    for k, arg in enumerate(args):
+        if arg == "--limit" or arg.startswith("--limit="):
+            value = arg.partition("=")[2] if "=" in arg else (args[k + 1] if k + 1 < len(args) else "")
+            try:
+                number = float(value)
+            except ValueError:
+                number = math.nan
+            if not (number > 0 and math.isfinite(number)):
+                raise ValueError(f"--limit must be a positive number (a count, or a fraction of each task below 1), "
+                                 f"got {value!r}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,9 +4,13 @@ scores, a page at /); docs/SERVE.md."""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import socket
 import sys
+from typing import Any
 
 from ..precision import Precision
+from ..serve.limits import Limits
 from .common import non_negative_float, non_negative_int, positive_int
 
 AUTO = "auto"
@@ -35,6 +39,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="tokens per input with [SOS]/[EOS] at most (default and most: the model's max_position)")
     p.add_argument("--max-body-bytes", type=positive_int, default=1 << 20, metavar="N",
                    help="a request body over this is answered 413 (default 1 MiB)")
+    limits = Limits()
+    p.add_argument("--max-request-pieces", type=positive_int, default=limits.pieces, metavar="N",
+                   help=f"word pieces over all inputs of one /v1/score or /v1/embeddings request at most (default "
+                        f"{limits.pieces})")
+    p.add_argument("--max-request-windows", type=positive_int, default=limits.windows, metavar="N",
+                   help=f"windows one /v1/embeddings request with overflow 'window' splits into at most (default "
+                        f"{limits.windows})")
+    p.add_argument("--max-request-tokens", type=positive_int, default=limits.generated, metavar="N",
+                   help=f"prompts x n x max_tokens of one /v1/completions request at most (default "
+                        f"{limits.generated})")
+    p.add_argument("--allowed-hosts", nargs="+", default=None, metavar="NAME",
+                   help="Host header names the server answers (default: the --host it is bound to and the loopback "
+                        "names; any name when bound to 0.0.0.0; '*' for any): a guard against DNS rebinding")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=run_serve)
 
@@ -50,19 +67,70 @@ def run_serve(args: argparse.Namespace) -> int:
     from ..devices import resolve_device
     from ..precision_probe import resolve_cli
     from ..serve.batching import Batcher
+    from ..serve.guards import default_allowed_hosts
     from ..serve.service import ModelService
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
     if args.max_body_bytes < 1:
         raise ValueError(f"--max-body-bytes must be at least 1, got {args.max_body_bytes}")
+    listening = bind(args.host, args.port)  # a taken port is found before the model is loaded
     batcher = Batcher(args.max_batch_size, args.max_wait_ms, args.max_queue, enabled=args.batching)
     device = resolve_device(args.device)
     precision = resolve_cli(args.precision, device, model_dir=args.model_dir, rows=args.max_batch_size * 32,
                             command="serve")
-    service = ModelService(args.model_dir, device, precision, max_tokens=args.max_tokens, name=args.name)
-    app = create_app(service, batcher, max_body_bytes=args.max_body_bytes)
+    limits = Limits(args.max_request_pieces, args.max_request_windows, args.max_request_tokens)
+    service = ModelService(args.model_dir, device, precision, max_tokens=args.max_tokens, name=args.name,
+                           limits=limits)
+    hosts = args.allowed_hosts or default_allowed_hosts(args.host)
+    app = create_app(service, batcher, max_body_bytes=args.max_body_bytes, allowed_hosts=hosts)
+    port = listening.getsockname()[1]
     print(f"maskplay serve: {service.name} ({service.family}, {service.precision.value}) on "
-          f"http://{args.host}:{args.port}/ (batching {'on' if args.batching else 'off'})", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+          f"http://{args.host}:{port}/ (batching {'on' if args.batching else 'off'})", file=sys.stderr, flush=True)
+    server = _Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5), batcher)
+    try:
+        server.run(sockets=[listening])
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled: the server has stopped cleanly
+        pass
     return 0
+
+
+def _server_class() -> type:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, which on a stop signal first answers the requests waiting for the model (503,
+        shutting down), so that none is cancelled with a traceback at the end of the grace period."""
+
+        def __init__(self, config: Any, batcher: Any) -> None:
+            super().__init__(config)
+            self.batcher = batcher
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            try:
+                asyncio.get_running_loop().call_soon_threadsafe(self.batcher.close)
+            except RuntimeError:  # no loop running (not started yet): nothing waits
+                pass
+
+    return Server
+
+
+def _Server(config: Any, batcher: Any) -> Any:  # noqa: N802 - a class made on demand (uvicorn is optional)
+    return _server_class()(config, batcher)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, made before anything slow: a port in use or an address this machine lacks is one
+    line naming it, not an error after the model has loaded."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except OSError as err:
+        sock.close()
+        raise ValueError(f"--host {host} --port {port}: cannot listen there ({err.strerror or err})") from None
+    sock.set_inheritable(True)
+    return sock

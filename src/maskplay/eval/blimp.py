@@ -169,6 +169,32 @@ def evaluate_blimp(score: Callable[[list[str]], Sequence[float]], pairs: Sequenc
             **totals, "sentences": len(texts), "paradigms": dict(sorted(paradigms.items())), "phenomena": phenomena}
 
 
+def check_result(result: Any) -> None:
+    """An evaluate_blimp result as read back from a file (`eval blimp-plot`): a ValueError saying what is wrong
+    with it, so that a hand-edited or foreign file is one line, not a KeyError or a division by zero later."""
+    def number(value: Any, where: str) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{where} is {value!r}, not a finite number")
+
+    if not isinstance(result, dict):
+        raise ValueError("results is not an object")
+    number(result.get("macro_accuracy"), "results.macro_accuracy")
+    phenomena, paradigms = result.get("phenomena"), result.get("paradigms")
+    for name, value in (("phenomena", phenomena), ("paradigms", paradigms)):
+        if not isinstance(value, dict) or not value or not all(isinstance(v, dict) for v in value.values()):
+            raise ValueError(f"results.{name} is not an object of {name}")
+    for term, r in phenomena.items():
+        number(r.get("accuracy"), f"results.phenomena[{term!r}].accuracy")
+    for name, r in paradigms.items():
+        number(r.get("accuracy"), f"results.paradigms[{name!r}].accuracy")
+        if r.get("phenomenon") not in phenomena:
+            raise ValueError(f"results.paradigms[{name!r}] is under phenomenon {r.get('phenomenon')!r}, which "
+                             "results.phenomena does not list")
+    empty = sorted(set(phenomena) - {r["phenomenon"] for r in paradigms.values()})
+    if empty:
+        raise ValueError(f"results.phenomena lists {empty[0]!r}, which no paradigm is under")
+
+
 def reference_points(result: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
     """The BLiMP paper's four models on exactly the paradigms of `result` (an evaluate_blimp result), by the same
     means: {model: {"macro_accuracy", "phenomena": {phenomenon: accuracy}}}; None when a paradigm is not one of

@@ -40,7 +40,15 @@ from torch import Tensor
 
 from ..config import ModelConfig
 from ..masks import MaskPicture
-from ..model_dir import WEIGHTS_NAME, read_model_config, resolve_model_dir
+from ..model_dir import (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    check_buffers,
+    check_sizes_fit,
+    read_model_config,
+    read_shapes,
+    resolve_model_dir,
+)
 from ..modeling import IGNORE_INDEX, ModelBase
 from ..registry import FAMILIES, family_names, register
 
@@ -172,9 +180,37 @@ class MaskplayModel(ModelBase):
         if not weights_path.is_file():
             raise FileNotFoundError(f"{weights_path} not found: is {directory} a directory written by save_pretrained?")
         model_cls = cls if cls.family else family_class(config.family)
+        check_against_weights(model_cls, config, weights_path, str(directory / CONFIG_NAME))
         model = model_cls(config)
         model.load_weights(weights_path)
         return model
+
+
+def check_against_weights(model_cls: type[MaskplayModel], config: ModelConfig, weights_path: Path,
+                          config_source: str) -> None:
+    """Compare the model `config` builds with the shapes the safetensors header declares, before anything is
+    allocated: coarse bounds first (check_sizes_fit: a config.json of hidden_size 1e9 or num_layers 1e6 must not
+    even build a skeleton), then every tensor of a skeleton built on the meta device (no memory) against the
+    header, and the computed tables' size. A mismatch is one ValueError naming config.json."""
+    shapes = read_shapes(weights_path)
+    check_sizes_fit(config, shapes, config_source, str(weights_path))
+    try:
+        with torch.device("meta"):
+            skeleton = model_cls(config)
+    except (RuntimeError, TypeError, ValueError, OverflowError) as err:
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{config_source}: its sizes build no model ({detail})"[:300]) from None
+    expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    missing = sorted(set(expected) - set(shapes))
+    unexpected = sorted(set(shapes) - set(expected))
+    wrong = [f"{k}: {list(shapes[k])} in the file, {list(expected[k])} by the config" for k in expected
+             if k in shapes and shapes[k] != expected[k]]
+    if missing or unexpected or wrong:
+        first = wrong[0] if wrong else f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
+        raise ValueError(f"{config_source} does not match {weights_path} ({len(wrong) + len(missing) + len(unexpected)} "
+                         f"tensors differ; first {first})")
+    check_buffers({k: (tuple(b.shape), b.element_size()) for k, b in skeleton.named_buffers()},
+                  weights_path.stat().st_size, config_source)
 
 
 def family_class(family: str) -> type[MaskplayModel]:

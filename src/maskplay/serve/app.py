@@ -1,6 +1,6 @@
 """The FastAPI application: OpenAI's /v1/embeddings and /v1/completions, maskplay's /v1/score, vLLM's tokenizer
 routes (so that lm-eval's local-completions client with tokenizer_backend=remote evaluates this server as it would
-a vLLM one), /health, /v1/models, the page at / and FastAPI's OpenAPI page at /docs."""
+a vLLM one), /health, /v1/models, the page at / and the OpenAPI description at /docs (made here: no CDN)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from ..score import SentenceScore
 from ..score.explain import COLOURS, SCALE, colour_of, explain
 from . import completions, errors
 from .batching import Batcher
+from .docs import docs_page
 from .errors import APIError
+from .guards import RequestGuard
 from .schemas import CompletionRequest, DetokenizeRequest, EmbeddingRequest, Request, ScoreRequest, TokenizeRequest
 from .service import EmbedOptions, ModelService
 
@@ -48,17 +50,20 @@ def json_body(content: Any) -> Response:
     return Response(to_json(content, inf_nan_mode="null"), media_type="application/json")
 
 
-def create_app(service: ModelService, batcher: Batcher, max_body_bytes: int = DEFAULT_MAX_BODY) -> FastAPI:
+def create_app(service: ModelService, batcher: Batcher, max_body_bytes: int = DEFAULT_MAX_BODY,
+               allowed_hosts: list[str] | None = None) -> FastAPI:
+    """The app; `allowed_hosts`: the Host header names it answers (None: any; guards.default_allowed_hosts)."""
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
         batcher.start()
         yield
         await batcher.stop()
 
-    app = FastAPI(title=f"maskplay serve {service.name}", lifespan=lifespan,
+    app = FastAPI(title=f"maskplay serve {service.name}", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="OpenAI-shaped embeddings and completions, maskplay's per-token scores, vLLM's "
                               "tokenizer routes. Errors are OpenAI's error object.")
     app.add_middleware(errors.BodyLimit, limit=max_body_bytes)
+    app.add_middleware(RequestGuard, allowed_hosts=allowed_hosts)  # added last: runs first
     errors.install(app)
     _info_routes(app, service, batcher)
     _model_routes(app, service, batcher)
@@ -78,6 +83,10 @@ def _info_routes(app: FastAPI, service: ModelService, batcher: Batcher) -> None:
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
         return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+
+    @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return HTMLResponse(docs_page(app.openapi()))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -8,6 +8,10 @@ does not wait: it runs at once, and requests that arrive while the model is busy
 it runs the items of every waiting job with that key (oldest first, up to max_batch_size items; the first job
 always goes whole) in one call on the model's thread, and hands each job back its own slice of the results.
 
+A job of more than max_batch_size items (a request of many sentences or prompts) is split: each call runs its next
+max_batch_size items, and the job goes back to the end of the queue in between, so that other clients' requests
+interleave with it instead of waiting for all of it (a seeded sample is never split: its rows draw from one seed).
+
 Results never mix: a call returns one result per item, in order, and a job gets exactly the slice of its items.
 A call that fails with more than one job in it is run again job by job, so that an error reaches the request that
 caused it and the others still get their results. The queue is bounded (`max_queue` jobs): one more is refused
@@ -17,6 +21,8 @@ alone, as it arrives, through the same queue and the same thread: the baseline o
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -31,6 +37,10 @@ class QueueFull(Exception):
     """The bounded queue holds max_queue jobs already."""
 
 
+class ShuttingDown(QueueFull):
+    """The server is stopping: waiting jobs are answered with this (503) instead of being cancelled mid-wait."""
+
+
 @dataclass
 class _Job:
     key: Hashable
@@ -38,6 +48,12 @@ class _Job:
     run: Run
     future: asyncio.Future
     arrived: float = field(default_factory=time.monotonic)
+    split: bool = True  # may run in several calls (max_batch_size items each)
+    done: list[Any] = field(default_factory=list)  # the results of the items run so far, in order
+
+    @property
+    def left(self) -> list[Any]:
+        return self.items[len(self.done):]
 
 
 @dataclass
@@ -70,13 +86,25 @@ class Batcher:
         self._busy = False  # the last call served several jobs: clients are concurrent, so wait for the others
         self._free_at = 0.0  # when the last model call ended (time.monotonic)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="maskplay-model")  # the model runs here only
+        self.closing = False
+        self._inflight: list[_Job] = []  # the jobs of the call on the model's thread
 
     def start(self) -> None:
         """Start the loop on the running event loop (the app's startup)."""
         self._wakeup = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
+    def close(self) -> None:
+        """Answer every waiting job, and the jobs of the call in flight, with ShuttingDown, and refuse new ones:
+        the server's shutdown then ends the requests in its grace period instead of cancelling them (whose
+        CancelledError tracebacks filled the log). The call in flight runs to its end; its results are dropped."""
+        self.closing = True
+        for job in [*self.pending, *self._inflight]:
+            _settle(job, error=ShuttingDown("the server is shutting down; retry on its next start"))
+        self.pending.clear()
+
     async def stop(self) -> None:
+        self.close()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -86,15 +114,18 @@ class Batcher:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     def check_room(self) -> None:
-        """QueueFull when max_queue jobs wait already."""
+        """QueueFull when max_queue jobs wait already (ShuttingDown once close() was called)."""
+        if self.closing:
+            raise ShuttingDown("the server is shutting down; retry on its next start")
         if len(self.pending) >= self.max_queue:
             self.stats.refused += 1
             raise QueueFull(f"the server's queue holds {self.max_queue} requests (--max-queue); retry shortly")
 
-    async def submit(self, key: Hashable, items: list[Any], run: Run) -> list[Any]:
-        """run(items + other jobs' items)[this job's slice]; QueueFull at once when max_queue jobs wait."""
+    async def submit(self, key: Hashable, items: list[Any], run: Run, split: bool = True) -> list[Any]:
+        """run(items + other jobs' items)[this job's slice]; QueueFull at once when max_queue jobs wait. A job of
+        more than max_batch_size items runs max_batch_size at a time, other jobs between (unless split=False)."""
         self.check_room()
-        job = _Job(key, list(items), run, asyncio.get_running_loop().create_future())
+        job = _Job(key, list(items), run, asyncio.get_running_loop().create_future(), split=split)
         self.pending.append(job)
         self._wakeup.set()
         return await job.future
@@ -129,51 +160,73 @@ class Batcher:
             except asyncio.TimeoutError:
                 return
 
-    def _take(self, first: _Job) -> list[_Job]:
-        """The oldest job and, batching on, the following jobs of its key while they fit max_batch_size items."""
-        batch, size = [first], len(first.items)
+    def _take(self, first: _Job) -> list[tuple[_Job, int]]:
+        """(job, how many of its items) for the next call: the oldest job's next max_batch_size items when it has
+        more (a long job alone; the rest of it goes back to the end of the queue), else all of it and, batching
+        on, the following jobs of its key while they fit max_batch_size items."""
         self.pending.popleft()
+        if first.future.cancelled():  # a client that went away is not served
+            return []
+        if first.split and len(first.left) > self.max_batch_size:
+            return [(first, self.max_batch_size)]
+        batch, size = [(first, len(first.left))], len(first.left)
         if self.enabled:
             for job in list(self.pending):
-                if job.key == first.key and size + len(job.items) <= self.max_batch_size:
-                    batch.append(job)
-                    size += len(job.items)
+                if job.key == first.key and size + len(job.left) <= self.max_batch_size and not job.future.cancelled():
+                    batch.append((job, len(job.left)))
+                    size += len(job.left)
                     self.pending.remove(job)
-        return [job for job in batch if not job.future.cancelled()]  # a client that went away is not served
+        return batch
 
-    async def _call(self, batch: list[_Job]) -> None:
-        if not batch:
+    async def _call(self, taken: list[tuple[_Job, int]]) -> None:
+        if not taken:
             return
         loop = asyncio.get_running_loop()
-        items = [item for job in batch for item in job.items]
+        batch = [job for job, _ in taken]
+        items = [item for job, n in taken for item in job.left[:n]]
         self._busy = len(batch) > 1 or bool(self.pending)
-        self.stats.jobs += len(batch)
+        self.stats.jobs += sum(not job.done for job in batch)
         self.stats.items += len(items)
         self.stats.calls += 1
         self.stats.largest = max(self.stats.largest, len(batch))
-        self.running = True
+        self.running, self._inflight = True, batch
         try:
             results = await loop.run_in_executor(self.executor, batch[0].run, items)
             if len(results) != len(items):
                 raise RuntimeError(f"a batch of {len(items)} items gave {len(results)} results")
         except Exception as err:  # noqa: BLE001 - every error goes to its request, never to the loop
-            if len(batch) == 1:
+            release_memory()  # a failed call's tensors are garbage now: give the pages back
+            if len(taken) == 1:
                 _settle(batch[0], error=err)
                 return
             for job in batch:  # find whose items failed: each job alone
                 self.stats.calls += 1
                 try:
-                    _settle(job, await loop.run_in_executor(self.executor, job.run, job.items))
+                    _settle(job, job.done + await loop.run_in_executor(self.executor, job.run, job.left))
                 except Exception as alone:  # noqa: BLE001
                     _settle(job, error=alone)
             return
         finally:
-            self.running = False
+            self.running, self._inflight = False, []
             self._free_at = time.monotonic()
         start = 0
-        for job in batch:
-            _settle(job, results[start:start + len(job.items)])
-            start += len(job.items)
+        for job, n in taken:
+            job.done += results[start:start + n]
+            start += n
+            if len(job.done) < len(job.items) and not job.future.done():  # the rest: after the jobs that came meanwhile
+                self.pending.append(job)
+            else:
+                _settle(job, job.done)
+
+
+def release_memory() -> None:
+    """Collect the garbage a failed call left and hand freed heap pages back to the system (glibc keeps them
+    otherwise: a failed request of gigabytes would leave the process that large)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def _settle(job: _Job, results: list[Any] | None = None, error: BaseException | None = None) -> None:

@@ -135,9 +135,11 @@ def response(request: CompletionRequest, service: ModelService, choices: list[Ch
 async def complete(request: CompletionRequest, service: ModelService, batcher: Batcher) -> dict[str, Any]:
     prompts = prompts_of(request)
     options = options_of(request, service)
+    service.check_generation(len(prompts), request.n, request.max_tokens)
     framed = [service.frame_ids(p, request.max_tokens) for p in prompts]
     items = [Prompt(f.ids, f.hidden) for f in framed for _ in range(request.n)]
-    done = await batcher.submit(batch_key(options), items, lambda batch: service.complete(batch, options))
+    done = await batcher.submit(batch_key(options), items, lambda batch: service.complete(batch, options),
+                                split=options.seed is None)
     stops = stops_of(request)
     choices = [build_choice(service, prompts[k // request.n], framed[k // request.n], d, request, stops)
                for k, d in enumerate(done)]
@@ -182,6 +184,7 @@ async def stream(request: CompletionRequest, service: ModelService, batcher: Bat
     with an error event."""
     prompts = prompts_of(request)
     options = options_of(request, service)
+    service.check_generation(len(prompts), request.n, request.max_tokens)
     framed = [service.frame_ids(p, request.max_tokens) for p in prompts]
     loop, queue = asyncio.get_running_loop(), asyncio.Queue()
     stops = stops_of(request)
@@ -193,7 +196,8 @@ async def stream(request: CompletionRequest, service: ModelService, batcher: Bat
     items = [Prompt(f.ids, f.hidden, sender(j * request.n + c)) for j, f in enumerate(framed)
              for c in range(request.n)]
     batcher.check_room()  # a full queue is a 503 before the stream starts
-    task = asyncio.ensure_future(batcher.submit(batch_key(options), items, lambda b: service.complete(b, options)))
+    task = asyncio.ensure_future(batcher.submit(batch_key(options), items, lambda b: service.complete(b, options),
+                                                split=options.seed is None))
     task.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, None))
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
             "model": service.name}

@@ -4,7 +4,7 @@
 - a body over --max-body-bytes: 413, before it is read whole (FastAPI alone reads any size);
 - an input over the model's or the server's token limit: 400, code context_length_exceeded, naming the limit;
 - a `model` that is not the one served: 404, code model_not_found;
-- the queue is full: 503 with Retry-After;
+- the queue is full: 503 with Retry-After; the server is stopping: 503 (code shutting_down);
 - anything else a request triggers: 500 with the error's one line; the server goes on."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .batching import QueueFull
+from .batching import QueueFull, ShuttingDown
 
 log = logging.getLogger("maskplay.serve")
 
@@ -73,6 +73,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def api_error(request: Request, err: APIError) -> JSONResponse:
         return error_response(err.status, err.message, err.param, err.code, err.headers)
+
+    @app.exception_handler(ShuttingDown)
+    async def shutting_down(request: Request, err: ShuttingDown) -> JSONResponse:
+        return error_response(503, str(err), None, "shutting_down", {"Retry-After": "5", "Connection": "close"})
 
     @app.exception_handler(QueueFull)
     async def queue_full(request: Request, err: QueueFull) -> JSONResponse:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .errors import APIError
 
 Prompt = str | list[str] | list[int] | list[list[int]]
 
@@ -16,6 +18,29 @@ class Request(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)  # strict: "3" is not a number, 1 is not a string
 
     model: str | None = None
+
+    @model_validator(mode="after")
+    def _no_lone_surrogates(self) -> Request:
+        """JSON's \\ud800 escapes decode to a str no tokenizer can encode (a lone UTF-16 surrogate): a 400 naming
+        the field, as invalid UTF-8 bytes are. An APIError, not a ValueError: pydantic would file the latter under
+        no field."""
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            for k, text in enumerate([value] if isinstance(value, str) else value if isinstance(value, list) else []):
+                if isinstance(text, str) and not is_utf8(text):
+                    where = name if isinstance(value, str) else f"{name}[{k}]"
+                    raise APIError(400, f"{where} holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape not in a "
+                                        "pair): not text", name, "invalid_value")
+        return self
+
+
+def is_utf8(text: str) -> bool:
+    """Whether `text` can be encoded as UTF-8 (it holds no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class EmbeddingRequest(Request):
@@ -41,7 +66,7 @@ class CompletionRequest(Request):
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
     stream: bool = False
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, lt=2**63)  # what torch.manual_seed takes (maskplay generate --seed)
 
 
 class ScoreRequest(Request):

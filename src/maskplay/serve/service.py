@@ -7,6 +7,7 @@ runs on the batcher's one model thread, a list of inputs at a time; the tokenize
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from ..score import Embedder, Method, Pooling, Scorer, SentenceScore, load_model
 from ..score.embed import PIECE_COUNTS
 from ..score.passes import Runner, pad_rows
 from .errors import APIError
+from .limits import Limits, windows_of
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ class Completion:
 
 class ModelService:
     def __init__(self, model_dir: str, device: torch.device, precision: Precision, max_tokens: int | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
         model, self.tokenizer = load_model_dir(model_dir)
         self.model = model.to(device).eval()
         self.name = name or Path(str(model_dir).rstrip("/")).name
@@ -112,7 +115,31 @@ class ModelService:
             if n + 2 > self.max_tokens and overflow == "error":
                 raise APIError(400, f"{where} has {n + 2} tokens with [SOS]/[EOS], over the limit of "
                                     f"{self.max_tokens} ({self._limit_name()})", param, "context_length_exceeded")
+        self._check_request_size(counts, param, overflow)
         return counts
+
+    def _check_request_size(self, counts: list[int], param: str, overflow: str) -> None:
+        total = sum(counts)
+        if total > self.limits.pieces:
+            raise APIError(400, f"{param}: {total} word pieces in one request, over the server's limit of "
+                                f"{self.limits.pieces} per request (--max-request-pieces); send fewer or shorter "
+                                "inputs per request", param, "request_too_large")
+        if overflow == "window":
+            windows = sum(windows_of(n, self.max_tokens) for n in counts)
+            if windows > self.limits.windows:
+                raise APIError(400, f"{param}: {windows} windows of {self.max_tokens} tokens in one request, over "
+                                    f"the server's limit of {self.limits.windows} per request "
+                                    "(--max-request-windows); send shorter inputs", param, "request_too_large")
+
+    def check_generation(self, prompts: int, n: int, max_tokens: int) -> None:
+        """prompts x n x max(max_tokens, 1) within --max-request-tokens: 5,000 prompts x n 16 would otherwise
+        hold gigabytes of logits and the model for minutes."""
+        asked = prompts * n * max(max_tokens, 1)
+        if asked > self.limits.generated:
+            raise APIError(400, f"{prompts} prompts x n {n} x max_tokens {max_tokens} = {asked} tokens in one "
+                                f"request, over the server's limit of {self.limits.generated} per request "
+                                "(--max-request-tokens); send fewer prompts per request", "prompt",
+                           "request_too_large")
 
     def _limit_name(self) -> str:
         return "the model's max_position" if self.max_tokens == self.max_position else "the server's --max-tokens"
@@ -181,6 +208,8 @@ class ModelService:
         for p, (lps, tops), g in zip(prompts, [e if e is not None else (None, None) for e in echo], generated,
                                      strict=True):
             gen_lps, gen_top = self._generated_logprobs(g, options.logprobs)
+            if g is not None and g.logits is not None:  # (steps, vocab) a row: not kept while the job runs on
+                g = dataclasses.replace(g, logits=None)
             if lps is not None:
                 lps, tops = lps[p.hidden:], tops[p.hidden:]
             out.append(Completion(lps, tops, g, gen_lps, gen_top))

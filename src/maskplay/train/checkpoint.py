@@ -32,7 +32,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from ..files import fsync_dir, sha256
+from ..files import file_inside, fsync_dir, sha256
 
 MANIFEST = "manifest.json"
 MODEL_FILE = "model.safetensors"
@@ -155,7 +155,10 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
         if name not in files:
             raise CheckpointError(f"{manifest_path} does not list {name}")
     for name, entry in files.items():
-        file = path / name
+        try:
+            file = file_inside(path, name, manifest_path)
+        except ValueError as err:
+            raise CheckpointError(str(err)) from None
         if not file.is_file():
             raise CheckpointError(f"{file} is missing")
         size = file.stat().st_size

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from .common import HFCheckpoint, HFConverter, HFExport
+from .common import HFCheckpoint, HFConverter, HFExport, check_hf_sizes
 
 if TYPE_CHECKING:
     from ..base import MaskplayModel
@@ -52,6 +52,12 @@ def from_hf(architecture: str, checkpoint: HFCheckpoint, generator: HFCheckpoint
     converter = converter_for_architecture(architecture)
     if generator is not None and architecture not in converter.takes_generator:
         raise ValueError(f"a generator goes with an ElectraForPreTraining discriminator, not a {architecture}")
+    try:  # the sizes, before the converter builds anything
+        config = converter.config_from_hf(checkpoint[0])
+    except (NotImplementedError, ValueError):  # no config of its own here (special_ids not applied): from_hf says
+        config = None
+    if config is not None:
+        check_hf_sizes(config, checkpoint[1])
     return converter.from_hf(architecture, checkpoint, generator, special_ids)
 
 
