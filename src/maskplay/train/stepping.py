@@ -38,6 +38,7 @@ class StepOutcome:
     loss: float  # the global batch's summed token loss (all processes)
     targets: float  # and its target count
     tokens: float
+    words: float  # the global batch's source words (data/words.py; 0 for data without word counts)
     grad_norm: float
     signal: bool  # some process received SIGINT / SIGTERM
     budget: bool  # some process ran out of run.max_minutes
@@ -74,9 +75,10 @@ class Stepper:
             n_targets += n
             window.add_micro(n, parts)
             n_tokens += int(mask.sum())
+        n_words = getattr(micro_batches, "words", 0)  # batches.MicroBatches
         totals = all_reduce_sum(
-            d, torch.tensor([loss_sum, n_targets, n_tokens, *stop_flags()], dtype=torch.float64)).tolist()
-        g_loss, g_targets, g_tokens, g_signal, g_budget = totals
+            d, torch.tensor([loss_sum, n_targets, n_tokens, n_words, *stop_flags()], dtype=torch.float64)).tolist()
+        g_loss, g_targets, g_tokens, g_words, g_signal, g_budget = totals
         if g_targets == 0:
             raise ValueError(f"step {step}: the global batch has no target tokens")
         if not math.isfinite(g_loss):
@@ -88,8 +90,8 @@ class Stepper:
         if self.ema is not None:
             self.ema.update()
         self.optimizer.zero_grad(set_to_none=True)
-        return StepOutcome(lr=lr, loss=g_loss, targets=g_targets, tokens=g_tokens, grad_norm=grad_norm,
-                           signal=bool(g_signal), budget=bool(g_budget))
+        return StepOutcome(lr=lr, loss=g_loss, targets=g_targets, tokens=g_tokens, words=g_words,
+                           grad_norm=grad_norm, signal=bool(g_signal), budget=bool(g_budget))
 
     def _scaled_clipped_gradient(self, g_targets: float) -> float:
         # DDP averaged the per-process sums over world_size processes; undo that and divide by the count
