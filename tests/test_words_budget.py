@@ -168,3 +168,38 @@ def test_dataloader_workers_keep_the_words_of_a_step(wdata):
     for workers in (0, 1):
         got = [item.words for item, _ in zip(epoch_steps(steps, 0, 0, workers), range(3), strict=False)]
         assert got == expected
+
+
+def babylm_folder(root: Path) -> Path:
+    """BabyLM's download, in small: train_10M/*.train (one gzipped), dev/*.dev, test/*.test, a README."""
+    import gzip
+
+    (root / "train_10M").mkdir(parents=True)
+    (root / "dev").mkdir()
+    (root / "test").mkdir()
+    (root / "train_10M" / "childes.train").write_text("*CHI:\twhat's that ?\n*MOT:\tit is a dog .\n\nyes .\n")
+    (root / "train_10M" / "simple_wiki.train").write_text("= = = Dog = = =\nThe dog is a pet. It barks.\n")
+    with gzip.open(root / "train_10M" / "switchboard.train.gz", "wt") as f:
+        f.write("A:\tuh-huh , well I think so .\n")
+    (root / "dev" / "childes.dev").write_text("held out words that must never be trained on\n")
+    (root / "test" / "childes.test").write_text("test words\n")
+    (root / "README.md").write_text("# BabyLM\n")
+    return root
+
+
+def test_babylm_layout_trains_on_its_train_files_alone(tmp_path, corpus):
+    from maskplay.data.readers import resolve_corpus
+
+    root = babylm_folder(tmp_path / "babylm")
+    train_files = sorted((root / "train_10M").iterdir())
+    assert resolve_corpus([root]) == resolve_corpus([root / "train_10M"]) == train_files
+    out = tmp_path / "data"
+    summary = prepare_corpus([root], corpus[1], out, PrepareConfig(valid_fraction=0.0))
+    import gzip
+
+    text = "".join(gzip.open(p, "rt").read() if p.suffix == ".gz" else p.read_text() for p in train_files)
+    assert summary.train_words == count_words(text) == TokenDataset(out / "train").num_words
+    (root / "train_100M").mkdir()
+    (root / "train_100M" / "childes.train").write_text("more\n")
+    with pytest.raises(ValueError, match=r"BabyLM training files .* several folders \(train_100M, train_10M\)"):
+        resolve_corpus([root])
