@@ -203,3 +203,17 @@ def test_babylm_layout_trains_on_its_train_files_alone(tmp_path, corpus):
     (root / "train_100M" / "childes.train").write_text("more\n")
     with pytest.raises(ValueError, match=r"BabyLM training files .* several folders \(train_100M, train_10M\)"):
         resolve_corpus([root])
+
+
+def test_babylm_strict_small_recipes_differ_only_in_the_family():
+    from maskplay.train import load_train_config
+
+    configs = {fam: load_train_config(Path(__file__).resolve().parents[1] / "configs" / "babylm" /
+                                      f"strict-small-{fam}.toml").validate() for fam in ("gpt-bert", "gpt", "bert", "tta")}
+    marks = [*range(1_000_000, 10_000_001, 1_000_000), *range(20_000_000, 100_000_001, 10_000_000)]
+    for fam, config in configs.items():
+        assert config.model.family == fam and config.model.preset == "gpt-bert-small"
+        assert config.run.max_words == 100_000_000 and config.run.checkpoint_at_words == marks
+        assert config.optim == configs["gpt-bert"].optim and config.data == configs["gpt-bert"].data
+        same = {k: v for k, v in vars(config.model).items() if k not in ("family", "gpt_bert")}
+        assert same == {k: v for k, v in vars(configs["gpt-bert"].model).items() if k not in ("family", "gpt_bert")}
