@@ -256,6 +256,9 @@ class RunSection:
     # in every case parameters, gradients, AdamW state and checkpoints stay fp32
     precision: str = AUTO
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
+    # torch.compile the training forward and backward (train/stepping.py): on a GPU worth its minute or so of
+    # compiling in runs longer than that; with precision bf16-autocast (the weights stay fp32)
+    compile: bool = False
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA needs it for bitwise resumes)
     threads: int | None = None  # torch.set_num_threads; None leaves torch's default
     progress: bool = True  # tqdm progress bar on stderr (rank 0)
@@ -384,7 +387,7 @@ RESUMABLE_CHANGES = frozenset({
     "optim.max_steps", "optim.grad_accum", "data.num_workers", "data.path", "data.corpus", "data.tokenizer",
     "run.out_dir", "run.eval_every", "run.eval_batches", "run.save_every", "run.keep_last", "run.log_every",
     "run.max_minutes", "run.stop_at_step", "run.max_words", "run.checkpoint_at_words", "run.device", "run.threads",
-    "run.progress", "run.tensorboard",
+    "run.progress", "run.tensorboard", "run.compile",
     "run.deterministic", "run.dist_timeout_s",
 })
 

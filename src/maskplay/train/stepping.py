@@ -5,6 +5,7 @@ token loss, clipping, and the update."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +59,10 @@ class Stepper:
             from torch.nn.parallel import DistributedDataParallel
 
             self.ddp = DistributedDataParallel(model, device_ids=[d.device] if d.device.type == "cuda" else None)
+        # run.compile: the forward in the run's precision, compiled once (and again for new shapes); its backward
+        # is compiled with it. The model itself stays uncompiled, so its weights, batches and saving are unchanged
+        self.compiled = (torch.compile(functools.partial(forward, self.ddp or model, precision))
+                         if config.run.compile else None)
 
     def step(self, step: int, next_batches: Callable[[], list[tuple[Tensor, Tensor]]],
              stop_flags: Callable[[], list[float]], window: Window) -> StepOutcome:
@@ -123,7 +128,8 @@ class Stepper:
                                  "data")
             return 0.0, 0, {}
         with no_sync:
-            out = self.forward(module, self.precision, **batch)
+            out = (self.compiled(**batch) if self.compiled is not None
+                   else self.forward(module, self.precision, **batch))
             total = out.loss.float() * n  # the family's loss is the mean over its n targets: n * mean is their sum
             if self.model_config.long.adaptive_span:  # + adaptive span's L1 term (attention/long.py)
                 (total + span_penalty(self.model) * n).backward()
