@@ -149,12 +149,12 @@ def status_after(cfg: TrainConfig, step: int, outcome: StepOutcome, words_seen: 
 
 
 def stop_reason(cfg: TrainConfig, status: str, step: int, words_seen: int) -> str:
+    if words_reached(cfg, words_seen):  # first: a words budget usually ends at the optim.max_steps planned for it
+        return f"reached run.max_words={cfg.run.max_words:,} ({words_seen:,} words seen)"
     if status == "finished":
         return "reached optim.max_steps"
     if step == cfg.run.stop_at_step:
         return f"reached run.stop_at_step={cfg.run.stop_at_step}"
-    if words_reached(cfg, words_seen):
-        return f"reached run.max_words={cfg.run.max_words:,} ({words_seen:,} words seen)"
     return f"used the run.max_minutes={cfg.run.max_minutes} budget"
 
 
