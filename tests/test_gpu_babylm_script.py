@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from maskplay.tokenizer import train_wordpiece
 
