@@ -15,10 +15,12 @@
 #
 # Knobs (environment): OUT, WORK, DEVICE (cuda), DATA_ROOT (../shared/data or shared/data), BABYLM_CORPUS (default:
 # the shared Wikipedia + Gutenberg; BabyLM's own train_10M/ folder works), BABYLM_TOKENIZER (default: the bundled
-# gpt-two-hour 16 k WordPiece, trained on the same mix), BABYLM_FAMILIES, BABYLM_WORDS, TRAIN_SECONDS (60),
+# gpt-two-hour 16 k WordPiece, trained on the same mix), BABYLM_FAMILIES, BABYLM_WORDS, TRAIN_SECONDS (50),
 # BABYLM_SET (more --set overrides for every run), BENCH_ARGS (more gpu_train_speed.py arguments), BLIMP_DATA,
 # BLIMP_LIMIT (pairs per paradigm; default all), MARK_SCALE (the checkpoint marks times this; dry runs), and the
-# limits PREP_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, EVAL_LIMIT (seconds).
+# limits PREP_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, EVAL_LIMIT (seconds), NUM_WORKERS (data loader processes, 4).
+# The time, on one H100 (planned, not yet measured): environment 5 s, data 30 s, benchmark <= 150 s, then per family
+# about 15 s to start, TRAIN_SECONDS of training, its model exports and BLiMP-dev (<= 75 s): about 9 minutes.
 set -u
 OUT=${OUT:-gpu-babylm}
 WORK=${WORK:-${TMPDIR:-/tmp}/gpu-babylm-work}
@@ -62,12 +64,12 @@ echo "train-speed exit $?"; tail -12 "$OUT/train-speed.log"
 # 3. each family's words budget for TRAIN_SECONDS of training
 # shellcheck disable=SC2086
 timeout 120 $PY benchmarks/babylm_plan.py plan --data "$WORK/data" --speed "$OUT/train-speed.json" \
-  --seconds "${TRAIN_SECONDS:-60}" --mark-scale "${MARK_SCALE:-1}" ${BABYLM_WORDS:+--words "$BABYLM_WORDS"} \
+  --seconds "${TRAIN_SECONDS:-50}" --mark-scale "${MARK_SCALE:-1}" ${BABYLM_WORDS:+--words "$BABYLM_WORDS"} \
   --families $FAMILIES --set "${EXTRA[@]}" --out "$OUT/plan.json" > "$OUT/plan.txt" 2> "$OUT/plan.log"
 echo "plan exit $?"; cat "$OUT/plan.txt"
 
 # 4. train and score each family, one after another
-MAX_MINUTES=$($PY -c "print(${TRAIN_SECONDS:-60} * 1.5 / 60)")
+MAX_MINUTES=$($PY -c "print(${TRAIN_SECONDS:-50} * 1.5 / 60)")
 while read -r fam steps words warmup marks; do
   rm -rf "${WORK:?}/$fam"
   MARKS=()
@@ -76,7 +78,7 @@ while read -r fam steps words warmup marks; do
     --data "$WORK/data" --out "$WORK/$fam" --set "run.max_words=$words" --set "optim.max_steps=$steps" \
     --set "optim.warmup_steps=$warmup" --set "optim.cooldown_steps=$warmup" --set optim.ema=0 \
     --set "run.max_minutes=$MAX_MINUTES" --set run.eval_every=0 --set run.save_every=0 --set run.progress=false \
-    --set run.tensorboard=false --set "run.device=$DEVICE" "${MARKS[@]}" "${SETS[@]}" < /dev/null > "$OUT/train-$fam.log" 2>&1
+    --set run.tensorboard=false --set "run.device=$DEVICE" --set "data.num_workers=${NUM_WORKERS:-4}" "${MARKS[@]}" "${SETS[@]}" < /dev/null > "$OUT/train-$fam.log" 2>&1
   echo "train $fam exit $?"; tail -2 "$OUT/train-$fam.log"
   if [ -d "$WORK/$fam/final" ]; then
     timeout "${EVAL_LIMIT:-75}" $PY -m maskplay eval blimp "$WORK/$fam/final" --data "$BLIMP_DATA" --device "$DEVICE" \

@@ -39,7 +39,7 @@ def test_gpu_babylm_script_dry_run_on_the_cpu(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     env = {**os.environ, **tiny_world(tmp_path), "OUT": str(out), "WORK": str(work), "DEVICE": "cpu",
            "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "BABYLM_FAMILIES": "gpt-bert",
-           "BABYLM_WORDS": "3000", "MARK_SCALE": "0.001", "TRAIN_SECONDS": "20",
+           "BABYLM_WORDS": "3000", "MARK_SCALE": "0.001", "TRAIN_SECONDS": "20", "NUM_WORKERS": "0",
            "BABYLM_SET": "model.preset=tiny data.max_length=32 data.batch_size=8 run.threads=1 run.precision=fp32 "
                          "run.eval_batches=1",
            "BENCH_ARGS": "--tiny --warmup 1 --steps 1 --shapes babylm --families gpt-bert"}
