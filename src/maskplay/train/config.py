@@ -256,8 +256,8 @@ class RunSection:
     # in every case parameters, gradients, AdamW state and checkpoints stay fp32
     precision: str = AUTO
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
-    # torch.compile the training forward and backward (train/stepping.py): on a GPU worth its minute or so of
-    # compiling in runs longer than that; with precision bf16-autocast (the weights stay fp32)
+    # torch.compile the training forward and backward (train/stepping.py), in any precision: on a GPU worth its
+    # minute or so of compiling in runs longer than that
     compile: bool = False
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA needs it for bitwise resumes)
     threads: int | None = None  # torch.set_num_threads; None leaves torch's default
