@@ -18,7 +18,8 @@
 # gpt-two-hour 16 k WordPiece, trained on the same mix), BABYLM_FAMILIES, BABYLM_WORDS, TRAIN_SECONDS (50),
 # BABYLM_SET (more --set overrides for every run), BENCH_ARGS (more gpu_train_speed.py arguments), BLIMP_DATA,
 # BLIMP_LIMIT (pairs per paradigm; default all), MARK_SCALE (the checkpoint marks times this; dry runs), and the
-# limits PREP_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, EVAL_LIMIT (seconds), NUM_WORKERS (data loader processes, 4).
+# limits PREP_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, EVAL_LIMIT (seconds), NUM_WORKERS (data loader processes, 4), NPROC
+# (GPUs to train on, 1).
 # The time, on one H100 (planned, not yet measured): environment 5 s, data 30 s, benchmark <= 150 s, then per family
 # about 15 s to start, TRAIN_SECONDS of training, its model exports and BLiMP-dev (<= 75 s): about 9 minutes.
 set -u
@@ -64,17 +65,20 @@ echo "train-speed exit $?"; tail -12 "$OUT/train-speed.log"
 # 3. each family's words budget for TRAIN_SECONDS of training
 # shellcheck disable=SC2086
 timeout 120 $PY benchmarks/babylm_plan.py plan --data "$WORK/data" --speed "$OUT/train-speed.json" \
-  --seconds "${TRAIN_SECONDS:-50}" --mark-scale "${MARK_SCALE:-1}" ${BABYLM_WORDS:+--words "$BABYLM_WORDS"} \
+  --seconds "$(( ${TRAIN_SECONDS:-50} * ${NPROC:-1} ))" --mark-scale "${MARK_SCALE:-1}" ${BABYLM_WORDS:+--words "$BABYLM_WORDS"} \
   --families $FAMILIES --set "${EXTRA[@]}" --out "$OUT/plan.json" > "$OUT/plan.txt" 2> "$OUT/plan.log"
 echo "plan exit $?"; cat "$OUT/plan.txt"
 
-# 4. train and score each family, one after another
+# 4. train and score each family, one after another (NPROC > 1: under torchrun, DDP over NCCL; the global batch
+# and the words budget stay the same, and the plan assumes the step time divides by NPROC)
+LAUNCH=($PY -m maskplay)
+[ "${NPROC:-1}" -gt 1 ] && LAUNCH=($PY -m torch.distributed.run --standalone --nproc_per_node "$NPROC" -m maskplay)
 MAX_MINUTES=$($PY -c "print(${TRAIN_SECONDS:-50} * 1.5 / 60)")
 while read -r fam steps words warmup marks; do
   rm -rf "${WORK:?}/$fam"
   MARKS=()
   [ "$marks" != "-" ] && MARKS=(--set "run.checkpoint_at_words=$marks")
-  timeout "${TRAIN_LIMIT:-120}" $PY -m maskplay pretrain --config "configs/babylm/strict-small-$fam.toml" \
+  timeout "${TRAIN_LIMIT:-120}" "${LAUNCH[@]}" pretrain --config "configs/babylm/strict-small-$fam.toml" \
     --data "$WORK/data" --out "$WORK/$fam" --set "run.max_words=$words" --set "optim.max_steps=$steps" \
     --set "optim.warmup_steps=$warmup" --set "optim.cooldown_steps=$warmup" --set optim.ema=0 \
     --set "run.max_minutes=$MAX_MINUTES" --set run.eval_every=0 --set run.save_every=0 --set run.progress=false \
