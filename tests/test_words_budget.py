@@ -217,3 +217,15 @@ def test_babylm_strict_small_recipes_differ_only_in_the_family():
         assert config.optim == configs["gpt-bert"].optim and config.data == configs["gpt-bert"].data
         same = {k: v for k, v in vars(config.model).items() if k not in ("family", "gpt_bert")}
         assert same == {k: v for k, v in vars(configs["gpt-bert"].model).items() if k not in ("family", "gpt_bert")}
+
+
+def test_a_packed_rows_words_are_its_sequences_words_truncated(wdata):
+    from maskplay.train.batches import pack_groups, row_words
+
+    split = TokenDataset(wdata / "train")
+    packed = pack_groups(sequence_lengths(split), 48)
+    for length in (48, 20):  # a row of the packing's length, and rows truncated shorter (data.max_length)
+        for i in range(len(packed) - 1):
+            marks = np.concatenate([split.word_marks(j) for j in range(int(packed[i]), int(packed[i + 1]))])
+            assert row_words(split, packed, i, length) == int(marks[:length].sum())
+    assert row_words(split, None, 3, 5) == int(split.word_marks(3)[:5].sum())

@@ -88,13 +88,13 @@ class MicroBatches(list):
 
 
 def row_words(data: TokenDataset, packed: np.ndarray | None, i: int, length: int) -> int:
-    """The source words of item i (a sequence, or with `packed` a packed row) truncated to `length` pieces."""
+    """The source words of item i (a sequence, or with `packed` a packed row) truncated to `length` pieces: one
+    slice of words.bin, since a packed row's sequences lie back to back in the split."""
     if data.words is None:
         return 0
-    if packed is None:
-        return int(data.word_marks(i)[:length].sum())
-    marks = np.concatenate([data.word_marks(j) for j in range(int(packed[i]), int(packed[i + 1]))])
-    return int(marks[:length].sum())
+    first, last = (i, i + 1) if packed is None else (int(packed[i]), int(packed[i + 1]))
+    start = int(data.offsets[first])
+    return int(data.words[start:min(int(data.offsets[last]), start + length)].sum(dtype=np.int64))
 
 
 class StepBatches(torch.utils.data.Dataset):
