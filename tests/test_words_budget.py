@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from maskplay import MaskplayModel
 from maskplay.data.dataset import TokenDataset, write_split
@@ -229,3 +230,19 @@ def test_a_packed_rows_words_are_its_sequences_words_truncated(wdata):
             marks = np.concatenate([split.word_marks(j) for j in range(int(packed[i]), int(packed[i + 1]))])
             assert row_words(split, packed, i, length) == int(marks[:length].sum())
     assert row_words(split, None, 3, 5) == int(split.word_marks(3)[:5].sum())
+
+
+def test_with_ema_a_mark_exports_the_moving_average_and_training_goes_on_from_the_raw_weights(wdata, tmp_path):
+    from maskplay.train import checkpoint as ckpt
+
+    per_step = np.cumsum(words_per_step(wdata, 4))
+    mark = int(per_step[1])  # reached at step 2
+    ema = train(small_config(wdata, tmp_path / "ema", "optim.ema=0.9", "optim.max_steps=4", "run.save_every=1",
+                             "run.keep_last=10", f"run.checkpoint_at_words={mark}"))
+    exported = weights(ema.run_dir, f"words/{words_name(mark)}")
+    average = ckpt.read_tensors(ema.run_dir / "ckpt-000002" / "ema.safetensors")
+    raw = weights(ema.run_dir, "ckpt-000002")
+    assert all(torch.equal(exported[k], average[k]) for k in average)
+    assert any(not torch.equal(exported[k], raw[k]) for k in average)
+    plain = train(small_config(wdata, tmp_path / "plain", "optim.ema=0.9", "optim.max_steps=4"))
+    assert_same_weights(weights(plain.run_dir, "final-raw"), weights(ema.run_dir, "final-raw"))
