@@ -99,3 +99,36 @@ def test_xlnet_trains_and_resumes_exactly_under_ddp(data, tmp_path):
     resumed = torchrun([sys.executable, "-m", "maskplay", "pretrain", "--out", str(run_dir), "--resume"])
     assert "resumed from" in resumed.stdout and "ckpt-000004" in resumed.stdout
     assert_same_weights(expected, weights(run_dir))
+
+
+def test_two_processes_keep_the_global_batch_and_the_words_budget(tmp_path):
+    """2 processes x half the batch = 1 process x the whole batch, 10 steps: the same losses and weights to 1e-6,
+    the same words seen at every step (each process counts its half, summed), so the words budget ends both runs
+    at the same step and the checkpoint mark is taken at the same one."""
+    import json
+
+    import numpy as np
+    import torch
+
+    from tests.test_words_budget import word_data, words_per_step
+
+    data = word_data(tmp_path / "data")
+    seen = np.cumsum(words_per_step(data, 12))
+    common = [*NO_DROPOUT, "optim.max_steps=12", f"run.max_words={int(seen[9])}",
+              f"run.checkpoint_at_words={int(seen[4])}"]
+    one = train(small_config(data, tmp_path / "one", *common, family="gpt"))
+    two = torchrun(cli_command(data, tmp_path / "two", *common, family="gpt"))
+    assert one.step == 10 and "2 process(es) x 1 micro-batch(es) of 8" in two.stdout
+
+    def records(run_dir):
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        return [r for r in map(json.loads, lines) if "words" in r]
+
+    a, b = records(one.run_dir), records(tmp_path / "two")
+    assert [r["words"] for r in a] == [r["words"] for r in b] == seen[:10].tolist()
+    torch.testing.assert_close(torch.tensor([r["loss"] for r in b]), torch.tensor([r["loss"] for r in a]),
+                               rtol=1e-6, atol=1e-6)
+    for which in ("final", f"words/{int(seen[4])}"):
+        wa, wb = weights(one.run_dir, which), weights(tmp_path / "two", which)
+        for name in wa:
+            torch.testing.assert_close(wb[name], wa[name], rtol=1e-6, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")

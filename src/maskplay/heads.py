@@ -38,7 +38,10 @@ class LMHead(nn.Module):
 
     def loss(self, hidden: Tensor, embedding_weight: Tensor, targets: Tensor) -> Tensor:
         """Mean cross-entropy of the head's predictions at `hidden` (N, H) against `targets` (N,), without
-        ever holding the (N, V) logits: see linear_cross_entropy."""
+        ever holding the (N, V) logits: see linear_cross_entropy. Under torch.compile, the plain form: the compiler
+        fuses it itself, and it cannot trace linear_cross_entropy's autograd Function."""
+        if torch.compiler.is_compiling():
+            return F.cross_entropy(self(hidden, embedding_weight).float(), targets)
         return linear_cross_entropy(self.transform(hidden), embedding_weight, self.bias, targets)
 
     def loss_and_sample(self, hidden: Tensor, embedding_weight: Tensor, targets: Tensor,

@@ -1,6 +1,7 @@
 """A prepared split on disk: every sequence's token ids back to back in `tokens.bin` (memory-mapped, so
-a corpus of any size costs no RAM), `offsets.npy` with the start of each sequence (n + 1 entries), and
-`meta.json` describing both."""
+a corpus of any size costs no RAM), `offsets.npy` with the start of each sequence (n + 1 entries),
+`meta.json` describing both, and `words.bin`, per piece the source words that begin there (data/words.py; absent
+from splits prepared before it existed)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import Tensor
+
+from .words import WORDS_DTYPE, WORDS_NAME
 
 TOKENS_NAME = "tokens.bin"
 OFFSETS_NAME = "offsets.npy"
@@ -33,6 +36,13 @@ class TokenDataset:
         n_tokens = int(self.offsets[-1])
         self.tokens = (np.memmap(self.directory / TOKENS_NAME, dtype=dtype, mode="r", shape=(n_tokens,))
                        if n_tokens else np.zeros(0, dtype=dtype))
+        words = self.directory / WORDS_NAME
+        self.words: np.ndarray | None = None
+        if words.is_file():
+            if words.stat().st_size != n_tokens * np.dtype(WORDS_DTYPE).itemsize:
+                raise ValueError(f"{words} is damaged: {words.stat().st_size} bytes for {n_tokens} tokens")
+            self.words = (np.memmap(words, dtype=WORDS_DTYPE, mode="r", shape=(n_tokens,)) if n_tokens
+                          else np.zeros(0, dtype=WORDS_DTYPE))
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -43,14 +53,29 @@ class TokenDataset:
         index %= len(self)
         return np.asarray(self.tokens[self.offsets[index]:self.offsets[index + 1]], dtype=np.int64)
 
+    def word_marks(self, index: int) -> np.ndarray:
+        """Sequence `index`'s source words per piece (data/words.py); its slice [:n] holds the words of its first
+        n pieces."""
+        if self.words is None:
+            raise ValueError(f"{self.directory} has no {WORDS_NAME} (prepared before word counts existed): "
+                             "prepare the corpus again with `maskplay prepare`")
+        index %= len(self)
+        return np.asarray(self.words[self.offsets[index]:self.offsets[index + 1]], dtype=np.int64)
+
     @property
     def num_tokens(self) -> int:
         return int(self.offsets[-1])
 
+    @property
+    def num_words(self) -> int | None:
+        """The split's source words, or None without words.bin."""
+        return None if self.words is None else int(np.asarray(self.words).sum(dtype=np.int64))
+
 
 def write_split(directory: str | Path, sequences: list[list[int]] | list[np.ndarray], vocab_size: int,
-                extra_meta: dict | None = None) -> None:
-    """Write sequences in the TokenDataset layout (small splits; `maskplay prepare` streams large ones)."""
+                extra_meta: dict | None = None, words: list[list[int]] | None = None) -> None:
+    """Write sequences in the TokenDataset layout (small splits; `maskplay prepare` streams large ones); `words`,
+    per sequence the source words beginning at each piece, writes words.bin."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     dtype = np.uint16 if vocab_size <= 65536 else np.uint32
@@ -61,6 +86,12 @@ def write_split(directory: str | Path, sequences: list[list[int]] | list[np.ndar
     np.save(directory / OFFSETS_NAME, offsets)
     meta = {"dtype": np.dtype(dtype).name, "num_sequences": len(sequences), "num_tokens": int(offsets[-1]),
             "vocab_size": vocab_size, **(extra_meta or {})}
+    if words is not None:
+        if [len(w) for w in words] != lengths.tolist():
+            raise ValueError("write_split: words must give one count per piece of each sequence")
+        marks = np.concatenate([np.asarray(w, dtype=WORDS_DTYPE) for w in words]) if words else np.zeros(0)
+        marks.astype(WORDS_DTYPE).tofile(directory / WORDS_NAME)
+        meta["num_words"] = int(marks.sum(dtype=np.int64))
     (directory / META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
 
 

@@ -25,6 +25,7 @@ from ..tokenizer import Tokenizer, load_tokenizer
 from .dataset import META_NAME, OFFSETS_NAME, TOKENS_NAME
 from .readers import FORMATS, INVALID_UTF8_POLICIES, ReadStats, iter_documents, resolve_corpus
 from .sentences import split_sentences
+from .words import WORDS_DTYPE, WORDS_NAME, piece_words
 
 MODES = ("sentences", "blocks")
 OVERLONG = ("truncate", "split")
@@ -79,12 +80,15 @@ class PrepareSummary:
     truncated: int = 0  # sentences cut to max_length (--overlong truncate)
     split: int = 0  # sentences split into windows of max_length (--overlong split)
     dropped_tokens: int = 0  # pieces lost to truncation
+    dropped_words: int = 0  # source words whose first piece truncation dropped (data/words.py)
     train_documents: int = 0  # non-empty documents per split
     valid_documents: int = 0
     train_sequences: int = 0
     valid_sequences: int = 0
     train_tokens: int = 0  # [SOS] and [EOS] included
     valid_tokens: int = 0
+    train_words: int = 0  # source words, whitespace-separated, as BabyLM counts them (data/words.py)
+    valid_words: int = 0
     seconds: float = 0.0
 
     def table(self) -> str:
@@ -119,50 +123,66 @@ class _Encoder:
                 sentences.extend(split_sentences(paragraph))
             ends.append(len(sentences))
         encodings = self.tok.backend.encode_batch(sentences, add_special_tokens=False) if sentences else []
-        counts = dict(sentences=len(sentences), empty_sentences=0, truncated=0, split=0, dropped_tokens=0)
+        counts = dict(sentences=len(sentences), empty_sentences=0, truncated=0, split=0, dropped_tokens=0,
+                      dropped_words=0)
         flat: list[list[int]] = [[], []]
+        words: list[list[np.ndarray]] = [[], []]  # per piece, the source words that begin there (data/words.py)
         lengths: list[list[int]] = [[], []]
         sos, eos, body = self.tok.special.sos, self.tok.special.eos, self.body
+        none = np.zeros(1, dtype=WORDS_DTYPE)
         begin = 0
         for (split, _), end in zip(chunk, ends, strict=True):
-            units: list[list[int]] = []
-            for enc in encodings[begin:end]:
-                ids = enc.ids
-                if not ids:
-                    counts["empty_sentences"] += 1
-                elif len(ids) <= body:
-                    units.append(ids)
-                elif self.config.overlong == "truncate":
-                    counts["truncated"] += 1
-                    counts["dropped_tokens"] += len(ids) - body
-                    units.append(ids[:body])
-                else:
-                    counts["split"] += 1
-                    units.extend(ids[i:i + body] for i in range(0, len(ids), body))
+            units = self._units(sentences[begin:end], encodings[begin:end], counts)
             begin = end
             if self.config.mode == "blocks":
                 units = _pack(units, body)
-            for unit in units:
+            for unit, unit_words in units:
                 flat[split].append(sos)
                 flat[split].extend(unit)
                 flat[split].append(eos)
+                words[split].extend((none, unit_words, none))
                 lengths[split].append(len(unit) + 2)
         return dict(counts=counts,
                     tokens=[np.array(f, dtype=self.dtype) for f in flat],
+                    words=[np.concatenate(w) if w else np.zeros(0, WORDS_DTYPE) for w in words],
                     lengths=[np.array(n, dtype=np.int64) for n in lengths])
 
+    def _units(self, sentences: list[str], encodings: list, counts: dict) -> list[tuple[list[int], np.ndarray]]:
+        """A document's sequences, each (piece ids, source words per piece), as config.overlong says."""
+        units: list[tuple[list[int], np.ndarray]] = []
+        body = self.body
+        for sentence, enc in zip(sentences, encodings, strict=True):
+            ids = enc.ids
+            if not ids:
+                counts["empty_sentences"] += 1
+                continue
+            marks = piece_words(sentence, enc.offsets)
+            if len(ids) <= body:
+                units.append((ids, marks))
+            elif self.config.overlong == "truncate":
+                counts["truncated"] += 1
+                counts["dropped_tokens"] += len(ids) - body
+                counts["dropped_words"] += int(marks[body:].sum())
+                units.append((ids[:body], marks[:body]))
+            else:
+                counts["split"] += 1
+                units.extend((ids[i:i + body], marks[i:i + body]) for i in range(0, len(ids), body))
+        return units
 
-def _pack(units: list[list[int]], body: int) -> list[list[int]]:
+
+def _pack(units: list[tuple[list[int], np.ndarray]], body: int) -> list[tuple[list[int], np.ndarray]]:
     """Greedy packing: append each sentence to the current block while the block stays within `body` pieces."""
-    blocks: list[list[int]] = []
+    blocks: list[tuple[list[int], np.ndarray]] = []
     current: list[int] = []
-    for unit in units:
+    marks: list[np.ndarray] = []
+    for unit, unit_words in units:
         if current and len(current) + len(unit) > body:
-            blocks.append(current)
-            current = []
+            blocks.append((current, np.concatenate(marks)))
+            current, marks = [], []
         current = current + unit if current else list(unit)
+        marks.append(unit_words)
     if current:
-        blocks.append(current)
+        blocks.append((current, np.concatenate(marks)))
     return blocks
 
 
@@ -188,17 +208,22 @@ class _SplitWriter:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory, self.dtype = directory, dtype
         self.tokens = open(directory / TOKENS_NAME, "wb")
+        self.words = open(directory / WORDS_NAME, "wb")
         self.lengths = open(directory / "lengths.tmp", "wb")
-        self.num_sequences = self.num_tokens = 0
+        self.num_sequences = self.num_tokens = self.num_words = 0
 
-    def write(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+    def write(self, tokens: np.ndarray, words: np.ndarray, lengths: np.ndarray) -> None:
+        assert len(words) == len(tokens), (len(words), len(tokens))
         tokens.tofile(self.tokens)
+        words.tofile(self.words)
         lengths.tofile(self.lengths)
         self.num_sequences += len(lengths)
         self.num_tokens += len(tokens)
+        self.num_words += int(words.sum(dtype=np.int64))
 
     def close(self, meta: dict) -> None:
         self.tokens.close()
+        self.words.close()
         self.lengths.close()
         scratch = self.directory / "lengths.tmp"
         offsets = np.lib.format.open_memmap(self.directory / OFFSETS_NAME, mode="w+", dtype=np.int64,
@@ -216,7 +241,8 @@ class _SplitWriter:
         offsets.flush()
         del offsets
         scratch.unlink()
-        meta = {"dtype": self.dtype.name, "num_sequences": self.num_sequences, "num_tokens": self.num_tokens, **meta}
+        meta = {"dtype": self.dtype.name, "num_sequences": self.num_sequences, "num_tokens": self.num_tokens,
+                "num_words": self.num_words, **meta}
         (self.directory / META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
 
 
@@ -277,8 +303,9 @@ def prepare_corpus(paths: list[str | Path], tokenizer: str | Path, out_dir: str 
     def consume(result: dict) -> None:
         for name, value in result["counts"].items():
             setattr(summary, name, getattr(summary, name) + value)
-        for writer, tokens, lengths in zip(writers, result["tokens"], result["lengths"], strict=True):
-            writer.write(tokens, lengths)
+        for writer, tokens, words, lengths in zip(writers, result["tokens"], result["words"], result["lengths"],
+                                                  strict=True):
+            writer.write(tokens, words, lengths)
         bar.set_postfix(documents=f"{stats.documents:,}", MB_read=f"{stats.bytes / 1e6:,.1f}",
                         sequences=f"{writers[0].num_sequences + writers[1].num_sequences:,}")
         bar.update(stats.files - bar.n)  # the files opened so far
@@ -299,6 +326,7 @@ def prepare_corpus(paths: list[str | Path], tokenizer: str | Path, out_dir: str 
     summary.train_documents, summary.valid_documents = docs_per_split
     summary.train_sequences, summary.valid_sequences = (w.num_sequences for w in writers)
     summary.train_tokens, summary.valid_tokens = (w.num_tokens for w in writers)
+    summary.train_words, summary.valid_words = (w.num_words for w in writers)
     summary.seconds = round(time.perf_counter() - start, 2)
     record = {**asdict(summary), "config": asdict(config), "corpus": [str(p) for p in paths],
               "tokenizer": str(tokenizer), "vocab_size": tok.vocab_size}

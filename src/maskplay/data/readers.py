@@ -57,7 +57,8 @@ class Document:
 
 
 def resolve_corpus(paths: Iterable[str | Path]) -> list[Path]:
-    """The files named, with a directory standing for every file under it (sorted, hidden files skipped)."""
+    """The files named, with a directory standing for every file under it (sorted, hidden files skipped), or
+    for its BabyLM training files alone when it holds some (babylm_files)."""
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -66,7 +67,7 @@ def resolve_corpus(paths: Iterable[str | Path]) -> list[Path]:
                            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
             if not found:
                 raise FileNotFoundError(f"corpus directory {path} contains no files")
-            files.extend(found)
+            files.extend(babylm_files(path, found))
         elif path.is_file() or is_stream(path):  # a FIFO or <(...) is read once, into memory (_open_binary)
             files.append(path)
         else:
@@ -74,6 +75,24 @@ def resolve_corpus(paths: Iterable[str | Path]) -> list[Path]:
     if not files:
         raise ValueError("no corpus files given")
     return files
+
+
+BABYLM_SUFFIX = ".train"
+
+
+def babylm_files(root: Path, found: list[Path]) -> list[Path]:
+    """BabyLM's layout: a folder of `.train` text files, one utterance or line of prose per line
+    (train_10M/bnc_spoken.train, childes.train, ...), beside dev/*.dev and test/*.test. A directory that holds
+    `.train` files (plain or .gz) stands for them alone, so that passing BabyLM's whole download never trains on
+    its dev or test files; training files in several folders (train_10M and train_100M) are ambiguous."""
+    train = [p for p in found if p.name.removesuffix(".gz").endswith(BABYLM_SUFFIX)]
+    if not train:
+        return found
+    folders = sorted({str(p.parent.relative_to(root)) for p in train})
+    if len(folders) > 1:
+        raise ValueError(f"corpus directory {root} holds BabyLM training files (*{BABYLM_SUFFIX}) in several "
+                         f"folders ({', '.join(folders)}): pass the one to train on")
+    return train
 
 
 def _raw(path: Path) -> IO[bytes]:

@@ -78,6 +78,25 @@ def epoch_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, w
     return batches
 
 
+class MicroBatches(list):
+    """This process's micro-batches of one step, each (input_ids, attention_mask), and `words`: the source words
+    (data/words.py) in the pieces they hold, truncation included; 0 where the split has no word counts."""
+
+    def __init__(self, items: list[tuple[Tensor, Tensor]], words: int = 0) -> None:
+        super().__init__(items)
+        self.words = words
+
+
+def row_words(data: TokenDataset, packed: np.ndarray | None, i: int, length: int) -> int:
+    """The source words of item i (a sequence, or with `packed` a packed row) truncated to `length` pieces: one
+    slice of words.bin, since a packed row's sequences lie back to back in the split."""
+    if data.words is None:
+        return 0
+    first, last = (i, i + 1) if packed is None else (int(packed[i]), int(packed[i + 1]))
+    start = int(data.offsets[first])
+    return int(data.words[start:min(int(data.offsets[last]), start + length)].sum(dtype=np.int64))
+
+
 class StepBatches(torch.utils.data.Dataset):
     """Item k: this process's micro-batches of step k of an epoch, each (input_ids, attention_mask) padded.
     Opens the split lazily, so DataLoader workers each map it themselves instead of copying it. With `packed`
@@ -96,16 +115,18 @@ class StepBatches(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.batches)
 
-    def __getitem__(self, step: int) -> list[tuple[Tensor, Tensor]]:
+    def __getitem__(self, step: int) -> MicroBatches:
         if self._data is None:
             self._data = TokenDataset(self.directory)
         rows = self.batches[step]
         out = []
+        words = 0
         for m in range(self.grad_accum):
             first = (self.rank * self.grad_accum + m) * self.micro
-            seqs = [self._row(int(i))[: self.max_length] for i in rows[first:first + self.micro]]
-            out.append(pad_batch(seqs, self.pad_id))
-        return out
+            mine = [int(i) for i in rows[first:first + self.micro]]
+            out.append(pad_batch([self._row(i)[: self.max_length] for i in mine], self.pad_id))
+            words += sum(row_words(self._data, self.packed, i, self.max_length) for i in mine)
+        return MicroBatches(out, words)
 
     def _row(self, i: int) -> np.ndarray:
         assert self._data is not None
@@ -144,7 +165,7 @@ def step_stream(state: TrainState, config: TrainConfig, d: Dist, directory: str 
 
 
 def epoch_steps(steps: torch.utils.data.Dataset, start: int, epoch: int,
-                num_workers: int) -> Iterator[list[tuple[Tensor, Tensor]]]:
+                num_workers: int) -> Iterator[MicroBatches]:
     """Items start.. of an epoch's step dataset, in order: read in the loop, or by a DataLoader's workers."""
     remaining = range(start, len(steps))
     if not num_workers:
@@ -154,4 +175,10 @@ def epoch_steps(steps: torch.utils.data.Dataset, start: int, epoch: int,
     # its own generator: a DataLoader otherwise draws its workers' seed from the global RNG, which would shift the
     # dropout stream
     yield from torch.utils.data.DataLoader(steps, batch_size=None, sampler=remaining, num_workers=num_workers,
-                                           generator=torch.Generator().manual_seed(epoch))
+                                           generator=torch.Generator().manual_seed(epoch), collate_fn=_as_is)
+
+
+def _as_is(item: MicroBatches) -> MicroBatches:
+    """The DataLoader's collate function: the step's items unchanged (its default would rebuild the list and
+    drop MicroBatches.words)."""
+    return item

@@ -154,7 +154,8 @@ class Checkpointer:
                                       "moving average")
             self.ema.load(read_tensors(path / EMA_FILE), source=str(path / EMA_FILE))
         resumed = TrainState(step=state["step"], epoch=state["epoch"], position=state["step_in_epoch"],
-                             tokens_seen=state["tokens_seen"], elapsed_before=state["elapsed_s"],
+                             tokens_seen=state["tokens_seen"], words_seen=state.get("words_seen", 0),
+                             elapsed_before=state["elapsed_s"],
                              last_eval=state.get("eval_loss"))
         rng = read_tensors(path / RNG_FILE)
         prefix = f"rank{d.rank}/"
@@ -192,6 +193,7 @@ class Checkpointer:
             saved = {
                 "step": state.step, "epoch": epoch, "step_in_epoch": position,
                 "batches_per_epoch": batches_per_epoch, "tokens_seen": state.tokens_seen,
+                "words_seen": state.words_seen,
                 "elapsed_s": state.elapsed(), "eval_loss": eval_loss if eval_loss is not None else state.last_eval,
                 "world_size": d.world_size, "schedule": schedule_state(state.step, self.config.optim),
                 "optimizer_param_groups": groups, "torch_version": torch.__version__,

@@ -243,11 +243,22 @@ class RunSection:
     # end the run at this step (checkpoint, export) as a spent budget does, while the learning-rate schedule still
     # runs to optim.max_steps: equal token budgets for families whose speeds differ, or on a busy machine
     stop_at_step: int | None = None
+    # a words-seen budget (BabyLM's): end the run (checkpoint, export) after the step at which the source words of
+    # the training sequences seen, repeats included, reach this many; words are whitespace-separated words of the
+    # text, not pieces (data/words.py, counted at prepare time); the learning-rate schedule still runs to
+    # optim.max_steps, so set that to about max_words / words per step (the run's start says what it is)
+    max_words: int | None = None
+    # words seen at which to export the model as RUN_DIR/words/<N> (1M, 10M, ...), a directory
+    # MaskplayModel.from_pretrained reads, like final/ (BabyLM 2025: every 1M to 10M, then every 10M to 100M)
+    checkpoint_at_words: list[int] = field(default_factory=list)
     # auto (bf16 where this machine runs it faster, else fp32; resolved at run start, see precision_probe) | fp32 |
     # bf16 (weights cast to bf16 at each forward, activations bf16 end to end) | bf16-autocast (torch.autocast);
     # in every case parameters, gradients, AdamW state and checkpoints stay fp32
     precision: str = AUTO
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
+    # torch.compile the training forward and backward (train/stepping.py), in any precision: on a GPU worth its
+    # minute or so of compiling in runs longer than that
+    compile: bool = False
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA needs it for bitwise resumes)
     threads: int | None = None  # torch.set_num_threads; None leaves torch's default
     progress: bool = True  # tqdm progress bar on stderr (rank 0)
@@ -270,6 +281,12 @@ class RunSection:
         if self.stop_at_step is not None and self.stop_at_step < 1:
             raise ValueError(f"run.stop_at_step must be at least 1 (leave it out to run to optim.max_steps), "
                              f"got {self.stop_at_step}")
+        if self.max_words is not None and self.max_words < 1:
+            raise ValueError(f"run.max_words must be at least 1 (leave it out for no words budget), "
+                             f"got {self.max_words}")
+        marks = self.checkpoint_at_words
+        if any(w < 1 for w in marks) or any(b <= a for a, b in zip(marks, marks[1:], strict=False)):
+            raise ValueError(f"run.checkpoint_at_words must be increasing positive word counts, got {marks}")
         if self.max_minutes is not None and not self.max_minutes > 0:
             raise ValueError(f"run.max_minutes must be positive (leave it out for no budget), got {self.max_minutes}")
         if self.precision not in PRECISIONS:
@@ -369,7 +386,8 @@ def load_train_config(path: str | Path) -> TrainConfig:
 RESUMABLE_CHANGES = frozenset({
     "optim.max_steps", "optim.grad_accum", "data.num_workers", "data.path", "data.corpus", "data.tokenizer",
     "run.out_dir", "run.eval_every", "run.eval_batches", "run.save_every", "run.keep_last", "run.log_every",
-    "run.max_minutes", "run.stop_at_step", "run.device", "run.threads", "run.progress", "run.tensorboard",
+    "run.max_minutes", "run.stop_at_step", "run.max_words", "run.checkpoint_at_words", "run.device", "run.threads",
+    "run.progress", "run.tensorboard", "run.compile",
     "run.deterministic", "run.dist_timeout_s",
 })
 

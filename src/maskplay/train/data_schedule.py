@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ..data.dataset import TokenDataset, pad_batch
-from .batches import epoch_steps, pack_groups
+from .batches import MicroBatches, epoch_steps, pack_groups, row_words
 from .config import TrainConfig
 from .distributed import Dist
 from .state import TrainState
@@ -146,13 +146,15 @@ class ScheduledBatches(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.plan)
 
-    def __getitem__(self, k: int) -> list[tuple[Tensor, Tensor]]:
+    def __getitem__(self, k: int) -> MicroBatches:
         if self._data is None:
             self._data = TokenDataset(self.directory)
         offset, size = (int(x) for x in self.plan[k])
         parts = np.array_split(self.order[offset:offset + size], self.world_size * self.grad_accum)
         mine = parts[self.rank * self.grad_accum:(self.rank + 1) * self.grad_accum]
-        return [pad_batch([self._row(int(i))[: self.length] for i in part], self.pad_id) for part in mine]
+        words = sum(row_words(self._data, self.packed, int(i), self.length) for part in mine for i in part)
+        return MicroBatches([pad_batch([self._row(int(i))[: self.length] for i in part], self.pad_id)
+                             for part in mine], words)
 
     def _row(self, i: int) -> np.ndarray:
         assert self._data is not None

@@ -1,8 +1,11 @@
 """The final model of a run: RUN_DIR/final, a directory MaskplayModel.from_pretrained reads. With optim.ema,
-final holds the weights' moving average and RUN_DIR/final-raw the trained weights themselves."""
+final holds the weights' moving average and RUN_DIR/final-raw the trained weights themselves. With
+run.checkpoint_at_words, RUN_DIR/words/<N> are such directories of the model at N words seen."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -19,6 +22,8 @@ from .ema import WeightEma
 
 FINAL_DIR = "final"
 RAW_DIR = "final-raw"  # with optim.ema: the trained weights, next to their moving average in final/
+WORDS_DIR = "words"  # run.checkpoint_at_words: the model at each number of words seen, words/1M, words/2M, ...
+WORDS_INFO = "words.json"
 
 
 def export_final(run_dir: Path, d: Dist, model: MaskplayModel, model_config: ModelConfig, tokenizer: Tokenizer,
@@ -51,14 +56,48 @@ def export_final(run_dir: Path, d: Dist, model: MaskplayModel, model_config: Mod
     return final
 
 
-def _write_model_dir(target: Path, model: MaskplayModel, tokenizer: Tokenizer, config: TrainConfig) -> None:
-    """Written beside `target`, then swapped in whole; a failed write leaves nothing behind."""
+def export_at_words(run_dir: Path, d: Dist, model: MaskplayModel, tokenizer: Tokenizer, config: TrainConfig,
+                    mark: int, progress: dict[str, int], log: Callable[[str], None],
+                    ema: WeightEma | None = None) -> Path:
+    """RUN_DIR/words/<mark> (words_name): the model once run.checkpoint_at_words' `mark` words are seen, a directory
+    like final/ (the moving average with optim.ema), with words.json (the words, tokens and step it was taken at)
+    (a collective: every process must call it)."""
+    target = run_dir / WORDS_DIR / words_name(mark)
+    error = None
+    if d.is_main:
+        info = {"checkpoint_at_words": mark, **progress}
+        try:
+            target.parent.mkdir(exist_ok=True)
+            with ema.applied() if ema is not None else contextlib.nullcontext():
+                _write_model_dir(target, model, tokenizer, config, extra={WORDS_INFO: info})
+            log(f"{progress['words_seen']:,} words seen (step {progress['step']}): exported {target}")
+        except WRITE_ERRORS as err:
+            error = f"cannot write the model at {mark:,} words {target}: {write_error(err)}"
+    if broadcast_int(d, int(error is not None)):
+        raise ValueError(error or f"process 0 could not write {target} (its error says why)")
+    return target
+
+
+def words_name(words: int) -> str:
+    """1000000 -> "1M", 20000 -> "20K", 1500 -> "1500" (BabyLM names its checkpoints by millions of words)."""
+    for unit, suffix in ((1_000_000, "M"), (1000, "K")):
+        if words % unit == 0:
+            return f"{words // unit}{suffix}"
+    return str(words)
+
+
+def _write_model_dir(target: Path, model: MaskplayModel, tokenizer: Tokenizer, config: TrainConfig,
+                     extra: dict[str, dict] | None = None) -> None:
+    """Written beside `target`, then swapped in whole; a failed write leaves nothing behind. `extra`: more JSON
+    files, name -> object."""
     tmp = target.parent / f".tmp-{target.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         model.save_pretrained(tmp)
         tokenizer.save(tmp)
         (tmp / "train_config.json").write_text(config.to_json())
+        for name, value in (extra or {}).items():
+            (tmp / name).write_text(json.dumps(value, indent=2) + "\n")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

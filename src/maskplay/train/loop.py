@@ -45,7 +45,7 @@ from .distributed import Dist, PeerLost, barrier, lost_peer_message, peer_failur
 from .distributed import setup as setup_processes
 from .ema import WeightEma
 from .evaluation import Evaluator
-from .export import FINAL_DIR, export_final
+from .export import FINAL_DIR, export_at_words, export_final
 from .metrics import Metrics, RunLog, Window
 from .schedule import build_optimizer
 from .signals import EXIT_SIGINT, StopSignals
@@ -62,6 +62,7 @@ from .startup import (
 )
 from .state import TrainState
 from .stepping import NonFinite, StepOutcome, Stepper
+from .word_budget import check_word_counts, marks_crossed, plan_line, words_reached
 
 __all__ = ["TrainResult", "TrainingDiverged", "Trainer", "train", "saved_run_config", "prepare_data", "forward_in",
            "count_targets", "read_metrics", "FINAL_DIR", "EXIT_SIGINT", "RESOLVED_CONFIG"]
@@ -127,23 +128,34 @@ def prepare_data(config: TrainConfig, run_dir: Path, d: Dist, log: Any) -> Path:
 PREPARE_WAIT_S = 24 * 3600.0
 
 
-def status_at_start(cfg: TrainConfig, step: int) -> str:
+def status_at_start(cfg: TrainConfig, step: int, words_seen: int = 0) -> str:
     if step >= cfg.optim.max_steps:
         return "finished"
-    if cfg.run.stop_at_step is not None and step >= cfg.run.stop_at_step:
+    if (cfg.run.stop_at_step is not None and step >= cfg.run.stop_at_step) or words_reached(cfg, words_seen):
         return "budget"  # a resumed run already at its stop: export only
     return ""
 
 
-def status_after(cfg: TrainConfig, step: int, outcome: StepOutcome) -> str:
+def status_after(cfg: TrainConfig, step: int, outcome: StepOutcome, words_seen: int = 0) -> str:
     """Whether to stop after this step, decided from all-reduced values, so every process stops at the same one."""
     if step >= cfg.optim.max_steps:
         return "finished"
     if outcome.signal:
         return "interrupted"
-    if outcome.budget or (cfg.run.stop_at_step is not None and step >= cfg.run.stop_at_step):
+    if (outcome.budget or (cfg.run.stop_at_step is not None and step >= cfg.run.stop_at_step)
+            or words_reached(cfg, words_seen)):
         return "budget"
     return ""
+
+
+def stop_reason(cfg: TrainConfig, status: str, step: int, words_seen: int) -> str:
+    if words_reached(cfg, words_seen):  # first: a words budget usually ends at the optim.max_steps planned for it
+        return f"reached run.max_words={cfg.run.max_words:,} ({words_seen:,} words seen)"
+    if status == "finished":
+        return "reached optim.max_steps"
+    if step == cfg.run.stop_at_step:
+        return f"reached run.stop_at_step={cfg.run.stop_at_step}"
+    return f"used the run.max_minutes={cfg.run.max_minutes} budget"
 
 
 class Trainer:
@@ -205,6 +217,7 @@ class Trainer:
             self.data_dir = data_dir
             self.model_config = config.model.build(self.tokenizer.model_config_ids())
             check_data(config, self.model_config, self.train_data, data_dir)
+            check_word_counts(config, self.train_data)
         except (ValueError, FileNotFoundError):
             if d.is_main:
                 undo_start(self.run_dir, created, wrote_config)
@@ -257,6 +270,8 @@ class Trainer:
                     f", batches of {batch_size_at(0, cfg)} x {length_at(0, cfg)} pieces at step 0 (scheduled); ")
                  + f"{d.world_size} process(es) x {cfg.optim.grad_accum} micro-batch(es) of {self.micro}; "
                  f"device {self.device}, {self.precision.value}; run directory {self.run_dir}")
+        if words := plan_line(cfg, self.train_data, len(self.item_lengths)):
+            self.log(words)
 
     # ---- the run --------------------------------------------------------------------------------------------
 
@@ -267,7 +282,7 @@ class Trainer:
         if st.step == 0:
             self._evaluate_at_start()
         budget = cfg.run.max_minutes * 60 if cfg.run.max_minutes is not None else math.inf
-        status = status_at_start(self.config, self.state.step)
+        status = status_at_start(self.config, self.state.step, self.state.words_seen)
         saved_at = st.step if self.checkpoint_path is not None else -1
         evaluated_at = st.step
         window = Window()
@@ -280,8 +295,12 @@ class Trainer:
                            else self.data_schedule.stream(st, self.d, self.train_data.directory,
                                                           self.tokenizer.special.pad))
                 while not status:
+                    words_before = st.words_seen
                     outcome = self._step(batches, signals, budget, window)
-                    status = status_after(self.config, self.state.step, outcome)
+                    status = status_after(self.config, self.state.step, outcome, st.words_seen)
+                    for mark in marks_crossed(cfg, words_before, st.words_seen):  # a loadable model at N words
+                        export_at_words(self.run_dir, self.d, self.model, self.tokenizer, cfg, mark, st.progress(),
+                                        self.log, ema=self.ema)
                     if st.step % cfg.run.log_every == 0 or status:
                         self._log_step(outcome, window, budget)
                     paused = time.monotonic()
@@ -330,6 +349,7 @@ class Trainer:
         st.step += 1
         st.position += 1
         st.tokens_seen += int(outcome.tokens)
+        st.words_seen += int(outcome.words)
         window.add_step(outcome.loss, outcome.targets, outcome.tokens)
         if self.bar is not None:
             self.bar.update(1)
@@ -344,6 +364,7 @@ class Trainer:
         if self.metrics:
             self.metrics.record(step=st.step, loss=loss, lr=outcome.lr, grad_norm=outcome.grad_norm,
                                 tokens_per_s=rate, elapsed_s=st.elapsed(), epoch=st.epoch, tokens=st.tokens_seen,
+                                words=st.words_seen,
                                 **span_summary(self.model), **parts)
         if self.bar is not None:
             extra = {"budget_left": f"{max(0.0, budget - st.elapsed()) / 60:.1f}min"} if math.isfinite(budget) else {}
@@ -429,9 +450,7 @@ class Trainer:
             self._evaluate_ema()
             final = export_final(self.run_dir, self.d, self.model, self.model_config, self.tokenizer, cfg, self.log,
                                  ema=self.ema)
-            why = ("reached optim.max_steps" if status == "finished"
-                   else f"reached run.stop_at_step={cfg.run.stop_at_step}" if step == cfg.run.stop_at_step
-                   else f"used the run.max_minutes={cfg.run.max_minutes} budget")
+            why = stop_reason(cfg, status, step, self.state.words_seen)
             self.log(f"{why} at step {step}; held-out loss {self.state.last_eval}; final model: {final} "
                      "(MaskplayModel.from_pretrained)")
         if self.metrics:

@@ -5,6 +5,7 @@ token loss, clipping, and the update."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ class StepOutcome:
     loss: float  # the global batch's summed token loss (all processes)
     targets: float  # and its target count
     tokens: float
+    words: float  # the global batch's source words (data/words.py; 0 for data without word counts)
     grad_norm: float
     signal: bool  # some process received SIGINT / SIGTERM
     budget: bool  # some process ran out of run.max_minutes
@@ -57,6 +59,10 @@ class Stepper:
             from torch.nn.parallel import DistributedDataParallel
 
             self.ddp = DistributedDataParallel(model, device_ids=[d.device] if d.device.type == "cuda" else None)
+        # run.compile: the forward in the run's precision, compiled once (and again for new shapes); its backward
+        # is compiled with it. The model itself stays uncompiled, so its weights, batches and saving are unchanged
+        self.compiled = (torch.compile(functools.partial(forward, self.ddp or model, precision))
+                         if config.run.compile else None)
 
     def step(self, step: int, next_batches: Callable[[], list[tuple[Tensor, Tensor]]],
              stop_flags: Callable[[], list[float]], window: Window) -> StepOutcome:
@@ -74,9 +80,10 @@ class Stepper:
             n_targets += n
             window.add_micro(n, parts)
             n_tokens += int(mask.sum())
+        n_words = getattr(micro_batches, "words", 0)  # batches.MicroBatches
         totals = all_reduce_sum(
-            d, torch.tensor([loss_sum, n_targets, n_tokens, *stop_flags()], dtype=torch.float64)).tolist()
-        g_loss, g_targets, g_tokens, g_signal, g_budget = totals
+            d, torch.tensor([loss_sum, n_targets, n_tokens, n_words, *stop_flags()], dtype=torch.float64)).tolist()
+        g_loss, g_targets, g_tokens, g_words, g_signal, g_budget = totals
         if g_targets == 0:
             raise ValueError(f"step {step}: the global batch has no target tokens")
         if not math.isfinite(g_loss):
@@ -88,8 +95,8 @@ class Stepper:
         if self.ema is not None:
             self.ema.update()
         self.optimizer.zero_grad(set_to_none=True)
-        return StepOutcome(lr=lr, loss=g_loss, targets=g_targets, tokens=g_tokens, grad_norm=grad_norm,
-                           signal=bool(g_signal), budget=bool(g_budget))
+        return StepOutcome(lr=lr, loss=g_loss, targets=g_targets, tokens=g_tokens, words=g_words,
+                           grad_norm=grad_norm, signal=bool(g_signal), budget=bool(g_budget))
 
     def _scaled_clipped_gradient(self, g_targets: float) -> float:
         # DDP averaged the per-process sums over world_size processes; undo that and divide by the count
@@ -121,7 +128,8 @@ class Stepper:
                                  "data")
             return 0.0, 0, {}
         with no_sync:
-            out = self.forward(module, self.precision, **batch)
+            out = (self.compiled(**batch) if self.compiled is not None
+                   else self.forward(module, self.precision, **batch))
             total = out.loss.float() * n  # the family's loss is the mean over its n targets: n * mean is their sum
             if self.model_config.long.adaptive_span:  # + adaptive span's L1 term (attention/long.py)
                 (total + span_penalty(self.model) * n).backward()
