@@ -162,11 +162,17 @@ def test_auto_tokenizer_gives_maskplay_ids(family, tmp_path):
     assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (sp.sos, sp.eos, sp.pad)
 
 
-def test_every_file_is_world_readable(tmp_path):
+def test_every_file_has_a_user_files_mode(tmp_path):
+    """0666 less the umask (0644 under the usual 022), model.safetensors included: safetensors writes 0600."""
+    mask = os.umask(0o022)
+    os.umask(mask)
     export_to_hf(saved(tiny("gpt"), tmp_path / "mp"), tmp_path / "hf")  # the twin (BertLMHeadModel)
     export_to_hf(tmp_path / "mp", tmp_path / "custom", custom_code=True)
-    for path in [*(tmp_path / "hf").iterdir(), *(tmp_path / "custom").iterdir()]:
-        assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044, path
+    assert main(["convert", "--to-hf", str(tmp_path / "mp"), "--out", str(tmp_path / "converted")]) == 0
+    files = [p for d in ("hf", "custom", "converted") for p in (tmp_path / d).iterdir()]
+    assert any(p.name == "model.safetensors" for p in files)
+    for path in files:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask, path
 
 
 def test_custom_code_loads_without_maskplay(tmp_path):

@@ -40,8 +40,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     direction.add_argument("--from-hf", metavar="HF_DIR", help=f"one of {', '.join(ARCHITECTURES)} "
                            "(ElectraForPreTraining: the discriminator; ElectraForMaskedLM: a generator alone; "
                            "BertLMHeadModel with is_decoder=True becomes a gpt)")
-    direction.add_argument("--to-hf", metavar="MASKPLAY_DIR", help=f"a model directory of family {families} (a gpt "
-                           "becomes a BertLMHeadModel)")
+    direction.add_argument("--to-hf", metavar="MASKPLAY_DIR", help=f"a model directory or bundled model name of family "
+                           f"{families} (a gpt becomes a BertLMHeadModel); every family, any switch: maskplay export "
+                           "--to-hf")
     p.add_argument("--generator", metavar="HF_GEN_DIR", default=None,
                    help="with --from-hf: the ElectraForMaskedLM generator that goes with the discriminator in HF_DIR; "
                         "together they become one maskplay ELECTRA model")

@@ -65,7 +65,7 @@ def loading_example(directory: str, kind: str, custom: bool, frame: tuple[str, s
     maskplay frames a prompt (the tokenizer's own framing, `[SOS] ... [EOS]`, is a whole sentence's)."""
     trust = ", trust_remote_code=True" if custom else ""
     code = ["```python", "import torch", f"from transformers import AutoTokenizer, {kind}", "",
-            f'tokenizer = AutoTokenizer.from_pretrained("{directory}")',
+            f'tokenizer = AutoTokenizer.from_pretrained("{directory}"{trust})',
             f'model = {kind}.from_pretrained("{directory}"{trust})']
     if frame is None:
         code += ['batch = tokenizer(["the cat sat on the mat"], return_tensors="pt")  # framed as maskplay frames it',
