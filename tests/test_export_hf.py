@@ -116,11 +116,14 @@ def test_generate_equals_maskplay_greedy(family, tmp_path):
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
     hf.generation_config.eos_token_id = None  # maskplay's stop_ids=[] below: both run the whole length
     prefix, suffix = model.generation_frame(tokenizer)
-    for text in SENTENCES[:2]:
-        prompt = prefix + tokenizer.backend.encode(text, add_special_tokens=False).ids + suffix
-        ours = generate(model, [prompt], max_new_tokens=10, stop_ids=[])[0].token_ids
-        theirs = hf.generate(torch.tensor([prompt]), max_new_tokens=10, do_sample=False)[0, len(prompt):].tolist()
-        assert theirs == ours
+    prompts = [prefix + tokenizer.backend.encode(text, add_special_tokens=False).ids + suffix for text in SENTENCES]
+    ours = [g.token_ids for g in generate(model, prompts, max_new_tokens=10, stop_ids=[])]
+    for prompt, tokens in zip(prompts, ours, strict=True):
+        assert hf.generate(torch.tensor([prompt]), max_new_tokens=10, do_sample=False)[0, len(prompt):].tolist() == tokens
+    width = max(map(len, prompts))  # a left-padded batch: positions count from each row's first real token
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    out = hf.generate(ids, attention_mask=(ids != 0).long(), max_new_tokens=10, do_sample=False)
+    assert out[:, width:].tolist() == ours
 
 
 @pytest.mark.parametrize("name", ["gpt-two-hour", "tta-two-hour"])
