@@ -478,6 +478,3 @@ class MaskplayForCausalLM(MaskplayForMaskedLM, GenerationMixin):
     def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                                       **kwargs) -> dict[str, Tensor | None]:
         return {"input_ids": input_ids, "attention_mask": attention_mask}
-
-    def can_generate(self) -> bool:  # noqa: D102
-        return True
