@@ -21,6 +21,7 @@ transformers = pytest.importorskip("transformers")
 from maskplay import preset  # noqa: E402
 from maskplay.cli import main  # noqa: E402
 from maskplay.export import export_to_hf  # noqa: E402
+from maskplay.export.card import dev_results  # noqa: E402
 from maskplay.families import MaskplayModel, build_model  # noqa: E402
 from maskplay.generation import generate  # noqa: E402
 from maskplay.model_dir import resolve_model_dir  # noqa: E402
@@ -144,6 +145,13 @@ def test_bundled_model_exports_by_name(name, tmp_path):
         theirs = hf(input_ids=ids, attention_mask=attn).logits
     ours = maskplay_logits(model, ids, attn, causal=False)
     torch.testing.assert_close(theirs[attn.bool()], ours[attn.bool()], atol=1e-5, rtol=1e-5)
+    card = (tmp_path / "hf" / "README.md").read_text()
+    results = dev_results((resolve_model_dir(name) / "README.md").read_text())
+    assert card.startswith("---\nlibrary_name: transformers\n") and "- custom_code" in card and results
+    assert all(f"value: {value}" in card for _, value in results) and "## maskplay's model card" in card
+    meta = pytest.importorskip("yaml").safe_load(card.split("---\n")[1])  # the Hub's YAML front matter
+    metrics = meta["model-index"][0]["results"][0]["metrics"]
+    assert meta["library_name"] == "transformers" and [(m["name"], m["value"]) for m in metrics] == results
 
 
 @pytest.mark.parametrize("family", ["tta", "gpt", "bert", "unilm", "gpt-bert"])
