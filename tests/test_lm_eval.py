@@ -235,6 +235,18 @@ def test_include_path_is_a_list_lm_eval_reads(tmp_path):
         include_paths(str(tmp_path / "nope"), "T")
 
 
+def test_command_finds_tasks_in_the_users_folder_and_its_own(tmp_path, capsys):
+    """`maskplay lm-eval validate --include_path DIR`: lm-eval's own command finds a task of DIR and maskplay_pairs
+    (before, maskplay joined the two with ":", which lm-eval 0.4.13 read as one missing folder: "Tasks not found")."""
+    from maskplay.cli import main
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "mine.yaml").write_text(f"task: my_pairs\ninclude: {TASKS_DIR / '_pairs_template_yaml'}\n")
+    assert main(["lm-eval", "validate", "--tasks", "my_pairs,maskplay_pairs", "--include_path", str(mine)]) == 0
+    assert "All tasks found and valid" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_command_runs_the_shipped_task(tmp_path):
     """`maskplay lm-eval` end to end: the sample pairs with the bundled GPT, results written by lm-eval."""
