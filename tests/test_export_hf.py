@@ -56,10 +56,12 @@ def tiny(family: str, seed: int = 0, **switches) -> MaskplayModel:
     tokenizer = load_tokenizer(TOKENIZER)
     config = preset("tiny", family=family, max_position=64, **tokenizer.model_config_ids(), **switches)
     model = build_model(config).eval()
-    with torch.no_grad():  # random norms, biases and DenseFormer weights, so that a missed piece shows
-        for p in model.parameters():
+    with torch.no_grad():  # activations of order 1 (not BERT's small init) and random norms, biases and DenseFormer
+        for p in model.parameters():  # weights, so that a missed or approximated piece shows
             if p.dim() == 1:
                 p.add_(torch.randn_like(p) * 0.3)
+            else:
+                p.normal_(0.0, p.shape[-1] ** -0.5)
     return model
 
 
