@@ -29,6 +29,7 @@ def test_vectors_equal_maskplay_embed(family, switches, pooling, tmp_path):
     args = ["export", "--to-sentence-transformers", str(source), "--out", str(tmp_path / "st")]
     assert main(args + (["--pooling", pooling] if pooling else [])) == 0
     assert json.loads((tmp_path / "st" / "modules.json").read_text())[1]["path"] == "1_Pooling"
+    assert set(json.loads((tmp_path / "st" / "config.json").read_text())["auto_map"]) == {"AutoConfig", "AutoModel"}
     st = SentenceTransformer(str(tmp_path / "st"), trust_remote_code=True, device="cpu")
     theirs = st.encode(SENTENCES, convert_to_numpy=True, batch_size=3)
     ours = Embedder(model, load_tokenizer(TOKENIZER)).encode(SENTENCES, pooling=pooling or model.default_pooling)

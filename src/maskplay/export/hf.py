@@ -160,8 +160,10 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling
     if pooling not in POOLINGS:
         raise ValueError(f"--pooling {pooling!r}: sentence-transformers gives maskplay's {sorted(POOLINGS)} "
                          "(sif needs corpus counts it has no module for)")
-    config = {**custom_config(model, {}), "pool_frame_as_mean": pooling == "mean",
-              "architectures": ["MaskplayModel"]}
+    config = custom_config(model, {})
+    # the backbone alone (no LM head weights): AutoModel only
+    auto = {name: config["auto_map"][name] for name in ("AutoConfig", "AutoModel")}
+    config = {**config, "pool_frame_as_mean": pooling == "mean", "architectures": ["MaskplayModel"], "auto_map": auto}
     files = export_files(source, model, tokenizer, config, True, out.name,
                          {"license": license, "datasets": datasets, "library": "sentence-transformers"})
     files.update(sentence_transformers_files(model.config.max_position, model.config.hidden_size, POOLINGS[pooling]))
