@@ -175,6 +175,23 @@ def test_auto_tokenizer_gives_maskplay_ids(family, tmp_path):
     assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (sp.sos, sp.eos, sp.pad)
 
 
+def test_byte_level_bpe_tokenizer_frames_as_maskplay(tmp_path):
+    """GPT-BERT's cased byte-level BPE: AutoTokenizer on the export gives maskplay's ids and decodes back."""
+    from maskplay.tokenizer import train_byte_bpe
+
+    tokenizer = train_byte_bpe(SENTENCES * 20 + ["The Cat, the cat; THE CAT!"] * 5, vocab_size=300)
+    torch.manual_seed(0)
+    model = build_model(preset("tiny", family="gpt-bert", max_position=64, **tokenizer.model_config_ids()))
+    model.save_pretrained(tmp_path / "mp")
+    tokenizer.save(tmp_path / "mp")
+    export_to_hf(tmp_path / "mp", tmp_path / "hf")
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf", trust_remote_code=True)
+    for text in [*SENTENCES, "The Cat, the cat; THE CAT!", "  spaces  and ünïcode"]:
+        ids = theirs(text)["input_ids"]
+        assert ids == tokenizer.encode(text)
+        assert theirs.decode(ids, skip_special_tokens=True) == tokenizer.decode(ids)
+
+
 def test_every_file_has_a_user_files_mode(tmp_path):
     """0666 less the umask (0644 under the usual 022), model.safetensors included: safetensors writes 0600."""
     mask = os.umask(0o022)
