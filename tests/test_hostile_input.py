@@ -240,7 +240,7 @@ def test_lm_eval_limit_is_checked(argv):
     from maskplay.cli.lm_eval import lm_eval_argv
 
     with pytest.raises(ValueError, match="--limit"):
-        lm_eval_argv(["--model", "maskplay", *argv], "T")
+        lm_eval_argv(["--model", "maskplay", *argv])
 
 
 @pytest.mark.parametrize("temperature", [float("nan"), float("inf"), -1.0, "hot"])

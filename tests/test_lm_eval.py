@@ -210,10 +210,41 @@ def test_device_falls_back_to_cpu(capsys):
 def test_command_line_argv():
     from maskplay.cli.lm_eval import lm_eval_argv
 
-    assert lm_eval_argv(["--model", "maskplay"], "T") == ["run", "--model", "maskplay", "--include_path", "T"]
-    assert lm_eval_argv(["run", "--include_path", "mine"], "T") == ["run", "--include_path", "mine:T"]
-    assert lm_eval_argv(["ls", "tasks"], "T") == ["ls", "tasks", "--include_path", "T"]
-    assert lm_eval_argv(["--help"], "T") == ["--help"]
+    assert lm_eval_argv(["--model", "maskplay"]) == ["run", "--model", "maskplay"]
+    assert lm_eval_argv(["run", "--include_path", "mine"]) == ["run", "--include_path", "mine"]
+    assert lm_eval_argv(["ls", "tasks"]) == ["ls", "tasks"]
+    assert lm_eval_argv(["--help"]) == ["--help"]
+
+
+def test_include_path_is_a_list_lm_eval_reads(tmp_path):
+    """lm-eval 0.4.13 reads --include_path "a:b" as one folder, so maskplay hands its TaskManager a list: the user's
+    folder(s) and its own; a task from each is found."""
+    from lm_eval.tasks import TaskManager
+
+    from maskplay.cli.lm_eval import include_paths
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "mine.yaml").write_text(f"task: my_pairs\ninclude: {TASKS_DIR / '_pairs_template_yaml'}\n")
+    paths = include_paths(str(mine), str(TASKS_DIR))
+    assert paths == [str(mine), str(TASKS_DIR)]
+    assert include_paths(None, "T") == ["T"] and include_paths(f"{mine}:{mine}", "T") == [str(mine), str(mine), "T"]
+    manager = TaskManager(include_path=paths, include_defaults=False)
+    assert {"my_pairs", "maskplay_pairs"} <= set(manager.all_tasks)
+    with pytest.raises(ValueError, match="no such directory"):
+        include_paths(str(tmp_path / "nope"), "T")
+
+
+def test_command_finds_tasks_in_the_users_folder_and_its_own(tmp_path, capsys):
+    """`maskplay lm-eval validate --include_path DIR`: lm-eval's own command finds a task of DIR and maskplay_pairs
+    (before, maskplay joined the two with ":", which lm-eval 0.4.13 read as one missing folder: "Tasks not found")."""
+    from maskplay.cli import main
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "mine.yaml").write_text(f"task: my_pairs\ninclude: {TASKS_DIR / '_pairs_template_yaml'}\n")
+    assert main(["lm-eval", "validate", "--tasks", "my_pairs,maskplay_pairs", "--include_path", str(mine)]) == 0
+    assert "All tasks found and valid" in capsys.readouterr().out
 
 
 @pytest.mark.slow

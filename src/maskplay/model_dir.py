@@ -63,6 +63,18 @@ def resolve_model_dir(name: str | Path) -> Path:
         raise FileNotFoundError(f"{name} is not a local directory and could not be fetched from the hub: {err}") from err
 
 
+def local_model_dir(name: str | Path) -> Path:
+    """A local directory, or a bundled model's name (BUNDLED_MODELS): what a local conversion reads (never a hub
+    download); anything else is a FileNotFoundError naming it."""
+    path = Path(name)
+    if not path.exists() and str(name) in BUNDLED_MODELS:
+        return BUNDLED_MODELS[str(name)]
+    if not path.is_dir():
+        raise FileNotFoundError(f"maskplay model directory {name} not found (nor is it a bundled model: "
+                                f"{', '.join(BUNDLED_MODELS)})")
+    return path
+
+
 # ---- integrity of a model directory ---------------------------------------------------------------------
 
 MODEL_MANIFEST = "manifest.json"

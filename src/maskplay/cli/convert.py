@@ -40,8 +40,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     direction.add_argument("--from-hf", metavar="HF_DIR", help=f"one of {', '.join(ARCHITECTURES)} "
                            "(ElectraForPreTraining: the discriminator; ElectraForMaskedLM: a generator alone; "
                            "BertLMHeadModel with is_decoder=True becomes a gpt)")
-    direction.add_argument("--to-hf", metavar="MASKPLAY_DIR", help=f"a model directory of family {families} (a gpt "
-                           "becomes a BertLMHeadModel)")
+    direction.add_argument("--to-hf", metavar="MASKPLAY_DIR", help=f"a model directory or bundled model name of family "
+                           f"{families} (a gpt becomes a BertLMHeadModel); every family, any switch: maskplay export "
+                           "--to-hf")
     p.add_argument("--generator", metavar="HF_GEN_DIR", default=None,
                    help="with --from-hf: the ElectraForMaskedLM generator that goes with the discriminator in HF_DIR; "
                         "together they become one maskplay ELECTRA model")
@@ -180,42 +181,47 @@ def _special_ids(hf_dir: Path, vocab_size: int) -> tuple[dict[str, Any], str | N
 
 
 def convert_to_hf(model_dir: str | Path, out: str | Path, generator_out: str | Path | None = None) -> list[str]:
-    """Write the HuggingFace model(s) of the maskplay directory `model_dir`: one to `out`, an ELECTRA generator to
-    `generator_out`; all or nothing. Returns what to tell the user."""
+    """Write the HuggingFace model(s) of the maskplay directory (or bundled model name) `model_dir`: one to `out`, an
+    ELECTRA generator to `generator_out`; all or nothing. Each gets the complete tokenizer and a model card
+    (maskplay.export). Returns what to tell the user."""
+    from ..export.hf import export_files
     from ..families import MaskplayModel
     from ..families.hf import to_hf
+    from ..model_dir import local_model_dir
+    from ..tokenizer import load_tokenizer
 
-    model_dir, out = Path(model_dir), Path(out)
+    out = Path(out)
     targets = [out] + ([Path(generator_out)] if generator_out is not None else [])
     if generator_out is not None and Path(generator_out).resolve() == out.resolve():
         raise ValueError("--out and --generator-out must be different directories")
     for target in targets:
-        _check_new(target, [model_dir])
-    if not model_dir.is_dir():  # a local conversion: never a hub download
-        raise FileNotFoundError(f"maskplay model directory {model_dir} not found")
+        _check_new(target, [Path(model_dir)])
+    model_dir = local_model_dir(model_dir)  # a local conversion: never a hub download
     model = MaskplayModel.from_pretrained(model_dir)
     exports = to_hf(model)
     if len(exports) == 2 and generator_out is None:
         raise ValueError(f"{model_dir} is an ELECTRA model with a generator: give --generator-out DIR for it")
     if len(exports) == 1 and generator_out is not None:
         raise ValueError(f"{model_dir} has no generator to write to --generator-out")
-    tokenizer = model_dir / TOKENIZER
-    _write_dirs([(target, _hf_writer(config, state, tokenizer)) for target, (config, state)
-                 in zip(targets, exports, strict=True)])
+    tokenizer = load_tokenizer(model_dir) if (model_dir / TOKENIZER).is_file() else None
+    _write_dirs([(target, _hf_writer(export_files(model_dir, model, tokenizer, config, False, target.name, {}), state))
+                 for target, (config, state) in zip(targets, exports, strict=True)])
     lines = [f"wrote {target}: {config['architectures'][0]}" for target, (config, _) in zip(targets, exports, strict=True)]
-    if tokenizer.is_file():
-        lines.append(f"copied {TOKENIZER}")
+    if tokenizer is not None:
+        lines.append(f"wrote the tokenizer ({TOKENIZER} framing sentences as maskplay does, tokenizer_config.json)")
     return lines
 
 
-def _hf_writer(config: dict[str, Any], state: dict[str, Tensor], tokenizer: Path) -> Callable[[Path], None]:
+def _hf_writer(files: dict[str, str], state: dict[str, Tensor]) -> Callable[[Path], None]:
     def write(tmp: Path) -> None:
         from safetensors.torch import save_file
 
-        (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        from ..export.hf import readable
+
+        for name, text in files.items():
+            (tmp / name).write_text(text, encoding="utf-8")
         save_file(_unshared(state), str(tmp / WEIGHTS), metadata={"format": "pt"})
-        if tokenizer.is_file():
-            shutil.copy2(tokenizer, tmp / TOKENIZER)
+        readable(tmp)  # safetensors writes its file 0600
 
     return write
 

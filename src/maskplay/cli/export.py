@@ -1,5 +1,12 @@
-"""`maskplay export`: one tower of a two-tower model (ELECTRA's discriminator or generator) as a standalone model
-directory that score, embed and eval load like any other."""
+"""`maskplay export`: a maskplay model out of maskplay.
+
+- `--to-hf MODEL --out DIR`: a HuggingFace directory: the twin architecture (families/hf) where it can express the
+  model, else HuggingFace custom code (AutoModel* with trust_remote_code=True; `--custom-code` for every model), with
+  a complete tokenizer and a model card (docs/CONVERT.md).
+- `--to-sentence-transformers MODEL --out DIR [--pooling mean|first|last]`: a sentence-transformers directory giving
+  `maskplay embed`'s vectors.
+- `MODEL_DIR --export discriminator|generator --out DIR`: one tower of an ELECTRA model as a standalone model
+  directory that score, embed and eval load like any other."""
 
 from __future__ import annotations
 
@@ -10,11 +17,24 @@ EXPORT_PARTS = ("discriminator", "generator")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="write ELECTRA's discriminator or generator as a model directory of its own",
-                       description=__doc__)
-    p.add_argument("model_dir", metavar="MODEL_DIR", help="an ELECTRA model directory (RUN_DIR/final)")
-    p.add_argument("--export", dest="part", choices=EXPORT_PARTS, required=True, help="which tower")
-    p.add_argument("--out", required=True, metavar="DIR", help="the new model directory (must not exist)")
+    p = sub.add_parser("export", help="a model to HuggingFace (custom code where it has no twin) or "
+                                      "sentence-transformers; or one ELECTRA tower as a model directory",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model_dir", metavar="MODEL_DIR", nargs="?", default=None,
+                   help="with --export: an ELECTRA model directory (RUN_DIR/final)")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--export", dest="part", choices=EXPORT_PARTS, help="which ELECTRA tower")
+    what.add_argument("--to-hf", metavar="MODEL", help="a model directory or bundled model name -> HuggingFace")
+    what.add_argument("--to-sentence-transformers", metavar="MODEL",
+                      help="a model directory or bundled model name -> sentence-transformers")
+    p.add_argument("--out", required=True, metavar="DIR", help="the new directory (must not exist)")
+    p.add_argument("--custom-code", action="store_true",
+                   help="with --to-hf: custom code even where a HuggingFace twin could hold the model")
+    p.add_argument("--pooling", choices=("mean", "first", "last"), default=None,
+                   help="with --to-sentence-transformers: as maskplay embed's --pooling (default: the family's)")
+    p.add_argument("--license", default="other", help="the model card's license field (default: other)")
+    p.add_argument("--dataset", action="append", default=[], metavar="NAME",
+                   help="a dataset the model card lists (repeat for several)")
     p.set_defaults(func=run)
 
 
@@ -36,7 +56,30 @@ def export_part(model_dir: str | Path, part: str, out: str | Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.part is None:
+        return _run_hf(args)
+    if args.model_dir is None:
+        raise ValueError("--export needs the ELECTRA model directory: maskplay export MODEL_DIR --export PART --out DIR")
     out = export_part(args.model_dir, args.part, args.out)
     kind = "family electra, no generator" if args.part == "discriminator" else "family bert"
     print(f"wrote {out}: the {args.part} ({kind})")
+    return 0
+
+
+def _run_hf(args: argparse.Namespace) -> int:
+    from ..export import export_sentence_transformers, export_to_hf
+
+    if args.model_dir is not None:
+        raise ValueError(f"{args.model_dir}: give the model after --to-hf / --to-sentence-transformers, not before")
+    card = {"license": args.license, "datasets": args.dataset}
+    if args.to_hf is not None:
+        if args.pooling is not None:
+            raise ValueError("--pooling goes with --to-sentence-transformers")
+        lines = export_to_hf(args.to_hf, args.out, custom_code=args.custom_code, **card)
+    else:
+        if args.custom_code:
+            raise ValueError("--custom-code goes with --to-hf (a sentence-transformers export is always custom code)")
+        lines = export_sentence_transformers(args.to_sentence_transformers, args.out, args.pooling, **card)
+    for line in lines:
+        print(line)
     return 0

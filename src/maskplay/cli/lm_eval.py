@@ -1,5 +1,5 @@
 """`maskplay lm-eval ARGS...`: lm-evaluation-harness's own command line (`lm-eval ARGS...`) with the model type
-`maskplay` registered and maskplay's task folder (maskplay_pairs) on --include_path. lm-eval 0.4.x finds no
+`maskplay` registered and maskplay's task folder (maskplay_pairs) added to --include_path. lm-eval 0.4.x finds no
 plugins by itself, hence this command. Needs the optional extra: pip install 'maskplay[lm-eval]'."""
 
 from __future__ import annotations
@@ -27,32 +27,33 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def lm_eval_argv(args: list[str], tasks_dir: str) -> list[str]:
-    """lm-eval's arguments: a subcommand first (`run` when none is given, as lm-eval itself does), and maskplay's
-    task folder added to --include_path (after the user's folders, colon-separated)."""
+def lm_eval_argv(args: list[str]) -> list[str]:
+    """lm-eval's arguments: a subcommand first (`run` when none is given, as lm-eval itself does). maskplay's task
+    folder is added after parsing (include_paths): lm-eval 0.4.x reads --include_path as one path."""
     if not args or args[0] in HELP:
         return list(args)
     if args[0] not in LM_EVAL_COMMANDS:
         args = ["run", *args]
-    if any(a in HELP for a in args[1:2]):
-        return args
-    out, found, k = [], False, 0
-    while k < len(args):
-        arg = args[k]
-        if arg == "--include_path" and k + 1 < len(args):
-            out += [arg, f"{args[k + 1]}:{tasks_dir}"]
-            found, k = True, k + 2
-            continue
-        if arg.startswith("--include_path="):
-            out.append(f"{arg}:{tasks_dir}")
-            found = True
-        else:
-            out.append(arg)
-        k += 1
-    if not found:
-        out += ["--include_path", tasks_dir]
-    check_limit(out)
-    return out
+    check_limit(args)
+    return args
+
+
+def include_paths(given: str | list[str] | None, tasks_dir: str) -> list[str]:
+    """The task folders for lm-eval's TaskManager, which takes a list: the user's --include_path (several may be
+    joined with the path separator, as lm-eval's own help suggests though 0.4.x does not split them), then maskplay's
+    own folder."""
+    import os
+
+    if given is None:
+        paths: list[str] = []
+    elif isinstance(given, str):
+        paths = [p for p in given.split(os.pathsep) if p]
+    else:
+        paths = list(given)
+    for path in paths:
+        if not os.path.isdir(path) and not path.endswith((".yaml", ".yml")):
+            raise ValueError(f"--include_path {path}: no such directory")
+    return [*paths, tasks_dir]
 
 
 def check_limit(args: list[str]) -> None:
@@ -79,13 +80,16 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as err:
         raise ValueError(f"lm-eval is not installed ({err}); install the extra: pip install 'maskplay[lm-eval]'") from None
     register()
-    argv = lm_eval_argv(list(args.lm_eval_args), str(TASKS_DIR))
+    argv = lm_eval_argv(list(args.lm_eval_args))
     saved = sys.argv
     sys.argv = ["maskplay lm-eval", *argv]
     try:
         setup_logging()
         cli = HarnessCLI()
-        cli.execute(cli.parse_args())
+        parsed = cli.parse_args()
+        if hasattr(parsed, "include_path"):  # run, ls, validate: a list, which TaskManager takes as several folders
+            parsed.include_path = include_paths(parsed.include_path, str(TASKS_DIR))
+        cli.execute(parsed)
     finally:
         sys.argv = saved
     return 0

@@ -27,6 +27,7 @@ look a family up by name there and ask it, so no module outside families/ compar
     pictures / commands           masks_shown, growable,             -
                                   seq2seq_overrides
     HuggingFace conversion        families/hf/<family>.py            no twin
+    HuggingFace custom code       hf_code                            none (export refuses)
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ class MaskplayModel(ModelBase):
     parts: ClassVar[tuple[str, ...]] = ()  # towers `export` can write alone (ELECTRA's generator, discriminator)
     seq2seq_overrides: ClassVar[tuple[str, ...]] = ()  # config overrides `seq2seq train` adds for this family
     masks_shown: ClassVar[tuple[MaskPicture, ...]] = ()
+    # how HuggingFace custom code (maskplay.export) reads the family: "mask" (AutoModel, AutoModelForMaskedLM),
+    # "causal_mask" (AutoModelForCausalLM; None: no generation), "query_stream" (T-TA's), "segments" (where token
+    # types come from: given / after_separator / none); None: the family has no custom-code export
+    hf_code: ClassVar[dict[str, Any] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

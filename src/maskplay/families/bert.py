@@ -19,6 +19,7 @@ class BertMLM(MaskplayModel):
     pair_segments = True
     growable = True
     masks_shown = (MaskPicture("bert", "BERT-MLM / ELECTRA: bidirectional", lambda segments, rank: bidirectional()),)
+    hf_code = {"mask": "bidirectional", "causal_mask": None, "query_stream": False, "segments": "given"}
 
     @property
     def mask_probability(self) -> float:

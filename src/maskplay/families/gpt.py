@@ -24,6 +24,7 @@ class GPT(MaskplayModel):
     growable = True
     predicted_fraction = 1.0
     masks_shown = (MaskPicture("gpt", "GPT: causal", lambda segments, rank: left_to_right()),)
+    hf_code = {"mask": "causal", "causal_mask": "causal", "query_stream": False, "segments": "none"}
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 output_hidden_states: bool = False) -> ModelOutput:

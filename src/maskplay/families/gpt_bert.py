@@ -45,6 +45,7 @@ class GPTBert(MaskplayModel):
     predicted_fraction = 1 / 16 + 15 / 16 * 0.225  # causal rows at every token, masked rows at the mean mask rate
     masks_shown = (MaskPicture("gpt-bert", "GPT-BERT masked mode: bidirectional", lambda s, r: bidirectional()),
                    MaskPicture("gpt-bert-causal", "GPT-BERT causal mode", lambda s, r: causal(), in_all=False))
+    hf_code = {"mask": "bidirectional", "causal_mask": "causal", "query_stream": False, "segments": "none"}
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)

@@ -24,6 +24,7 @@ class TTA(MaskplayModel):
     has_diagonal_switch = True
     predicted_fraction = 1.0
     masks_shown = (MaskPicture("tta", "T-TA: no diagonal", lambda segments, rank: no_diagonal()),)
+    hf_code = {"mask": "no_diagonal", "causal_mask": None, "query_stream": True, "segments": "none"}
 
     def __init__(self, config) -> None:
         super().__init__(config)

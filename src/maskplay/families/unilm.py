@@ -62,6 +62,7 @@ class UniLM(BertMLM):
     seq2seq_overrides = ("model.unilm.objective=seq2seq",)
     masks_shown = (MaskPicture("unilm", "UniLM: prefix (seq2seq)",
                                lambda segments, rank: prefix_lm(required(segments, "segment_ids", "unilm"))),)
+    hf_code = {"mask": "prefix_lm", "causal_mask": "prefix_lm", "query_stream": False, "segments": "after_separator"}
 
     def downstream_kwargs(self, input_ids: Tensor, token_type_ids: Tensor | None) -> dict[str, Any]:
         # bidirectional (UniLM read as BERT), one segment unless the pair says otherwise

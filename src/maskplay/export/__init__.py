@@ -1,0 +1,8 @@
+"""maskplay models out to HuggingFace (`maskplay export --to-hf`, `--to-sentence-transformers`; docs/CONVERT.md):
+the twin architecture where one can express the model, else HuggingFace custom code (hf_code/, a standalone copy
+of the backbone that imports torch and transformers only: it is package data, never imported by maskplay)."""
+
+from .hf import export_sentence_transformers, export_to_hf, twin_or_custom
+from .tokenizer_files import special_ids, tokenizer_files
+
+__all__ = ["export_sentence_transformers", "export_to_hf", "special_ids", "tokenizer_files", "twin_or_custom"]
