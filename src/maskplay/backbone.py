@@ -9,6 +9,9 @@ one attention.inputs.PassInputs, built once per pass."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -17,6 +20,7 @@ from .attention.dense import Attention, fused_linear, guard_empty_rows, wide_lin
 from .attention.inputs import PassInputs
 from .attention.long import BandedMask, LongAttention
 from .attention.packing import Packing
+from .attention.reformer import ReversibleBlock, ReversibleSequence
 from .attention.select import make_attention
 from .cache import KVCache
 from .config import ModelConfig
@@ -28,6 +32,8 @@ from .positions import IN_ATTENTION, Disentangled, PassPositions, PositionScheme
 # where these lived before the attention package: tests, precision.py and families still import them from here
 __all__ = ["Embeddings", "Block", "SharedLayers", "Encoder", "Attention", "FeedForward", "Packing", "PassInputs",
            "fused_linear", "wide_linear", "guard_empty_rows", "DepthWeights"]
+
+T = TypeVar("T")
 
 
 class Embeddings(nn.Module):
@@ -95,17 +101,69 @@ class Block(nn.Module):
     def attend(self, h: Tensor, inputs: PassInputs, index: int = 0) -> Tensor:
         """The first sub-layer, attention with its residual and norm (DenseFormer reads the two apart)."""
         if self.pre_norm:
-            if inputs.kv is not None:
-                inputs = dataclasses.replace(inputs, kv=self.attn_norm(inputs.kv))
-            return h + self.dropout(self.attn(self.attn_norm(h), inputs, index))
+            return h + self.attention_branch(h, inputs, index)
         # alpha 1 (post-LN) skips the multiplication: the default block does no more work than BERT's
         return self.attn_norm((h if self.alpha == 1.0 else h * self.alpha) + self.dropout(self.attn(h, inputs, index)))
 
     def feed_forward(self, h: Tensor) -> Tensor:
         """The second sub-layer, the feed-forward with its residual and norm."""
         if self.pre_norm:
-            return h + self.dropout(self.ffn(self.ffn_norm(h)))
+            return h + self.ffn_branch(h)
         return self.ffn_norm((h if self.alpha == 1.0 else h * self.alpha) + self.dropout(self.ffn(h)))
+
+    def attention_branch(self, h: Tensor, inputs: PassInputs, index: int = 0) -> Tensor:
+        """Pre-LN's attention sub-layer without its residual, Drop(Attn(LN(h))): F of a reversible block."""
+        if inputs.kv is not None:
+            inputs = dataclasses.replace(inputs, kv=self.attn_norm(inputs.kv))
+        return self.dropout(self.attn(self.attn_norm(h), inputs, index))
+
+    def ffn_branch(self, h: Tensor) -> Tensor:
+        """Pre-LN's feed-forward sub-layer without its residual, Drop(FFN(LN(h))): G of a reversible block."""
+        return self.dropout(self.ffn(self.ffn_norm(h)))
+
+
+class _Branch(nn.Module):
+    """One residual branch of a reversible block: `run(x)`, its parameters those of `modules` (what
+    ReversibleSequence returns gradients for)."""
+
+    def __init__(self, run: Callable[[Tensor], Tensor], *modules: nn.Module) -> None:
+        super().__init__()
+        self.run = run
+        self.parts = nn.ModuleList(modules)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.run(x)
+
+
+def _stand_ins(value: T, pairs: list[tuple[Tensor, Tensor]]) -> T:
+    """`value` (a pass's inputs) with every non-leaf tensor needing a gradient replaced by a detached leaf, each
+    (tensor, leaf) appended to `pairs`; the parameters a module in it holds (a BandedMask's position scheme, whose
+    bias is built inside attention) appended as their own stand-ins. These are what a reversible stack reads
+    besides its input (a T5 bias folded into the mask, disentangled positions' table, T-TA's projected
+    keys/values), and what its backward pass must hand gradients to."""
+    if isinstance(value, Tensor):
+        if not value.requires_grad:
+            return value
+        if value.is_leaf:
+            pairs.append((value, value))
+            return value
+        leaf = value.detach().requires_grad_(True)
+        pairs.append((value, leaf))
+        return leaf  # type: ignore[return-value]
+    if isinstance(value, nn.Module):
+        pairs.extend((p, p) for p in value.parameters() if p.requires_grad)
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_stand_ins(item, pairs) for item in value)  # type: ignore[return-value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changed = {}
+        for f in dataclasses.fields(value):
+            old = getattr(value, f.name)
+            new = _stand_ins(old, pairs)
+            if new is not old:
+                changed[f.name] = new
+        return dataclasses.replace(value, **changed) if changed else value  # type: ignore[return-value]
+    return value
 
 
 class DepthWeights(nn.Module):
@@ -185,6 +243,7 @@ class Encoder(nn.Module):
         self.relative = Disentangled(config) if config.positions == "disentangled" else None
         self.pass_positions = self.pass_positions or self.relative is not None
         self.dense = DepthWeights(2 * config.num_layers) if config.denseformer else None  # DenseFormer
+        self.reversible = config.reversible  # RevNet's two halves (_run_reversible)
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
                 query_positions: Tensor | None = None, tokens: Tensor | None = None,
@@ -256,6 +315,8 @@ class Encoder(nn.Module):
         last = len(self.layers) - 1 if query_positions is not None else -1
         if self.dense is not None:
             return self._run_dense(h, inputs, states, last, query_positions)
+        if self.reversible:
+            return self._run_reversible(h, inputs, states, query_positions)
         for index, layer in enumerate(self.layers):
             if index == last:
                 h = layer(*self._rows(h, inputs, query_positions), index)
@@ -282,6 +343,36 @@ class Encoder(nn.Module):
             h = self.dense(outputs, 2 * index + 1)
             if states is not None:
                 states.append(h if packing is None else packing.pad(h))
+        return self._finish(h, states, packing)
+
+    def _run_reversible(self, h: Tensor, inputs: PassInputs, states: list[Tensor] | None,
+                        query_positions: Tensor | None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        """_run under reversible = true (RevNet, as Reformer uses it): two halves that both start as h, through
+        y1 = x1 + F(x2), y2 = x2 + G(y1) per block (F, G: the pre-LN sub-layers without their residuals); the
+        output, and each hidden state, is their mean. With gradients on, ReversibleSequence keeps no block's
+        activations and rebuilds them in the backward pass; hidden states, a cache or no gradient run the same
+        blocks plainly. query_positions: every layer runs at every position, and their rows are read at the end."""
+        packing = inputs.packing
+        context: list[tuple[Tensor, Tensor]] = []
+        train = states is None and inputs.cache is None and torch.is_grad_enabled()
+        if train:  # the blocks read leaves standing in for the pass's tensors (ReversibleSequence's context)
+            inputs = _stand_ins(inputs, context)
+            context = list({id(t): (t, s) for t, s in context}.values())
+        blocks = [ReversibleBlock(_Branch(functools.partial(layer.attention_branch, inputs=inputs, index=index),
+                                          layer.attn, layer.attn_norm),
+                                  _Branch(layer.ffn_branch, layer.ffn, layer.ffn_norm))
+                  for index, layer in enumerate(self.layers)]
+        x1 = x2 = h
+        if train:
+            x1, x2 = ReversibleSequence(blocks)(x1, x2, context=context)
+        else:
+            for block in blocks:
+                x1, x2 = block(x1, x2)
+                if states is not None:
+                    states.append((x1 + x2) / 2 if packing is None else packing.pad((x1 + x2) / 2))
+        h = (x1 + x2) / 2
+        if query_positions is not None:
+            h = h[torch.arange(h.shape[0], device=h.device), query_positions][:, None]
         return self._finish(h, states, packing)
 
     @staticmethod

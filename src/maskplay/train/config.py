@@ -71,6 +71,7 @@ class ModelSection:
     denseformer: bool | None = None
     head_norm: bool | None = None
     weight_init: str | None = None  # bert | gpt-bert
+    reversible: bool | None = None  # RevNet's reversible residual (docs/SWITCHES.md); None: off
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     mask_probability: float | None = None  # bert, unilm: the masked-LM share; None: 0.15
