@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import torch
@@ -236,6 +236,7 @@ class Encoder(nn.Module):
         # shared by the layers as in T5)
         self.positions = PositionScheme(config, causal) if config.positions in IN_ATTENTION else None
         # whether the layers read a PassPositions: rotary, and attention kinds that read positions (synthesizers)
+        self.attention_kind = config.attention
         self.lsra = config.attention == "lsra"  # its branches read their own halves of T-TA's kv, unprojected
         self.pass_positions = self.positions is not None or config.attention != "dot" or config.long.adaptive_span
         self.long = LongAttention(config) if config.long.enabled else None  # [model.long]: attention/long.py
@@ -247,7 +248,8 @@ class Encoder(nn.Module):
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
                 query_positions: Tensor | None = None, tokens: Tensor | None = None,
-                cache: KVCache | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+                cache: KVCache | None = None,
+                memory: Sequence[Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         """`mask` is a (B, 1, Lq, Lk) bool tensor, True = may attend, built once per batch. `kv`, when given,
         is the key/value source of every layer (T-TA's embedding output); each layer projects it with its own
         weights, all layers in one matmul.
@@ -266,7 +268,14 @@ class Encoder(nn.Module):
 
         Positions acting inside attention (rotary, t5, alibi; self.positions) are those of the columns, 0..L-1,
         as the embeddings' absolute positions are; with a cache, each token's absolute position as the cache
-        records it (cached keys included)."""
+        records it (cached keys included).
+
+        `memory` (Transformer-XL's segment recurrence, training and scoring): one (B, M, H) tensor per layer, that
+        layer's input over the M tokens before `h`, prepended to its keys/values (read through the layer's norm
+        under pre-LN, as its own input is); `mask` is then (B, 1, L, M + L) and positions run M..M + L - 1 for the
+        queries, 0..M + L - 1 for the keys. The caller detaches it (no gradient reaches the memory)."""
+        if memory is not None and memory[0].shape[1]:
+            return self._run_with_memory(h, mask, memory, output_hidden_states)
         if self.long is not None:
             mask = self._long_mask(mask, cache, query_positions)
             if isinstance(mask, BandedMask):  # every layer through the banded kernel, on the padded layout
@@ -344,6 +353,31 @@ class Encoder(nn.Module):
             if states is not None:
                 states.append(h if packing is None else packing.pad(h))
         return self._finish(h, states, packing)
+
+    def _run_with_memory(self, h: Tensor, mask: Tensor, memory: Sequence[Tensor],
+                         output_hidden_states: bool) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        """Every layer reading keys/values from [its memory; its input] (forward's `memory`)."""
+        if self.long is not None or self.dense is not None or self.reversible or self.attention_kind != "dot" \
+                or self.relative is not None:
+            raise ValueError("memory runs plain q . k attention layers: not with model.long, denseformer, reversible, "
+                             "another attention kind or disentangled positions")
+        M, L = memory[0].shape[1], h.shape[1]
+        if len(memory) != len(self.layers) or mask.shape[-1] != M + L:
+            raise ValueError(f"memory: one tensor per layer ({len(self.layers)}, got {len(memory)}) and a mask over "
+                             f"memory + segment keys ({M + L}, got {mask.shape[-1]})")
+        mask, dead = guard_empty_rows(mask)
+        positions = None
+        if self.pass_positions:
+            keys = torch.arange(M + L, device=h.device)[None]
+            mask, positions = self._pass_positions(mask, keys[:, M:], keys, h.dtype)
+        inputs = PassInputs(mask, dead, positions=positions)
+        states = [h] if output_hidden_states else None
+        for index, layer in enumerate(self.layers):
+            kv = torch.cat([memory[index].to(h.dtype), h], dim=1)
+            h = layer(h, dataclasses.replace(inputs, kv=kv), index)
+            if states is not None:
+                states.append(h)
+        return self._finish(h, states)
 
     def _run_reversible(self, h: Tensor, inputs: PassInputs, states: list[Tensor] | None,
                         query_positions: Tensor | None) -> tuple[Tensor, tuple[Tensor, ...] | None]:

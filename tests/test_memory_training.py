@@ -1,0 +1,113 @@
+"""Transformer-XL's segment recurrence in training (run.memory_length, data.stream): a step with memory against a
+naive loop over both segments at once, with each layer's input over the first segment detached (Transformer-XL's
+stop-gradient written out); no gradient reaching the memory; the contiguous stream; resuming inside a document."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from maskplay import preset
+from maskplay.families import MaskplayModel, build_model
+
+ORACLE_TOL = dict(atol=1e-6, rtol=1e-5)
+
+
+def gpt(positions: str = "alibi", seed: int = 0, **fields) -> MaskplayModel:
+    torch.manual_seed(seed)
+    model = build_model(preset("tiny", family="gpt", positions=positions, hidden_dropout=0.0, attention_dropout=0.0,
+                               **fields))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.2)
+    return model.train()
+
+
+def segments(lengths=(7, 5), batch: int = 2, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(7, 100, (batch, n), generator=g) for n in lengths]
+
+
+def grads(model: MaskplayModel) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def naive_second_segment(model: MaskplayModel, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """The loss on `second` from one causal pass over first + second, each layer's input at the first segment's
+    positions detached (pre-hooks): what the second segment reads of the first gets no gradient. Its targets are
+    the second segment's pieces from the second on, as the segment's own step has them (its first piece is no
+    target, as in every GPT segment)."""
+    n = first.shape[1]
+
+    def detach_first(module, args):
+        h, *rest = args
+        return (torch.cat([h[:, :n].detach(), h[:, n:]], dim=1), *rest)
+
+    hooks = [layer.register_forward_pre_hook(detach_first) for layer in model.encoder.layers]
+    try:
+        ids = torch.cat([first, second], dim=1)
+        labels = torch.full_like(ids, -100)
+        labels[:, n + 1:] = second[:, 1:]
+        return model(ids, labels=labels).loss
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+@pytest.mark.parametrize("positions, fields", [("alibi", {}), ("t5", {}), ("rotary", {}),
+                                               ("alibi", dict(norm_placement="pre")), ("none", {})])
+def test_a_step_with_memory_equals_a_naive_two_segment_loop(positions, fields):
+    model = gpt(positions, **fields)
+    first, second = segments()
+    out = model(first, labels=first, memory_length=16)
+    assert [tuple(m.shape) for m in out.mems] == [(2, 7, 32)] * 2
+    model.zero_grad()
+    loss = model(second, labels=second, mems=out.mems, memory_length=16).loss
+    loss.backward()
+    with_memory = grads(model)
+    model.zero_grad()
+    naive = naive_second_segment(model, first, second)
+    naive.backward()
+    expected = grads(model)
+    assert loss.item() == pytest.approx(naive.item(), abs=1e-6)
+    assert with_memory.keys() == expected.keys()
+    for name, grad in expected.items():
+        torch.testing.assert_close(with_memory[name], grad, **ORACLE_TOL, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_no_gradient_reaches_the_memory():
+    model = gpt()
+    first, second = segments()
+    mems = [m.clone().requires_grad_(True) for m in model(first, labels=first, memory_length=16).mems]
+    out = model(second, labels=second, mems=mems, memory_length=16)
+    out.loss.backward()
+    assert all(m.grad is None for m in mems)
+    assert all(not m.requires_grad for m in out.mems)
+
+
+def test_memory_is_cut_to_its_length_and_changes_the_output():
+    model = gpt().eval()
+    a, b, c = segments((6, 6, 5))
+    with torch.no_grad():
+        m1 = model(a, memory_length=8).mems
+        m2 = model(b, mems=m1, memory_length=8).mems
+        with_memory = model(c, mems=m2, memory_length=8).logits
+        without = model(c).logits
+        # the last 8 inputs of each layer over a + b: the two last of a, all of b
+        full = model(torch.cat([a, b], dim=1), output_hidden_states=True).hidden_states
+    assert [tuple(m.shape) for m in m2] == [(2, 8, 32)] * 2
+    torch.testing.assert_close(m2[0], full[0][:, 4:], **ORACLE_TOL)
+    assert not torch.allclose(with_memory, without)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(positions="learned"), "needs relative positions"),
+    (dict(positions="alibi", attention="synthesizer-dense"), "not with attention"),
+    (dict(positions="alibi", reversible=True, norm_placement="pre"), "not with reversible"),
+])
+def test_what_memory_refuses(fields, message):
+    model = gpt(**fields)
+    ids = segments()[0]
+    with pytest.raises(ValueError, match=message):
+        model(ids, labels=ids, memory_length=4)
