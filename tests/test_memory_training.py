@@ -4,8 +4,10 @@ stop-gradient written out); no gradient reaching the memory; the contiguous stre
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from maskplay import preset
 from maskplay.families import MaskplayModel, build_model
@@ -111,3 +113,73 @@ def test_what_memory_refuses(fields, message):
     ids = segments()[0]
     with pytest.raises(ValueError, match=message):
         model(ids, labels=ids, memory_length=4)
+
+
+# ---- the contiguous stream and the loop -------------------------------------------------------------------------
+
+STREAM = ["model.positions=alibi", "data.stream=true", "data.batch_size=4", "data.max_length=16", "run.eval_every=4",
+          "run.eval_batches=2"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from tests.test_train import make_data
+
+    return make_data(tmp_path_factory.mktemp("data"))
+
+
+def test_each_row_reads_its_lane_in_order_across_steps(data):
+    from maskplay.data.dataset import TokenDataset
+    from maskplay.train.stream import StreamSteps
+
+    tokens = np.asarray(TokenDataset(data / "train").tokens, dtype=np.int64)
+    steps = StreamSteps(data / "train", lanes=4, segment=16, rank=0, world_size=1, grad_accum=2)
+    per_lane = len(tokens) // 4 // 16 * 16
+    assert len(steps) == per_lane // 16
+    rows = [torch.cat([micro[0] for micro in steps[k]]) for k in range(len(steps))]  # (4, 16) per step
+    for lane in range(4):
+        text = torch.cat([r[lane] for r in rows]).numpy()
+        assert np.array_equal(text, tokens[lane * per_lane:(lane + 1) * per_lane])
+    assert all(bool(micro[1].all()) for micro in steps[0])
+
+
+def test_training_with_memory_carries_it_and_resumes_inside_a_document_exactly(data, tmp_path):
+    from maskplay.train import train
+    from tests.test_train import assert_same_weights, small_config, train_losses, weights
+
+    memory = [*STREAM, "run.memory_length=24"]
+    whole = train(small_config(data, tmp_path / "whole", *memory, family="gpt"))
+    assert whole.step == 8
+    part = train(small_config(data, tmp_path / "part", *memory, "run.stop_at_step=3", family="gpt"))
+    assert part.step == 3
+    saved = load_file(str(tmp_path / "part" / "ckpt-000003" / "memory.safetensors"))
+    assert sorted(saved) == ["0/0", "0/1"] and saved["0/0"].shape == (4, 24, 32)  # step 3: a full memory
+    rest = train(small_config(data, tmp_path / "part", *memory, family="gpt"), resume=True)
+    assert_same_weights(weights(whole.run_dir), weights(rest.run_dir))
+    assert train_losses(whole.run_dir) == {**train_losses(tmp_path / "part")}
+    # the same run without memory reads the same segments and learns something else
+    plain = train(small_config(data, tmp_path / "plain", *STREAM, family="gpt"))
+    assert train_losses(plain.run_dir)[1] == train_losses(whole.run_dir)[1]  # step 1: no memory yet
+    assert train_losses(plain.run_dir)[2] != train_losses(whole.run_dir)[2]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["run.memory_length=8"], "set data.stream = true"),
+    (["data.stream=true", "data.pack=true"], "not with data.pack"),
+    (["run.memory_length=-1"], "must be >= 0"),
+])
+def test_stream_and_memory_config_errors(data, tmp_path, overrides, message):
+    from tests.test_train import small_config
+
+    with pytest.raises(ValueError, match=message):
+        small_config(data, tmp_path / "r", *overrides, family="gpt")
+
+
+def test_memory_is_refused_where_a_family_has_none(data, tmp_path):
+    from maskplay.train import train
+    from tests.test_train import small_config
+
+    with pytest.raises(ValueError, match="family bert has no Transformer-XL memory in training.*gpt"):
+        train(small_config(data, tmp_path / "b", *STREAM, "run.memory_length=8", family="bert"))
+    with pytest.raises(ValueError, match="needs relative positions"):
+        train(small_config(data, tmp_path / "g", *STREAM[1:], "run.memory_length=8", family="gpt"))

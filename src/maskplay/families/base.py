@@ -61,6 +61,7 @@ class MaskplayModel(ModelBase):
     parts: ClassVar[tuple[str, ...]] = ()  # towers `export` can write alone (ELECTRA's generator, discriminator)
     seq2seq_overrides: ClassVar[tuple[str, ...]] = ()  # config overrides `seq2seq train` adds for this family
     masks_shown: ClassVar[tuple[MaskPicture, ...]] = ()
+    trains_with_memory: ClassVar[bool] = False  # forward(mems=..., memory_length=...): Transformer-XL's recurrence
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -103,6 +104,15 @@ class MaskplayModel(ModelBase):
         """The model a PLL runs on (ELECTRA: its generator). memo(kind, make) returns make(self), made once while
         the weights stay the same (the scorer's cache of derived copies)."""
         return self
+
+    @classmethod
+    def check_memory(cls, config: ModelConfig) -> None:
+        """Refuse (one line) a config that cannot train with Transformer-XL's memory (run.memory_length): by
+        default every family; one whose forward takes `mems` and `memory_length` sets trains_with_memory and
+        overrides this with its own conditions."""
+        with_memory = [n for n in family_names() if family_class(n).trains_with_memory]
+        raise ValueError(f"family {cls.family} has no Transformer-XL memory in training (run.memory_length); "
+                         f"families with it: {', '.join(with_memory)}")
 
     def memory_length(self) -> int | None:
         """Tokens of Transformer-XL memory scoring may carry between segments (None: this family has none)."""

@@ -23,6 +23,7 @@ class GPT(MaskplayModel):
     score_methods = ("causal",)
     default_pooling = "last"  # the only token that has read the whole input
     growable = True
+    trains_with_memory = True
     predicted_fraction = 1.0
     masks_shown = (MaskPicture("gpt", "GPT: causal", lambda segments, rank: left_to_right()),)
 
