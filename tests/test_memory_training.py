@@ -183,3 +183,56 @@ def test_memory_is_refused_where_a_family_has_none(data, tmp_path):
         train(small_config(data, tmp_path / "b", *STREAM, "run.memory_length=8", family="bert"))
     with pytest.raises(ValueError, match="needs relative positions"):
         train(small_config(data, tmp_path / "g", *STREAM[1:], "run.memory_length=8", family="gpt"))
+
+
+# ---- XLNet: the permutation LM with memory, as the paper pretrains ---------------------------------------------
+
+
+def test_an_xlnet_step_with_memory_equals_one_pass_with_the_first_segment_first_in_the_order():
+    """The naive pass: both segments at once, the first segment's positions first in the factorization order (in
+    its own order), so every query of the second sees all of the first, as memory shows it; every layer's input
+    at the first segment's positions detached (a hook on the embeddings and on every layer's output but the
+    last)."""
+    torch.manual_seed(0)
+    model = build_model(preset("tiny", family="xlnet", hidden_dropout=0.0, attention_dropout=0.0)).train()
+    first, second = segments((7, 6))
+    ones = [torch.ones_like(x, dtype=torch.bool) for x in (first, second)]
+    g = torch.Generator().manual_seed(0)
+    b1, b2 = (model.training_batch(x, m, generator=g) for x, m in zip((first, second), ones, strict=True))
+    mems = model(**b1, memory_length=16).mems
+    assert [tuple(m.shape) for m in mems] == [(2, 7, 32)] * 2
+    model.zero_grad()
+    loss = model(**b2, mems=mems, memory_length=16).loss
+    loss.backward()
+    with_memory = grads(model)
+
+    n = first.shape[1]
+
+    def detach_first(module, args, output):
+        return torch.cat([output[:, :n].detach(), output[:, n:]], dim=1)
+
+    # the last layer's output is no layer's input (and holds only the query rows: its content rows feed nothing)
+    hooks = [m.register_forward_hook(detach_first) for m in (model.embeddings, *list(model.encoder.layers)[:-1])]
+    try:
+        model.zero_grad()
+        naive = model(torch.cat([first, second], dim=1), order=torch.cat([b1["order"], b2["order"] + n], dim=1),
+                      target_positions=b2["target_positions"] + n, labels=b2["labels"]).loss
+        naive.backward()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    expected = grads(model)
+    assert loss.item() == pytest.approx(naive.item(), abs=1e-6)
+    for name, grad in expected.items():
+        torch.testing.assert_close(with_memory[name], grad, **ORACLE_TOL, msg=lambda m, k=name: f"{k}: {m}")
+
+
+def test_xlnet_trains_with_memory_through_the_loop(data, tmp_path):
+    from maskplay.train import train
+    from tests.test_train import small_config, train_losses
+
+    run = train(small_config(data, tmp_path / "x", *STREAM[1:], "run.memory_length=16", "optim.max_steps=4",
+                             family="xlnet"))
+    assert run.step == 4 and all(np.isfinite(v) for v in train_losses(run.run_dir).values())
+    saved = load_file(str(tmp_path / "x" / "ckpt-000004" / "memory.safetensors"))
+    assert saved["0/0"].shape == (4, 16, 32)

@@ -106,6 +106,12 @@ class XLNet(MaskplayModel):
 
     # ---- the contract's rules (families/base.py) --------------------------------------------------------
 
+    trains_with_memory = True  # Transformer-XL's recurrence, its content stream's memory (the paper's pretraining)
+
+    @classmethod
+    def check_memory(cls, config: ModelConfig) -> None:
+        """Its relative positions and memory are built in: nothing to refuse."""
+
     @classmethod
     def check_config(cls, config: ModelConfig) -> None:
         if config.norm_placement == "pre":
@@ -236,7 +242,7 @@ class XLNet(MaskplayModel):
                 token_type_ids: Tensor | None = None, mems: list[Tensor] | None = None,
                 output_hidden_states: bool = False, left_to_right: bool = False,
                 hide_positions: Tensor | None = None, hide_ends: Tensor | None = None,
-                keep_memory: bool = False) -> ModelOutput:
+                keep_memory: bool = False, memory_length: int | None = None) -> ModelOutput:
         """One entry point for every view (so that bf16 scoring can run any of them through the runner's bf16 copy):
 
         - `order` (B, L; each row a permutation of the positions, order[b, t] = the position predicted at step t):
@@ -249,7 +255,9 @@ class XLNet(MaskplayModel):
         - none of these: the content stream with every token seeing every other, (B, L, H), for features (embed,
           eval, fine-tuning).
         ModelOutput.mems: the memory for the next segment (with `keep_memory`, xlnet.mem_len or `mems`; [] otherwise).
-        Memory keys are seen by every query, padding included: carry memory from segments without padding."""
+        Memory keys are seen by every query, padding included: carry memory from segments without padding.
+        `memory_length` (training with memory, run.memory_length; the permutation LM): the memory kept for the next
+        segment is the last memory_length tokens, whatever xlnet.mem_len says."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
         if sum([order is not None, left_to_right, hide_positions is not None]) > 1:
             raise ValueError("choose one view: order=..., left_to_right=True or hide_positions=...")
@@ -291,7 +299,10 @@ class XLNet(MaskplayModel):
                              f"{tuple(target_positions.shape)}")
         _, g, new_mems, states = self.streams(input_ids, attention_mask, permutation_query(rank), target_positions,
                                               token_type_ids, mems, need_content=False,
-                                              output_hidden_states=output_hidden_states)
+                                              output_hidden_states=output_hidden_states,
+                                              keep_memory=bool(memory_length))
+        if memory_length:
+            new_mems = [m[:, -memory_length:] for m in new_mems]
         return _with_mems(self.output(self.stream_dropout(g), labels, states), new_mems)
 
     # rows per group when a padded inference batch is cut by length (see _grouped)
