@@ -107,9 +107,11 @@ class MaskplayModel(ModelBase):
 
     @classmethod
     def check_memory(cls, config: ModelConfig) -> None:
-        """Refuse (one line) a config that cannot train with Transformer-XL's memory (run.memory_length): by
-        default every family; one whose forward takes `mems` and `memory_length` sets trains_with_memory and
-        overrides this with its own conditions."""
+        """Refuse (one line) a config that cannot train with Transformer-XL's memory (run.memory_length): every
+        config of a family without it; a family whose forward takes `mems` and `memory_length` sets
+        trains_with_memory, and overrides this where some of its configs cannot."""
+        if cls.trains_with_memory:
+            return
         with_memory = [n for n in family_names() if family_class(n).trains_with_memory]
         raise ValueError(f"family {cls.family} has no Transformer-XL memory in training (run.memory_length); "
                          f"families with it: {', '.join(with_memory)}")

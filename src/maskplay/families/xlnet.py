@@ -88,6 +88,7 @@ class XLNet(MaskplayModel):
     masked_lm_method = "pll"  # minicons' masked LM reading: its PLL, not its causal score
     default_pooling = "last"  # the content stream at the last token, as HuggingFace's summary "last"
     predicted_fraction = 1 / 6  # partial prediction at the default K = 6 (the query stream's rows not counted)
+    trains_with_memory = True  # Transformer-XL's recurrence, its content stream's memory (the paper's pretraining)
     masks_shown = (MaskPicture("xlnet-content", "XLNet content stream",
                                lambda segments, rank: permutation_content(required(rank, "rank", "xlnet-content"))),
                    MaskPicture("xlnet-query", "XLNet query stream",
@@ -105,12 +106,6 @@ class XLNet(MaskplayModel):
         return TiedHead(config)
 
     # ---- the contract's rules (families/base.py) --------------------------------------------------------
-
-    trains_with_memory = True  # Transformer-XL's recurrence, its content stream's memory (the paper's pretraining)
-
-    @classmethod
-    def check_memory(cls, config: ModelConfig) -> None:
-        """Its relative positions and memory are built in: nothing to refuse."""
 
     @classmethod
     def check_config(cls, config: ModelConfig) -> None:
@@ -256,8 +251,7 @@ class XLNet(MaskplayModel):
           eval, fine-tuning).
         ModelOutput.mems: the memory for the next segment (with `keep_memory`, xlnet.mem_len or `mems`; [] otherwise).
         Memory keys are seen by every query, padding included: carry memory from segments without padding.
-        `memory_length` (training with memory, run.memory_length; the permutation LM): the memory kept for the next
-        segment is the last memory_length tokens, whatever xlnet.mem_len says."""
+        `memory_length` (run.memory_length; the permutation LM): keep the last memory_length tokens as memory."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
         if sum([order is not None, left_to_right, hide_positions is not None]) > 1:
             raise ValueError("choose one view: order=..., left_to_right=True or hide_positions=...")
@@ -299,11 +293,8 @@ class XLNet(MaskplayModel):
                              f"{tuple(target_positions.shape)}")
         _, g, new_mems, states = self.streams(input_ids, attention_mask, permutation_query(rank), target_positions,
                                               token_type_ids, mems, need_content=False,
-                                              output_hidden_states=output_hidden_states,
-                                              keep_memory=bool(memory_length))
-        if memory_length:
-            new_mems = [m[:, -memory_length:] for m in new_mems]
-        return _with_mems(self.output(self.stream_dropout(g), labels, states), new_mems)
+                                              output_hidden_states=output_hidden_states, keep_memory=bool(memory_length))
+        return _with_mems(self.output(self.stream_dropout(g), labels, states), new_mems, memory_length)
 
     # rows per group when a padded inference batch is cut by length (see _grouped)
     GROUP = 8
@@ -392,8 +383,9 @@ class XLNet(MaskplayModel):
                 "target_positions": positions, "labels": labels}
 
 
-def _with_mems(out: ModelOutput, mems: list[Tensor]) -> ModelOutput:
-    out.mems = mems
+def _with_mems(out: ModelOutput, mems: list[Tensor], keep: int | None = None) -> ModelOutput:
+    """`out` with its memory for the next segment, cut to the last `keep` tokens when given."""
+    out.mems = [m[:, -keep:] for m in mems] if keep else mems
     return out
 
 
