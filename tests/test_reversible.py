@@ -29,6 +29,7 @@ CASES = {
     "gpt+rotary+dropout": ("gpt", dict(positions="rotary", hidden_dropout=0.1, attention_dropout=0.1)),
     "bert+t5": ("bert", dict(positions="t5")),
     "tta": ("tta", {}),
+    "tta+shared+t5": ("tta", dict(share_layers=True, positions="t5")),
     "unilm+alibi+shared": ("unilm", dict(positions="alibi", share_layers=True)),
     "electra": ("electra", {}),
     "gpt-bert+disentangled": ("gpt-bert", dict(positions="disentangled")),

@@ -135,23 +135,20 @@ class _Branch(nn.Module):
         return self.run(x)
 
 
-def _stand_ins(value: T, pairs: list[tuple[Tensor, Tensor]]) -> T:
-    """`value` (a pass's inputs) with every non-leaf tensor needing a gradient replaced by a detached leaf, each
-    (tensor, leaf) appended to `pairs`; the parameters a module in it holds (a BandedMask's position scheme, whose
-    bias is built inside attention) appended as their own stand-ins. These are what a reversible stack reads
-    besides its input (a T5 bias folded into the mask, disentangled positions' table, T-TA's projected
-    keys/values), and what its backward pass must hand gradients to."""
+def _stand_ins(value: T, pairs: dict[int, tuple[Tensor, Tensor]]) -> T:
+    """`value` (a pass's inputs) with every non-leaf tensor needing a gradient replaced by a detached leaf (one per
+    tensor, however often it appears: shared layers repeat their keys/values), pairs[id(tensor)] = (tensor, leaf);
+    the parameters a module in it holds (a BandedMask's position scheme, whose bias is built inside attention) are
+    their own stand-ins. These are what a reversible stack reads besides its input (a T5 bias folded into the mask,
+    disentangled positions' table, T-TA's projected keys/values), and what its backward pass hands gradients to."""
     if isinstance(value, Tensor):
         if not value.requires_grad:
             return value
-        if value.is_leaf:
-            pairs.append((value, value))
-            return value
-        leaf = value.detach().requires_grad_(True)
-        pairs.append((value, leaf))
-        return leaf  # type: ignore[return-value]
+        if id(value) not in pairs:
+            pairs[id(value)] = (value, value if value.is_leaf else value.detach().requires_grad_(True))
+        return pairs[id(value)][1]  # type: ignore[return-value]
     if isinstance(value, nn.Module):
-        pairs.extend((p, p) for p in value.parameters() if p.requires_grad)
+        pairs.update((id(p), (p, p)) for p in value.parameters() if p.requires_grad)
         return value
     if isinstance(value, (list, tuple)):
         return type(value)(_stand_ins(item, pairs) for item in value)  # type: ignore[return-value]
@@ -387,18 +384,17 @@ class Encoder(nn.Module):
         activations and rebuilds them in the backward pass; hidden states, a cache or no gradient run the same
         blocks plainly. query_positions: every layer runs at every position, and their rows are read at the end."""
         packing = inputs.packing
-        context: list[tuple[Tensor, Tensor]] = []
+        context: dict[int, tuple[Tensor, Tensor]] = {}
         train = states is None and inputs.cache is None and torch.is_grad_enabled()
         if train:  # the blocks read leaves standing in for the pass's tensors (ReversibleSequence's context)
             inputs = _stand_ins(inputs, context)
-            context = list({id(t): (t, s) for t, s in context}.values())
         blocks = [ReversibleBlock(_Branch(functools.partial(layer.attention_branch, inputs=inputs, index=index),
                                           layer.attn, layer.attn_norm),
                                   _Branch(layer.ffn_branch, layer.ffn, layer.ffn_norm))
                   for index, layer in enumerate(self.layers)]
         x1 = x2 = h
         if train:
-            x1, x2 = ReversibleSequence(blocks)(x1, x2, context=context)
+            x1, x2 = ReversibleSequence(blocks)(x1, x2, context=list(context.values()))
         else:
             for block in blocks:
                 x1, x2 = block(x1, x2)
