@@ -129,9 +129,11 @@ def test_what_reversible_refuses(fields, message):
         ModelSection(**section)
 
 
-def test_config_json_leaves_it_out_when_off():
+def test_config_json_leaves_it_out_when_off_and_converters_refuse_it():
     assert "reversible" not in ModelConfig().to_dict()
-    assert ModelConfig(family="gpt", **REVERSIBLE).to_dict()["reversible"] is True
+    config = ModelConfig(family="gpt", **REVERSIBLE)
+    assert config.to_dict()["reversible"] is True
+    assert "reversible = True" in config.architecture_changes()  # what convert.to_hf refuses, by name
 
 
 def test_a_reversible_model_trains_through_the_loop(tmp_path):
