@@ -53,6 +53,10 @@ SWITCHES = {
                      denseformer=True, weight_init="gpt-bert"),
     "value_gate+attention_output_norm+denseformer+shared": dict(value_gate=True, attention_output_norm=True,
                                                                 denseformer=True, share_layers=True),
+    # RevNet's reversible residual (tests/test_reversible.py has its gradients against a naive loop)
+    "reversible": dict(norm_placement="pre", reversible=True),
+    "reversible+t5+shared+rmsnorm": dict(norm_placement="pre", reversible=True, positions="t5", share_layers=True,
+                                         norm="rmsnorm"),
 }
 
 

@@ -9,6 +9,9 @@ one attention.inputs.PassInputs, built once per pass."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -17,6 +20,7 @@ from .attention.dense import Attention, fused_linear, guard_empty_rows, wide_lin
 from .attention.inputs import PassInputs
 from .attention.long import BandedMask, LongAttention
 from .attention.packing import Packing
+from .attention.reformer import ReversibleBlock, ReversibleSequence
 from .attention.select import make_attention
 from .cache import KVCache
 from .config import ModelConfig
@@ -28,6 +32,8 @@ from .positions import IN_ATTENTION, Disentangled, PassPositions, PositionScheme
 # where these lived before the attention package: tests, precision.py and families still import them from here
 __all__ = ["Embeddings", "Block", "SharedLayers", "Encoder", "Attention", "FeedForward", "Packing", "PassInputs",
            "fused_linear", "wide_linear", "guard_empty_rows", "DepthWeights"]
+
+T = TypeVar("T")
 
 
 class Embeddings(nn.Module):
@@ -95,17 +101,66 @@ class Block(nn.Module):
     def attend(self, h: Tensor, inputs: PassInputs, index: int = 0) -> Tensor:
         """The first sub-layer, attention with its residual and norm (DenseFormer reads the two apart)."""
         if self.pre_norm:
-            if inputs.kv is not None:
-                inputs = dataclasses.replace(inputs, kv=self.attn_norm(inputs.kv))
-            return h + self.dropout(self.attn(self.attn_norm(h), inputs, index))
+            return h + self.attention_branch(h, inputs, index)
         # alpha 1 (post-LN) skips the multiplication: the default block does no more work than BERT's
         return self.attn_norm((h if self.alpha == 1.0 else h * self.alpha) + self.dropout(self.attn(h, inputs, index)))
 
     def feed_forward(self, h: Tensor) -> Tensor:
         """The second sub-layer, the feed-forward with its residual and norm."""
         if self.pre_norm:
-            return h + self.dropout(self.ffn(self.ffn_norm(h)))
+            return h + self.ffn_branch(h)
         return self.ffn_norm((h if self.alpha == 1.0 else h * self.alpha) + self.dropout(self.ffn(h)))
+
+    def attention_branch(self, h: Tensor, inputs: PassInputs, index: int = 0) -> Tensor:
+        """Pre-LN's attention sub-layer without its residual, Drop(Attn(LN(h))): F of a reversible block."""
+        if inputs.kv is not None:
+            inputs = dataclasses.replace(inputs, kv=self.attn_norm(inputs.kv))
+        return self.dropout(self.attn(self.attn_norm(h), inputs, index))
+
+    def ffn_branch(self, h: Tensor) -> Tensor:
+        """Pre-LN's feed-forward sub-layer without its residual, Drop(FFN(LN(h))): G of a reversible block."""
+        return self.dropout(self.ffn(self.ffn_norm(h)))
+
+
+class _Branch(nn.Module):
+    """One residual branch of a reversible block: `run(x)`, its parameters those of `modules` (what
+    ReversibleSequence returns gradients for)."""
+
+    def __init__(self, run: Callable[[Tensor], Tensor], *modules: nn.Module) -> None:
+        super().__init__()
+        self.run = run
+        self.parts = nn.ModuleList(modules)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.run(x)
+
+
+def _stand_ins(value: T, pairs: dict[int, tuple[Tensor, Tensor]]) -> T:
+    """`value` (a pass's inputs) with every non-leaf tensor needing a gradient replaced by a detached leaf (one per
+    tensor, however often it appears: shared layers repeat their keys/values), pairs[id(tensor)] = (tensor, leaf);
+    the parameters a module in it holds (a BandedMask's position scheme, whose bias is built inside attention) are
+    their own stand-ins. These are what a reversible stack reads besides its input (a T5 bias folded into the mask,
+    disentangled positions' table, T-TA's projected keys/values), and what its backward pass hands gradients to."""
+    if isinstance(value, Tensor):
+        if not value.requires_grad:
+            return value
+        if id(value) not in pairs:
+            pairs[id(value)] = (value, value if value.is_leaf else value.detach().requires_grad_(True))
+        return pairs[id(value)][1]  # type: ignore[return-value]
+    if isinstance(value, nn.Module):
+        pairs.update((id(p), (p, p)) for p in value.parameters() if p.requires_grad)
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_stand_ins(item, pairs) for item in value)  # type: ignore[return-value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changed = {}
+        for f in dataclasses.fields(value):
+            old = getattr(value, f.name)
+            new = _stand_ins(old, pairs)
+            if new is not old:
+                changed[f.name] = new
+        return dataclasses.replace(value, **changed) if changed else value  # type: ignore[return-value]
+    return value
 
 
 class DepthWeights(nn.Module):
@@ -178,6 +233,7 @@ class Encoder(nn.Module):
         # shared by the layers as in T5)
         self.positions = PositionScheme(config, causal) if config.positions in IN_ATTENTION else None
         # whether the layers read a PassPositions: rotary, and attention kinds that read positions (synthesizers)
+        self.attention_kind = config.attention
         self.lsra = config.attention == "lsra"  # its branches read their own halves of T-TA's kv, unprojected
         self.pass_positions = self.positions is not None or config.attention != "dot" or config.long.adaptive_span
         self.long = LongAttention(config) if config.long.enabled else None  # [model.long]: attention/long.py
@@ -185,10 +241,12 @@ class Encoder(nn.Module):
         self.relative = Disentangled(config) if config.positions == "disentangled" else None
         self.pass_positions = self.pass_positions or self.relative is not None
         self.dense = DepthWeights(2 * config.num_layers) if config.denseformer else None  # DenseFormer
+        self.reversible = config.reversible  # RevNet's two halves (_run_reversible)
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
                 query_positions: Tensor | None = None, tokens: Tensor | None = None,
-                cache: KVCache | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+                cache: KVCache | None = None,
+                memory: Sequence[Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         """`mask` is a (B, 1, Lq, Lk) bool tensor, True = may attend, built once per batch. `kv`, when given,
         is the key/value source of every layer (T-TA's embedding output); each layer projects it with its own
         weights, all layers in one matmul.
@@ -207,7 +265,14 @@ class Encoder(nn.Module):
 
         Positions acting inside attention (rotary, t5, alibi; self.positions) are those of the columns, 0..L-1,
         as the embeddings' absolute positions are; with a cache, each token's absolute position as the cache
-        records it (cached keys included)."""
+        records it (cached keys included).
+
+        `memory` (Transformer-XL's segment recurrence, training and scoring): one (B, M, H) tensor per layer, that
+        layer's input over the M tokens before `h`, prepended to its keys/values (read through the layer's norm
+        under pre-LN, as its own input is); `mask` is then (B, 1, L, M + L) and positions run M..M + L - 1 for the
+        queries, 0..M + L - 1 for the keys. The caller detaches it (no gradient reaches the memory)."""
+        if memory is not None and memory[0].shape[1]:
+            return self._run_with_memory(h, mask, memory, output_hidden_states)
         if self.long is not None:
             mask = self._long_mask(mask, cache, query_positions)
             if isinstance(mask, BandedMask):  # every layer through the banded kernel, on the padded layout
@@ -256,6 +321,8 @@ class Encoder(nn.Module):
         last = len(self.layers) - 1 if query_positions is not None else -1
         if self.dense is not None:
             return self._run_dense(h, inputs, states, last, query_positions)
+        if self.reversible:
+            return self._run_reversible(h, inputs, states, query_positions)
         for index, layer in enumerate(self.layers):
             if index == last:
                 h = layer(*self._rows(h, inputs, query_positions), index)
@@ -282,6 +349,60 @@ class Encoder(nn.Module):
             h = self.dense(outputs, 2 * index + 1)
             if states is not None:
                 states.append(h if packing is None else packing.pad(h))
+        return self._finish(h, states, packing)
+
+    def _run_with_memory(self, h: Tensor, mask: Tensor, memory: Sequence[Tensor],
+                         output_hidden_states: bool) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        """Every layer reading keys/values from [its memory; its input] (forward's `memory`)."""
+        if self.long is not None or self.dense is not None or self.reversible or self.attention_kind != "dot" \
+                or self.relative is not None:
+            raise ValueError("memory runs plain q . k attention layers: not with model.long, denseformer, reversible, "
+                             "another attention kind or disentangled positions")
+        M, L = memory[0].shape[1], h.shape[1]
+        if len(memory) != len(self.layers) or mask.shape[-1] != M + L:
+            raise ValueError(f"memory: one tensor per layer ({len(self.layers)}, got {len(memory)}) and a mask over "
+                             f"memory + segment keys ({M + L}, got {mask.shape[-1]})")
+        mask, dead = guard_empty_rows(mask)
+        positions = None
+        if self.pass_positions:
+            keys = torch.arange(M + L, device=h.device)[None]
+            mask, positions = self._pass_positions(mask, keys[:, M:], keys, h.dtype)
+        inputs = PassInputs(mask, dead, positions=positions)
+        states = [h] if output_hidden_states else None
+        for index, layer in enumerate(self.layers):
+            kv = torch.cat([memory[index].to(h.dtype), h], dim=1)
+            h = layer(h, dataclasses.replace(inputs, kv=kv), index)
+            if states is not None:
+                states.append(h)
+        return self._finish(h, states)
+
+    def _run_reversible(self, h: Tensor, inputs: PassInputs, states: list[Tensor] | None,
+                        query_positions: Tensor | None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        """_run under reversible = true (RevNet, as Reformer uses it): two halves that both start as h, through
+        y1 = x1 + F(x2), y2 = x2 + G(y1) per block (F, G: the pre-LN sub-layers without their residuals); the
+        output, and each hidden state, is their mean. With gradients on, ReversibleSequence keeps no block's
+        activations and rebuilds them in the backward pass; hidden states, a cache or no gradient run the same
+        blocks plainly. query_positions: every layer runs at every position, and their rows are read at the end."""
+        packing = inputs.packing
+        context: dict[int, tuple[Tensor, Tensor]] = {}
+        train = states is None and inputs.cache is None and torch.is_grad_enabled()
+        if train:  # the blocks read leaves standing in for the pass's tensors (ReversibleSequence's context)
+            inputs = _stand_ins(inputs, context)
+        blocks = [ReversibleBlock(_Branch(functools.partial(layer.attention_branch, inputs=inputs, index=index),
+                                          layer.attn, layer.attn_norm),
+                                  _Branch(layer.ffn_branch, layer.ffn, layer.ffn_norm))
+                  for index, layer in enumerate(self.layers)]
+        x1 = x2 = h
+        if train:
+            x1, x2 = ReversibleSequence(blocks)(x1, x2, context=list(context.values()))
+        else:
+            for block in blocks:
+                x1, x2 = block(x1, x2)
+                if states is not None:
+                    states.append((x1 + x2) / 2 if packing is None else packing.pad((x1 + x2) / 2))
+        h = (x1 + x2) / 2
+        if query_positions is not None:
+            h = h[torch.arange(h.shape[0], device=h.device), query_positions][:, None]
         return self._finish(h, states, packing)
 
     @staticmethod

@@ -25,7 +25,7 @@ ATTENTION_KINDS = ("dot", "synthesizer-random", "synthesizer-dense", "lsra")  # 
 WEIGHT_INITS = ("bert", "gpt-bert")  # modeling.py
 ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm_placement", "ffn", "ffn_bias",
                          "share_layers", "attention", "long", "norm_affine", "attention_output_norm", "ffn_inner_norm",
-                         "gelu_tanh", "value_gate", "denseformer", "head_norm", "weight_init")
+                         "gelu_tanh", "value_gate", "denseformer", "head_norm", "weight_init", "reversible")
 # GPT-BERT's switches (Charpentier & Samuel 2024; docs/SWITCHES.md) and their defaults, today's model: config.json
 # leaves them out while they are at these values, so that it reads as it did before they existed
 GPT_BERT_SWITCHES = {"norm_affine": True, "attention_output_norm": False, "ffn_inner_norm": False, "gelu_tanh": False,
@@ -197,6 +197,9 @@ class ModelConfig:
     # far, the weights learned, starting at the identity (the plain residual stream)
     denseformer: bool = False
     head_norm: bool = False  # a norm in front of the LM head's dense layer (GPT-BERT's head: norm, dense, GELU, norm)
+    # RevNet's reversible residual (Reformer's; backbone.Encoder): two halves, y1 = x1 + Attn(x2), y2 = x2 + FFN(y1),
+    # the output their mean; training recomputes each block in the backward pass instead of keeping its activations
+    reversible: bool = False
     # bert: normal(initializer_range); gpt-bert: truncated normal, std sqrt(2 / (5 hidden)) at +-2 std, the
     # feed-forward weights of layer i scaled by sqrt(1 / (2 (i + 1)))
     weight_init: str = "bert"
@@ -253,6 +256,7 @@ class ModelConfig:
         if not 0 < self.mask_probability < 1:
             raise ValueError(f"mask_probability must be in (0, 1), got {self.mask_probability}")
         self._check_gpt_bert_switches(xl)
+        self._check_reversible(xl)
         if self.lsra_kernel < 1 or self.lsra_kernel % 2 == 0:
             raise ValueError(f"lsra_kernel must be an odd kernel size >= 1 (centred on the query), got {self.lsra_kernel}")
         if self.attention not in ("dot", "lsra"):
@@ -308,6 +312,18 @@ class ModelConfig:
             if clash:
                 raise ValueError(f"positions = 'disentangled' runs its own scores on q . k attention: not with {clash[0]}")
 
+    def _check_reversible(self, xl: bool) -> None:
+        """reversible = true needs additive residuals on one stream (docs/SWITCHES.md#reversible-layers-reversible)."""
+        if not self.reversible:
+            return
+        clash = [name for name, on in ((f"family {self.family} (its two streams run the blocks in its own loop)", xl),
+                                       (f"norm_placement = {self.norm_placement!r} (a norm after the residual "
+                                        "cannot be inverted; use 'pre')", self.norm_placement != "pre"),
+                                       ("denseformer (it reads every sub-layer's output)", self.denseformer))
+                 if on]
+        if clash:
+            raise ValueError(f"reversible = true rebuilds each block's input from its output: not with {clash[0]}")
+
     def architecture_changes(self) -> list[str]:
         """The architecture switches (docs/SWITCHES.md) set away from the family's own, as "name = value":
         what a converter to another library's architecture must refuse."""
@@ -360,6 +376,8 @@ class ModelConfig:
         for name, default in GPT_BERT_SWITCHES.items():  # the same for GPT-BERT's switches
             if data[name] == default:
                 del data[name]
+        if not self.reversible:  # and for reversible
+            del data["reversible"]
         return data
 
     def to_json(self, path: str | Path) -> None:

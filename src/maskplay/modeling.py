@@ -65,14 +65,19 @@ class ModelBase(nn.Module):
 
     def encode_under(self, structure: MaskMod, input_ids: Tensor, attention_mask: Tensor,
                      token_type_ids: Tensor | None = None, output_hidden_states: bool = False,
-                     query_positions: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+                     query_positions: Tensor | None = None,
+                     memory: list[Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         """The backbone on one stream under a structural mask (joined with the padding here): what BERT,
-        UniLM, ELECTRA's discriminator and GPT share; the family's mask is the only difference."""
+        UniLM, ELECTRA's discriminator and GPT share; the family's mask is the only difference. `memory`
+        (Encoder.forward's): keys that every query of the segment sees, before its own."""
         B, L = input_ids.shape
         mask = materialize(and_masks(structure, padding(attention_mask)), B, L, device=input_ids.device)
+        if memory is not None and memory[0].shape[1]:
+            seen = mask.new_ones(1, 1, 1, memory[0].shape[1]).expand(B, 1, L, -1)
+            mask = torch.cat([seen, mask.expand(B, -1, -1, -1)], dim=-1)
         return self.encoder(self.embed(input_ids, token_type_ids), mask, output_hidden_states=output_hidden_states,
-                            query_positions=query_positions,
-                            tokens=self._real_tokens(attention_mask, query_positions))
+                            query_positions=query_positions, memory=memory,
+                            tokens=None if memory is not None else self._real_tokens(attention_mask, query_positions))
 
     def embed(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
               dropout: nn.Module | None = None) -> Tensor:

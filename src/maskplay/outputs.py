@@ -16,7 +16,7 @@ class ModelOutput:
     hidden_states: the input of the first block, then the output of every block (with output_hidden_states).
     parts: named components of the loss and training statistics (ELECTRA's generator and discriminator losses),
         each a mean over the batch (the losses keep their graph, for tests of where gradients go); logged by the trainer.
-    mems: XLNet's memory for the next segment, one (B, M, H) tensor per layer (None for other families).
+    mems: the memory for the next segment (XLNet; GPT with memory_length), one (B, M, H) tensor per layer (None otherwise).
     """
 
     def __init__(self, loss: Tensor | None = None, logits: Tensor | Callable[[], Tensor] | None = None,

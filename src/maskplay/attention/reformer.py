@@ -236,34 +236,48 @@ class ReversibleBlock(nn.Module):
                 torch.cuda.set_rng_state(state[1], x.device)
             return module(x)
 
-    def backward_from(self, y1: Tensor, y2: Tensor, dy1: Tensor, dy2: Tensor, states: tuple[object, object]
-                      ) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor | None, ...]]:
-        """From the outputs and their gradients: the inputs, their gradients and the gradients of F's then G's
-        trainable parameters."""
+    def backward_from(self, y1: Tensor, y2: Tensor, dy1: Tensor, dy2: Tensor, states: tuple[object, object],
+                      context: Sequence[Tensor] = ()
+                      ) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor | None, ...], list[Tensor | None]]:
+        """From the outputs and their gradients: the inputs, their gradients, the gradients of F's then G's
+        trainable parameters, and those of the `context` tensors F and G read besides their input (a position
+        bias, keys/values projected outside the block), None where they read none."""
         state_f, state_g = states
         params_f, params_g = _trainable(self.f), _trainable(self.g)
+        n_ctx = len(context)
         with torch.enable_grad():
             y1 = y1.detach().requires_grad_(True)
             g_out = self._rerun(self.g, y1, state_g)  # type: ignore[arg-type]
-            dy1_g, *grads_g = torch.autograd.grad(g_out, [y1, *params_g], dy2, allow_unused=True)
+            dy1_g, *grads_g = torch.autograd.grad(g_out, [y1, *params_g, *context], dy2, allow_unused=True)
         x2 = (y2 - g_out).detach()
         dy1 = dy1 + dy1_g
         with torch.enable_grad():
             x2.requires_grad_(True)
             f_out = self._rerun(self.f, x2, state_f)  # type: ignore[arg-type]
-            dx2_f, *grads_f = torch.autograd.grad(f_out, [x2, *params_f], dy1, allow_unused=True)
+            dx2_f, *grads_f = torch.autograd.grad(f_out, [x2, *params_f, *context], dy1, allow_unused=True)
         x1 = (y1 - f_out).detach()
-        return x1, x2.detach(), dy1, dy2 + dx2_f, (*grads_f, *grads_g)
+        split_f, split_g = len(grads_f) - n_ctx, len(grads_g) - n_ctx
+        ctx_grads = [_add(a, b) for a, b in zip(grads_f[split_f:], grads_g[split_g:], strict=True)]
+        return x1, x2.detach(), dy1, dy2 + dx2_f, (*grads_f[:split_f], *grads_g[:split_g]), ctx_grads
+
+
+def _add(a: Tensor | None, b: Tensor | None) -> Tensor | None:
+    return b if a is None else a if b is None else a + b
 
 
 class _ReversibleFunction(torch.autograd.Function):
     """Runs the blocks keeping only the last outputs; backward rebuilds each block's inputs from its outputs and
     recomputes it. The parameters are inputs of the function so that their gradients come back through
-    autograd (torch.autograd.grad and hooks see them), not only as .grad side effects."""
+    autograd (torch.autograd.grad and hooks see them), not only as .grad side effects; so are the first
+    first len(stand_ins) of them, the context tensors whose detached stand-ins the blocks read besides their
+    inputs (stand-ins: so that recomputing a block stops at them instead of running on into the graph that made
+    them)."""
 
     @staticmethod
-    def forward(ctx, x1: Tensor, x2: Tensor, blocks: Sequence[ReversibleBlock], *params: Tensor):
+    def forward(ctx, x1: Tensor, x2: Tensor, blocks: Sequence[ReversibleBlock], stand_ins: Sequence[Tensor],
+                *tensors: Tensor):
         ctx.blocks = blocks
+        ctx.context = stand_ins
         ctx.states = []
         with torch.no_grad():
             for block in blocks:
@@ -276,16 +290,21 @@ class _ReversibleFunction(torch.autograd.Function):
     def backward(ctx, dy1: Tensor, dy2: Tensor):
         y1, y2 = ctx.saved_tensors
         per_block = []
+        context: list[Tensor | None] = [None] * len(ctx.context)
         for block, states in zip(reversed(ctx.blocks), reversed(ctx.states), strict=True):
-            y1, y2, dy1, dy2, grads = block.backward_from(y1, y2, dy1, dy2, states)
+            y1, y2, dy1, dy2, grads, ctx_grads = block.backward_from(y1, y2, dy1, dy2, states, ctx.context)
             per_block.append(grads)
-        return (dy1, dy2, None, *(g for grads in reversed(per_block) for g in grads))
+            context = [_add(a, b) for a, b in zip(context, ctx_grads, strict=True)]
+        return (dy1, dy2, None, None, *context, *(g for grads in reversed(per_block) for g in grads))
 
 
 class ReversibleSequence(nn.Module):
     """Reversible blocks run with activation memory of one block, whatever their number. forward(x1, x2) ->
     (y1, y2); Reformer feeds (x, x) and sums or concatenates the outputs. `reversible=False` runs the same
-    blocks plainly (the reference, and for inference, where nothing is saved anyway)."""
+    blocks plainly (the reference, and for inference, where nothing is saved anyway). `context`: pairs (tensor,
+    stand-in) for what the blocks read besides their inputs (through closures) and needs a gradient: the blocks
+    read the stand-in, a leaf (tensor.detach().requires_grad_(); a parameter may be its own), and the backward
+    pass hands the tensor the stand-in's gradient."""
 
     def __init__(self, blocks: Sequence[ReversibleBlock], reversible: bool = True) -> None:
         super().__init__()
@@ -294,13 +313,17 @@ class ReversibleSequence(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.reversible = reversible
 
-    def forward(self, x1: Tensor, x2: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, x1: Tensor, x2: Tensor,
+                context: Sequence[tuple[Tensor, Tensor]] = ()) -> tuple[Tensor, Tensor]:
         if not self.reversible or not torch.is_grad_enabled():
             for block in self.blocks:
                 x1, x2 = block(x1, x2)
             return x1, x2
         params = [p for block in self.blocks for p in (*_trainable(block.f), *_trainable(block.g))]
-        return _ReversibleFunction.apply(x1, x2, list(self.blocks), *params)
+        if any(not stand_in.is_leaf for _, stand_in in context):
+            raise ValueError("a reversible block's context stand-ins must be leaves (tensor.detach())")
+        outer = [tensor for tensor, _ in context]
+        return _ReversibleFunction.apply(x1, x2, list(self.blocks), [s for _, s in context], *outer, *params)
 
 
 def chunked_feed_forward(ffn: nn.Module, h: Tensor, chunk: int, dim: int = 1) -> Tensor:

@@ -74,6 +74,7 @@ class MaskplayModel(ModelBase):
     # "causal_mask" (AutoModelForCausalLM; None: no generation), "query_stream" (T-TA's), "segments" (where token
     # types come from: given / after_separator / none); None: the family has no custom-code export
     hf_code: ClassVar[dict[str, Any] | None] = None
+    trains_with_memory: ClassVar[bool] = False  # forward(mems=..., memory_length=...): Transformer-XL's recurrence
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -116,6 +117,17 @@ class MaskplayModel(ModelBase):
         """The model a PLL runs on (ELECTRA: its generator). memo(kind, make) returns make(self), made once while
         the weights stay the same (the scorer's cache of derived copies)."""
         return self
+
+    @classmethod
+    def check_memory(cls, config: ModelConfig) -> None:
+        """Refuse (one line) a config that cannot train with Transformer-XL's memory (run.memory_length): every
+        config of a family without it; a family whose forward takes `mems` and `memory_length` sets
+        trains_with_memory, and overrides this where some of its configs cannot."""
+        if cls.trains_with_memory:
+            return
+        with_memory = [n for n in family_names() if family_class(n).trains_with_memory]
+        raise ValueError(f"family {cls.family} has no Transformer-XL memory in training (run.memory_length); "
+                         f"families with it: {', '.join(with_memory)}")
 
     def memory_length(self) -> int | None:
         """Tokens of Transformer-XL memory scoring may carry between segments (None: this family has none)."""

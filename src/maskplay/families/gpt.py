@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from ..cache import KVCache
+from ..config import ModelConfig
 from ..generation import check_ids, forward_cached, last_real
 from ..masks import MaskPicture
 from ..masks import causal as left_to_right
@@ -22,22 +23,60 @@ class GPT(MaskplayModel):
     score_methods = ("causal",)
     default_pooling = "last"  # the only token that has read the whole input
     growable = True
+    trains_with_memory = True
     predicted_fraction = 1.0
     masks_shown = (MaskPicture("gpt", "GPT: causal", lambda segments, rank: left_to_right()),)
     hf_code = {"mask": "causal", "causal_mask": "causal", "query_stream": False, "segments": "none"}
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False) -> ModelOutput:
+                output_hidden_states: bool = False, mems: list[Tensor] | None = None,
+                memory_length: int | None = None) -> ModelOutput:
         """labels are aligned with input_ids (as in HuggingFace): the shift happens here, so logits row k
-        predicts labels[:, 1:] at its k-th non-ignored entry."""
+        predicts labels[:, 1:] at its k-th non-ignored entry.
+
+        Transformer-XL's segment recurrence (`memory_length` M > 0; check_memory says which configs have it): every
+        query also sees `mems`, each layer's input over the tokens before this segment (one (B, M', H) tensor per
+        layer, M' <= M; None or [] at a text's start), detached here so that no gradient reaches them;
+        ModelOutput.mems is the memory for the next segment, each layer's input over the last M tokens of memory +
+        segment. The segment must hold no padding (memory keys are seen by every query)."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
-        h, states = self.encode_under(left_to_right(), input_ids, attention_mask, output_hidden_states=output_hidden_states)
+        memory: list[Tensor] = []
+        if mems and not memory_length:
+            raise ValueError("mems need memory_length (how many tokens of memory to keep for the next segment)")
+        if memory_length:
+            self.check_memory(self.config)
+            if not bool(attention_mask.all()):
+                raise ValueError("a segment with memory must hold no padding (its memory keys are seen by every query)")
+            memory = [m.detach() for m in mems] if mems else []
+            if memory and (len(memory) != self.config.num_layers or memory[0].shape[0] != input_ids.shape[0]):
+                raise ValueError(f"mems: one (B={input_ids.shape[0]}, M, H) tensor per layer "
+                                 f"({self.config.num_layers}), got {len(memory)} of {tuple(memory[0].shape)}")
+            output_hidden_states = True  # each layer's input: the next memory
+        h, states = self.encode_under(left_to_right(), input_ids, attention_mask,
+                                      output_hidden_states=output_hidden_states, memory=memory or None)
         if labels is None:
-            return self.output(h, None, states)
-        shifted = labels[:, 1:].clone()
-        out = self.output(h[:, :-1], shifted, states)
-        out.last_hidden_state = h
+            out = self.output(h, None, states)
+        else:
+            out = self.output(h[:, :-1], labels[:, 1:].clone(), states)
+            out.last_hidden_state = h
+        if memory_length:
+            assert states is not None
+            out.mems = [torch.cat([*memory[index:index + 1], state.detach()], dim=1)[:, -memory_length:]
+                        for index, state in enumerate(states[:-1])]
         return out
+
+    @classmethod
+    def check_memory(cls, config: ModelConfig) -> None:
+        """Transformer-XL memory needs positions that are distances (its keys sit before the segment's start):
+        positions acting inside attention, and plain q . k attention on one stream."""
+        if config.positions not in ("alibi", "t5", "rotary", "none"):
+            raise ValueError(f"memory (run.memory_length) needs relative positions: positions = 'alibi', 't5', "
+                             f"'rotary' or 'none', not {config.positions!r} (absolute positions restart every segment)")
+        clash = [name for name, on in (("model.long", config.long.enabled), ("denseformer", config.denseformer),
+                                       ("reversible", config.reversible),
+                                       (f"attention = {config.attention!r}", config.attention != "dot")) if on]
+        if clash:
+            raise ValueError(f"memory (run.memory_length) runs plain q . k attention layers: not with {clash[0]}")
 
     def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
                         targets: Tensor, boundaries_first: bool = False) -> Tensor:

@@ -88,6 +88,7 @@ class XLNet(MaskplayModel):
     masked_lm_method = "pll"  # minicons' masked LM reading: its PLL, not its causal score
     default_pooling = "last"  # the content stream at the last token, as HuggingFace's summary "last"
     predicted_fraction = 1 / 6  # partial prediction at the default K = 6 (the query stream's rows not counted)
+    trains_with_memory = True  # Transformer-XL's recurrence, its content stream's memory (the paper's pretraining)
     masks_shown = (MaskPicture("xlnet-content", "XLNet content stream",
                                lambda segments, rank: permutation_content(required(rank, "rank", "xlnet-content"))),
                    MaskPicture("xlnet-query", "XLNet query stream",
@@ -236,7 +237,7 @@ class XLNet(MaskplayModel):
                 token_type_ids: Tensor | None = None, mems: list[Tensor] | None = None,
                 output_hidden_states: bool = False, left_to_right: bool = False,
                 hide_positions: Tensor | None = None, hide_ends: Tensor | None = None,
-                keep_memory: bool = False) -> ModelOutput:
+                keep_memory: bool = False, memory_length: int | None = None) -> ModelOutput:
         """One entry point for every view (so that bf16 scoring can run any of them through the runner's bf16 copy):
 
         - `order` (B, L; each row a permutation of the positions, order[b, t] = the position predicted at step t):
@@ -249,7 +250,8 @@ class XLNet(MaskplayModel):
         - none of these: the content stream with every token seeing every other, (B, L, H), for features (embed,
           eval, fine-tuning).
         ModelOutput.mems: the memory for the next segment (with `keep_memory`, xlnet.mem_len or `mems`; [] otherwise).
-        Memory keys are seen by every query, padding included: carry memory from segments without padding."""
+        Memory keys are seen by every query, padding included: carry memory from segments without padding.
+        `memory_length` (run.memory_length; the permutation LM): keep the last memory_length tokens as memory."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
         if sum([order is not None, left_to_right, hide_positions is not None]) > 1:
             raise ValueError("choose one view: order=..., left_to_right=True or hide_positions=...")
@@ -291,8 +293,8 @@ class XLNet(MaskplayModel):
                              f"{tuple(target_positions.shape)}")
         _, g, new_mems, states = self.streams(input_ids, attention_mask, permutation_query(rank), target_positions,
                                               token_type_ids, mems, need_content=False,
-                                              output_hidden_states=output_hidden_states)
-        return _with_mems(self.output(self.stream_dropout(g), labels, states), new_mems)
+                                              output_hidden_states=output_hidden_states, keep_memory=bool(memory_length))
+        return _with_mems(self.output(self.stream_dropout(g), labels, states), new_mems, memory_length)
 
     # rows per group when a padded inference batch is cut by length (see _grouped)
     GROUP = 8
@@ -381,8 +383,9 @@ class XLNet(MaskplayModel):
                 "target_positions": positions, "labels": labels}
 
 
-def _with_mems(out: ModelOutput, mems: list[Tensor]) -> ModelOutput:
-    out.mems = mems
+def _with_mems(out: ModelOutput, mems: list[Tensor], keep: int | None = None) -> ModelOutput:
+    """`out` with its memory for the next segment, cut to the last `keep` tokens when given."""
+    out.mems = [m[:, -keep:] for m in mems] if keep else mems
     return out
 
 

@@ -41,6 +41,7 @@ from .distributed import Dist, all_gather, barrier, broadcast_int
 from .ema import EMA_FILE, WeightEma
 from .schedule import schedule_state
 from .state import TrainState
+from .stream import MEMORY_FILE, SegmentMemory
 
 Log = Callable[[str], None]
 # what a failed write raises: OSError from Python's writes, SafetensorError from safetensors' own (Rust) writer
@@ -102,8 +103,9 @@ class Checkpointer:
 
     def __init__(self, config: TrainConfig, d: Dist, run_dir: Path, model: MaskplayModel, model_config: ModelConfig,
                  optimizer: torch.optim.Optimizer, generator: torch.Generator, precision: Precision,
-                 log: Log, ema: WeightEma | None = None) -> None:
+                 log: Log, ema: WeightEma | None = None, memory: SegmentMemory | None = None) -> None:
         self.ema = ema
+        self.memory = memory  # run.memory_length: the memory the next step reads (stream.py)
         self.config, self.d, self.run_dir = config, d, run_dir
         self.model, self.model_config = model, model_config
         self.optimizer, self.generator, self.precision = optimizer, generator, precision
@@ -130,6 +132,9 @@ class Checkpointer:
             raise ValueError(f"cannot resume from {path}: these settings differ from the run's "
                              f"{path / CONFIG_FILE}: {fixed}. Resume with the same config (it is saved in "
                              "the run directory) or start a new run")
+        if self.memory is not None and "optim.grad_accum" in changed:
+            raise ValueError(f"cannot resume from {path} with another optim.grad_accum: its memory "
+                             "(run.memory_length) is kept per micro-batch of lanes")
         if changed:
             self.log(f"resuming with changed settings: {changed}")
         if "optim.max_steps" in changed:
@@ -153,6 +158,11 @@ class Checkpointer:
                 raise CheckpointError(f"{path / EMA_FILE} is missing: optim.ema is on but the checkpoint has no "
                                       "moving average")
             self.ema.load(read_tensors(path / EMA_FILE), source=str(path / EMA_FILE))
+        if self.memory is not None:  # run.memory_length is the checkpoint's (a changed one is refused above)
+            if not (path / MEMORY_FILE).is_file():
+                raise CheckpointError(f"{path / MEMORY_FILE} is missing: run.memory_length is on but the checkpoint "
+                                      "has no memory")
+            self.memory.load(read_tensors(path / MEMORY_FILE), d.device)
         resumed = TrainState(step=state["step"], epoch=state["epoch"], position=state["step_in_epoch"],
                              tokens_seen=state["tokens_seen"], words_seen=state.get("words_seen", 0),
                              elapsed_before=state["elapsed_s"],
@@ -203,6 +213,8 @@ class Checkpointer:
             tensors = {MODEL_FILE: self.model.state_dict(), OPTIMIZER_FILE: opt_tensors, RNG_FILE: gathered}
             if self.ema is not None:
                 tensors[EMA_FILE] = self.ema.state_tensors()
+            if self.memory is not None:
+                tensors[MEMORY_FILE] = self.memory.to_tensors()
             try:
                 write_checkpoint(self.run_dir, state.step, tensors, {
                     STATE_FILE: saved, CONFIG_FILE: self.config.to_dict(),

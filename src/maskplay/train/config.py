@@ -71,6 +71,7 @@ class ModelSection:
     denseformer: bool | None = None
     head_norm: bool | None = None
     weight_init: str | None = None  # bert | gpt-bert
+    reversible: bool | None = None  # RevNet's reversible residual (docs/SWITCHES.md); None: off
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     mask_probability: float | None = None  # bert, unilm: the masked-LM share; None: 0.15
@@ -210,6 +211,10 @@ class DataSection:
     # max_length (GPT-BERT: max_length 128, length_at [0.7, 0.9], length_to [256, 512]); [] = off
     length_at: list[float] = field(default_factory=list)
     length_to: list[int] = field(default_factory=list)
+    # the contiguous-stream mode (train/stream.py): the split read as one stream cut into batch_size lanes, each
+    # step every row's next segment of max_length tokens of its lane (Transformer-XL's batches); held-out
+    # evaluation reads the valid split the same way
+    stream: bool = False
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_length", "bucket_window"):
@@ -251,6 +256,9 @@ class RunSection:
     # words seen at which to export the model as RUN_DIR/words/<N> (1M, 10M, ...), a directory
     # MaskplayModel.from_pretrained reads, like final/ (BabyLM 2025: every 1M to 10M, then every 10M to 100M)
     checkpoint_at_words: list[int] = field(default_factory=list)
+    # Transformer-XL's segment recurrence (needs data.stream): each layer's input over the last memory_length
+    # tokens of a row's lane carried to its next segment, no gradient through it (train/stream.py); 0 = off
+    memory_length: int = 0
     # auto (bf16 where this machine runs it faster, else fp32; resolved at run start, see precision_probe) | fp32 |
     # bf16 (weights cast to bf16 at each forward, activations bf16 end to end) | bf16-autocast (torch.autocast);
     # in every case parameters, gradients, AdamW state and checkpoints stay fp32
@@ -292,6 +300,8 @@ class RunSection:
         if self.precision not in PRECISIONS:
             raise ValueError(f"run.precision must be one of {PRECISIONS}, got {self.precision!r}")
         check_device_name(self.device, "run.device")
+        if self.memory_length < 0:
+            raise ValueError(f"run.memory_length must be >= 0 (0 = no memory), got {self.memory_length}")
         if self.threads is not None and self.threads <= 0:
             raise ValueError(f"run.threads must be positive, got {self.threads}")
 
@@ -320,6 +330,15 @@ class TrainConfig:
         if len(data.length_at) != len(data.length_to):
             raise ValueError(f"data.length_at ({len(data.length_at)} shares) and data.length_to "
                              f"({len(data.length_to)} lengths) must be as long as each other")
+        if self.run.memory_length and not data.stream:
+            raise ValueError("run.memory_length carries memory from a row's segment to the next segment of its "
+                             "document: set data.stream = true")
+        if data.stream:
+            clash = [name for name, on in (("data.pack", data.pack), ("data.batch_ramp", data.batch_ramp),
+                                           ("data.length_at", data.length_at),
+                                           ("data.curriculum_steps", data.curriculum_steps)) if on]
+            if clash:
+                raise ValueError(f"data.stream cuts the split into fixed lanes of segments: not with {clash[0]}")
         if data.batch_ramp or data.length_at:
             for name, off in (("bucket_window", 1), ("curriculum_steps", 0)):
                 if getattr(data, name) != off:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -14,6 +15,7 @@ from .batches import eval_batches
 from .config import TrainConfig
 from .distributed import Dist, all_reduce_sum
 from .stepping import CountTargets, Forward
+from .stream import stream_eval_batches
 
 
 class Evaluator:
@@ -34,8 +36,11 @@ class Evaluator:
             log("held-out evaluation is off (" + ("no valid/ split in the data)" if valid_data is None
                                                   else "run.eval_batches = 0)"))
             return []
-        batches = eval_batches(valid_data, cfg.run.eval_batches * cfg.data.batch_size, micro,
-                               cfg.data.max_length, pad)
+        if cfg.data.stream:  # micro lanes of the valid split, their first eval_batches segments in order
+            batches = stream_eval_batches(valid_data, cfg.run.eval_batches, micro, cfg.data.max_length)
+        else:
+            batches = eval_batches(valid_data, cfg.run.eval_batches * cfg.data.batch_size, micro,
+                                   cfg.data.max_length, pad)
         return [(j, b) for j, b in enumerate(batches) if j % self.d.world_size == self.d.rank]
 
     def evaluate(self) -> float | None:
@@ -46,14 +51,18 @@ class Evaluator:
         self.model.eval()
         loss_sum, count = 0.0, 0
         parts: dict[str, float] = {}
+        memory_length, mems = self.config.run.memory_length, None
         with torch.no_grad():
             for j, (ids, mask) in self.batches:
                 g = torch.Generator().manual_seed(self.config.data.seed * 7919 + j)
-                batch = {k: v.to(self.d.device)
-                         for k, v in self.model.training_batch(ids, mask, generator=g).items()}
+                batch: dict[str, Any] = {k: v.to(self.d.device)
+                                         for k, v in self.model.training_batch(ids, mask, generator=g).items()}
                 n = self.count_targets(self.model, batch)
+                if memory_length:  # evaluation with memory: each lane's segments in order, as training reads them
+                    batch.update(mems=mems, memory_length=memory_length)
                 if n:
                     out = self.forward(self.model, self.precision, **batch)
+                    mems = out.mems if memory_length else None
                     loss_sum += float(out.loss.float()) * n
                     count += n
                     for key, value in (out.parts or {}).items():

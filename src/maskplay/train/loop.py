@@ -62,6 +62,7 @@ from .startup import (
 )
 from .state import TrainState
 from .stepping import NonFinite, StepOutcome, Stepper
+from .stream import SegmentMemory, stream_of, stream_steps
 from .word_budget import check_word_counts, marks_crossed, plan_line, words_reached
 
 __all__ = ["TrainResult", "TrainingDiverged", "Trainer", "train", "saved_run_config", "prepare_data", "forward_in",
@@ -176,14 +177,16 @@ class Trainer:
         self.device = d.device
         self.precision = run_precision(config, d, self.model_config, self.micro, self.log)
         self._build_model()
+        self.memory = SegmentMemory(config.run.memory_length) if config.run.memory_length else None
         self.checkpointer = Checkpointer(config, d, self.run_dir, self.model, self.model_config, self.optimizer,
-                                         self.generator, self.precision, self.log, ema=self.ema)
+                                         self.generator, self.precision, self.log, ema=self.ema, memory=self.memory)
         self.state = TrainState()
         if self.checkpoint_path is not None:
             self.state = self.checkpointer.load(self.checkpoint_path, self.data_dir)
         # looked up here, in this module, so that a patched loop.forward_in / loop.count_targets is what runs
         self.stepper = Stepper(config, d, self.model, self.model_config, self.optimizer, self.generator,
-                               self.precision, forward=forward_in, count_targets=count_targets, ema=self.ema)
+                               self.precision, forward=forward_in, count_targets=count_targets, ema=self.ema,
+                               memory=self.memory)
         self.evaluator = Evaluator(config, d, self.model, self.precision, self.valid_data, self.micro,
                                    self.tokenizer.special.pad, self.log, forward=forward_in, count_targets=count_targets)
         self.last_path: Path | None = self.checkpoint_path
@@ -232,7 +235,9 @@ class Trainer:
         self.packed = pack_groups(self.lengths, cfg.data.max_length) if cfg.data.pack else None
         self.item_lengths = (self.lengths if self.packed is None
                              else packed_lengths(self.lengths, self.packed, cfg.data.max_length))
-        self.batches_per_epoch = len(self.item_lengths) // cfg.data.batch_size
+        self.stream = stream_of(cfg, self.d, self.train_data.directory)  # data.stream: lanes of text (stream.py)
+        self.batches_per_epoch = (len(self.stream) if self.stream is not None
+                                  else len(self.item_lengths) // cfg.data.batch_size)
         # GPT-BERT's batch-size ramp and sequence-length schedule (data_schedule.py), else fixed batches
         self.data_schedule = DataSchedule(cfg, self.lengths) if scheduled(cfg) else None
         if self.data_schedule is not None:
@@ -294,6 +299,8 @@ class Trainer:
                                        self.tokenizer.special.pad, self.packed) if self.data_schedule is None
                            else self.data_schedule.stream(st, self.d, self.train_data.directory,
                                                           self.tokenizer.special.pad))
+                if self.stream is not None:
+                    batches = stream_steps(st, cfg, self.d, self.train_data.directory, self.stream)
                 while not status:
                     words_before = st.words_seen
                     outcome = self._step(batches, signals, budget, window)
@@ -342,6 +349,8 @@ class Trainer:
         def stop_flags() -> list[float]:
             return [float(signals.received is not None), float(st.elapsed() >= budget)]
 
+        if self.memory is not None:
+            self.memory.before_step(st.position, self.batches_per_epoch)
         try:
             outcome = self.stepper.step(st.step, lambda: next(batches), stop_flags, window)
         except NonFinite as err:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from ..data.dataset import TokenDataset
-from ..families import MaskplayModel
+from ..families import MaskplayModel, family_class
 from ..files import OutputLock, atomic_path, prepare_output_dir
 from ..precision import Precision
 from ..precision_probe import AUTO
@@ -75,6 +75,9 @@ def check_batch_split(config: TrainConfig, d: Dist) -> None:
     if config.data.batch_size % per:
         raise ValueError(f"data.batch_size={config.data.batch_size} must be divisible by optim.grad_accum "
                          f"({config.optim.grad_accum}) x processes ({d.world_size}) = {per}")
+    if config.run.memory_length and d.world_size > 1:
+        raise ValueError("run.memory_length is built for one process: its checkpoints keep one process's memory "
+                         f"(got {d.world_size} processes)")
 
 
 def check_data(config: TrainConfig, model_config: ModelConfig, train_data: TokenDataset, data_dir: Path) -> None:
@@ -89,7 +92,9 @@ def check_data(config: TrainConfig, model_config: ModelConfig, train_data: Token
     if meta_vocab is not None and meta_vocab > mc.vocab_size:
         raise ValueError(f"{train_data.directory}/meta.json says vocab_size={meta_vocab}, more than the "
                          f"{mc.vocab_size} of the tokenizer in {data_dir}")
-    if len(train_data) < cfg.data.batch_size:
+    if cfg.run.memory_length:
+        family_class(mc.family).check_memory(mc)
+    if len(train_data) < cfg.data.batch_size and not cfg.data.stream:
         raise ValueError(f"{train_data.directory} has {len(train_data)} sequences, fewer than one "
                          f"batch of data.batch_size={cfg.data.batch_size}")
 

@@ -23,6 +23,7 @@ from .distributed import Dist, all_reduce_sum
 from .ema import WeightEma
 from .metrics import Window
 from .schedule import learning_rate
+from .stream import SegmentMemory
 
 # the loop's own forward_in and count_targets are passed in, so that what a test patches there is what runs
 Forward = Callable[..., Any]
@@ -48,8 +49,10 @@ class StepOutcome:
 class Stepper:
     def __init__(self, config: TrainConfig, d: Dist, model: MaskplayModel, model_config: ModelConfig,
                  optimizer: torch.optim.Optimizer, generator: torch.Generator, precision: Precision,
-                 forward: Forward, count_targets: CountTargets, ema: WeightEma | None = None) -> None:
+                 forward: Forward, count_targets: CountTargets, ema: WeightEma | None = None,
+                 memory: SegmentMemory | None = None) -> None:
         self.config, self.d = config, d
+        self.memory = memory  # run.memory_length: Transformer-XL's memory, carried per micro-batch (stream.py)
         self.ema = ema  # optim.ema: the weights' moving average, updated after every optimizer step
         self.model, self.model_config = model, model_config
         self.optimizer, self.generator, self.precision = optimizer, generator, precision
@@ -75,7 +78,7 @@ class Stepper:
         micro_batches = next_batches()
         loss_sum, n_targets, n_tokens = 0.0, 0, 0
         for m, (ids, mask) in enumerate(micro_batches):
-            part, n, parts = self.micro_step(step, ids, mask, sync=m == len(micro_batches) - 1)
+            part, n, parts = self.micro_step(step, ids, mask, sync=m == len(micro_batches) - 1, micro=m)
             loss_sum += part
             n_targets += n
             window.add_micro(n, parts)
@@ -110,12 +113,16 @@ class Stepper:
             raise NonFinite(f"the gradient norm is {grad_norm}")
         return grad_norm
 
-    def micro_step(self, step: int, ids: Tensor, mask: Tensor, sync: bool) -> tuple[float, int, dict[str, float]]:
+    def micro_step(self, step: int, ids: Tensor, mask: Tensor, sync: bool,
+                   micro: int = 0) -> tuple[float, int, dict[str, float]]:
         """Forward and backward one micro-batch's summed token loss; returns (loss sum, target count, the
-        family's loss parts (ModelOutput.parts) times the target count)."""
+        family's loss parts (ModelOutput.parts) times the target count). With memory, the micro-batch reads
+        the memory its predecessor at index `micro` left and leaves its own."""
         self.model.set_training_progress(step / self.config.optim.max_steps)  # an objective that changes over training
-        batch = self.model.training_batch(ids, mask, generator=self.generator)  # on the CPU: device-independent
+        batch: dict[str, Any] = self.model.training_batch(ids, mask, generator=self.generator)  # device-independent
         batch = {k: v.to(self.d.device, non_blocking=True) for k, v in batch.items()}
+        if self.memory is not None:
+            batch.update(mems=self.memory.get(micro), memory_length=self.memory.length)
         module = self.ddp if self.ddp is not None else self.model
         no_sync = self.ddp.no_sync() if self.ddp is not None and not sync else contextlib.nullcontext()
         n = self.count_targets(self.model, batch)
@@ -130,6 +137,8 @@ class Stepper:
         with no_sync:
             out = (self.compiled(**batch) if self.compiled is not None
                    else self.forward(module, self.precision, **batch))
+            if self.memory is not None:
+                self.memory.put(micro, out.mems)
             total = out.loss.float() * n  # the family's loss is the mean over its n targets: n * mean is their sum
             if self.model_config.long.adaptive_span:  # + adaptive span's L1 term (attention/long.py)
                 (total + span_penalty(self.model) * n).backward()
