@@ -256,33 +256,11 @@ class Trainer:
         seed_everything(stream_seed)
         self.generator = torch.Generator().manual_seed(stream_seed)
 
-    def _announce(self) -> None:
-        cfg, d = self.config, self.d
-        if not d.is_main:
-            return
-        self.model_config.to_json(self.run_dir / "model_config.json")
-        self.tokenizer.save(self.run_dir)
-        n_long = int((self.lengths > cfg.data.max_length).sum())
-        if n_long:
-            self.log(f"WARNING: {n_long} of {len(self.lengths)} training sequences are longer than "
-                     f"data.max_length={cfg.data.max_length} and are truncated")
-        self.log(f"{self.model_config.family} model, {self.model.num_parameters():,} parameters, "
-                 f"vocabulary {self.model_config.vocab_size}; {len(self.train_data):,} training sequences "
-                 f"({self.train_data.num_tokens:,} tokens)"
-                 + (f" packed into {len(self.item_lengths):,} rows of at most {cfg.data.max_length} pieces "
-                    f"(mean {self.item_lengths.mean():.1f})" if self.packed is not None else "")
-                 + (f", {self.batches_per_epoch} steps per epoch; " if self.data_schedule is None else
-                    f", batches of {batch_size_at(0, cfg)} x {length_at(0, cfg)} pieces at step 0 (scheduled); ")
-                 + f"{d.world_size} process(es) x {cfg.optim.grad_accum} micro-batch(es) of {self.micro}; "
-                 f"device {self.device}, {self.precision.value}; run directory {self.run_dir}")
-        if words := plan_line(cfg, self.train_data, len(self.item_lengths)):
-            self.log(words)
-
     # ---- the run --------------------------------------------------------------------------------------------
 
     def run(self) -> TrainResult:
         cfg, st = self.config, self.state
-        self._announce()
+        announce(self)
         self.model.train()
         if st.step == 0:
             self._evaluate_at_start()
@@ -466,6 +444,31 @@ class Trainer:
             self.metrics.plot()
         return TrainResult(run_dir=self.run_dir, step=step, status=status, exit_code=exit_code, final_dir=final,
                            checkpoint=self.last_path, eval_loss=self.state.last_eval)
+
+
+def announce(run: Trainer) -> None:
+    """The run's first lines: the model, the data and how it is split into steps (main process only)."""
+    cfg, d = run.config, run.d
+    if not d.is_main:
+        return
+    run.model_config.to_json(run.run_dir / "model_config.json")
+    run.tokenizer.save(run.run_dir)
+    n_long = int((run.lengths > cfg.data.max_length).sum())
+    if n_long:
+        run.log(f"WARNING: {n_long} of {len(run.lengths)} training sequences are longer than "
+                 f"data.max_length={cfg.data.max_length} and are truncated")
+    run.log(f"{run.model_config.family} model, {run.model.num_parameters():,} parameters, "
+             f"vocabulary {run.model_config.vocab_size}; {len(run.train_data):,} training sequences "
+             f"({run.train_data.num_tokens:,} tokens)"
+             + (f" packed into {len(run.item_lengths):,} rows of at most {cfg.data.max_length} pieces "
+                f"(mean {run.item_lengths.mean():.1f})" if run.packed is not None else "")
+             + (f", {run.batches_per_epoch} steps per epoch; " if run.data_schedule is None else
+                f", batches of {batch_size_at(0, cfg)} x {length_at(0, cfg)} pieces at step 0 (scheduled); ")
+             + f"{d.world_size} process(es) x {cfg.optim.grad_accum} micro-batch(es) of {run.micro}; "
+             f"device {run.device}, {run.precision.value}; run directory {run.run_dir}")
+    if words := plan_line(cfg, run.train_data, len(run.item_lengths)):
+        run.log(words)
+
 
 
 def train(config: TrainConfig, resume: bool = False, resume_from: str | Path | None = None,
