@@ -18,8 +18,11 @@ import dataclasses
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from .albert import ALBERT
 from .bert import BERT, bert_config_dict
 from .common import HF_DEFAULTS, HFCheckpoint, HFConverter, HFExport, check_hf_types
+from .deberta import DEBERTA_V2
+from .distilbert import DISTILBERT
 from .electra import ELECTRA, electra_config_dict
 from .gpt import GPT_CONVERTER
 from .registry import (
@@ -32,6 +35,7 @@ from .registry import (
     register,
     to_hf,
 )
+from .roberta import ROBERTA
 from .sequence import SEQUENCE_ARCHITECTURES, sequence_converter
 from .xlnet import XLNET
 
@@ -40,6 +44,10 @@ if TYPE_CHECKING:
     from ..base import MaskplayModel
 
 for _converter in (BERT, ELECTRA, GPT_CONVERTER, XLNET):  # this order is the order ARCHITECTURES lists
+    register(_converter)
+# issue 42, masked half: HuggingFace masked LMs read into a bert (registered after BERT, whose converter stays the
+# family's export)
+for _converter in (ROBERTA, DISTILBERT, ALBERT, DEBERTA_V2):
     register(_converter)
 
 ARCHITECTURES = architectures()
