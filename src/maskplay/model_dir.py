@@ -33,6 +33,16 @@ def read_model_config(directory: str | Path, **overrides: Any) -> ModelConfig:
     return from_dict(ModelConfig, {**data, **overrides}, source=str(config_path))
 
 
+def is_hf_directory(directory: str | Path) -> bool:
+    """Whether `directory`'s config.json is a HuggingFace one (it names an architecture or model_type, and no
+    maskplay family): MaskplayModel.from_pretrained then converts it in memory (families/hf/directory.py)."""
+    try:
+        data = json.loads((Path(directory) / CONFIG_NAME).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "family" not in data and ("architectures" in data or "model_type" in data)
+
+
 ASSETS = Path(__file__).resolve().parent / "assets"
 # Models shipped inside the package, usable by name anywhere a model directory is expected.
 BUNDLED_MODELS = {"tta-mini-wiki": ASSETS / "tta-mini-wiki", "gpt-mini-wiki": ASSETS / "gpt-mini-wiki",

@@ -18,10 +18,12 @@ import dataclasses
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from ..base import MaskplayModel
 from .albert import ALBERT
 from .bert import BERT, bert_config_dict
 from .common import HF_DEFAULTS, HFCheckpoint, HFConverter, HFExport, check_hf_types
 from .deberta import DEBERTA_V2
+from .directory import load_hf_model
 from .distilbert import DISTILBERT
 from .electra import ELECTRA, electra_config_dict
 from .gpt import GPT_CONVERTER
@@ -41,7 +43,6 @@ from .xlnet import XLNET
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
-    from ..base import MaskplayModel
 
 for _converter in (BERT, ELECTRA, GPT_CONVERTER, XLNET):  # this order is the order ARCHITECTURES lists
     register(_converter)
@@ -51,6 +52,7 @@ for _converter in (ROBERTA, DISTILBERT, ALBERT, DEBERTA_V2):
     register(_converter)
 
 ARCHITECTURES = architectures()
+MaskplayModel.hf_reader = load_hf_model  # MaskplayModel.from_pretrained reads HuggingFace directories with it
 
 
 def hf_config(architecture: str, data: dict[str, Any], source: str = "config.json") -> SimpleNamespace:
