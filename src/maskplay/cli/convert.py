@@ -19,7 +19,12 @@ from ..families.hf import (
     converted_families,
     describe_conversion,
 )
-from ..families.hf.directory import read_hf_dir, special_ids  # read_hf_dir: where it always was
+from ..families.hf.directory import read_hf_dir, read_weights, special_ids
+
+# the names cli/finetune_convert.py (and read_hf_dir's users) know them by, from before they moved to
+# families/hf/directory.py, where MaskplayModel.from_pretrained reads HuggingFace directories too
+_read_weights, _special_ids = read_weights, special_ids
+__all__ = ["add_parser", "convert_from_hf", "convert_to_hf", "read_hf_dir", "run"]
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -82,7 +87,7 @@ def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Pa
         if gen_architecture != "ElectraForMaskedLM":
             raise ValueError(f"--generator {generator_dir} holds a {gen_architecture}, not an ElectraForMaskedLM")
         generator = (gen_config, gen_state)
-    ids, note = special_ids(hf_dir, hf_config.vocab_size)
+    ids, note = _special_ids(hf_dir, hf_config.vocab_size)
     model = from_hf(architecture, (hf_config, state), generator, special_ids=ids)
     notes = [note] if note else []
     tokenizer = hf_dir / TOKENIZER
