@@ -36,6 +36,9 @@ CASES = {
                     ROBERTA_SPECIALS),
     "distilbert": (lambda: transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(
         vocab_size=160, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=40)), BERT_SPECIALS),
+    "distilbert-sinusoidal": (lambda: transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(
+        vocab_size=160, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=40,
+        sinusoidal_pos_embds=True)), BERT_SPECIALS),
     "albert": (lambda: transformers.AlbertForMaskedLM(transformers.AlbertConfig(
         **SIZES, embedding_size=16, max_position_embeddings=40, hidden_act="gelu_new")), ALBERT_SPECIALS),
     # position_buckets 8 over distances up to 39: the log buckets act within these sentences
@@ -43,6 +46,10 @@ CASES = {
         **SIZES, max_position_embeddings=40, type_vocab_size=0, relative_attention=True, position_buckets=8,
         max_relative_positions=-1, pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm", share_att_key=True,
         position_biased_input=False, layer_norm_eps=1e-7)), DEBERTA_SPECIALS),
+    "deberta-v3-new-head": (lambda: transformers.DebertaV2ForMaskedLM(transformers.DebertaV2Config(
+        **SIZES, max_position_embeddings=40, type_vocab_size=0, relative_attention=True, position_buckets=8,
+        pos_att_type="p2c|c2p", norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False,
+        legacy=False)), DEBERTA_SPECIALS),
 }
 
 
