@@ -74,6 +74,18 @@ def test_score_command_on_a_huggingface_directory(roberta_dir, capsys):
     assert row["log_prob"] == pytest.approx(sum(naive_pll(hf, ids, 159)), abs=1e-4)
 
 
+def test_an_embedding_table_padded_beyond_the_tokenizer(tmp_path, capfd):
+    """DeBERTa-v3 has 128,100 rows for 128,001 pieces: the extra rows stay (they enter the softmax)."""
+    hf = randomised(transformers.RobertaForMaskedLM(transformers.RobertaConfig(**{**ROBERTA, "vocab_size": 192})))
+    hf.save_pretrained(tmp_path)
+    write_tokenizer(tmp_path, {**ROBERTA_SPECIALS}, 160)
+    capfd.readouterr()
+    scorer = Scorer.from_pretrained(tmp_path)
+    assert "note" not in capfd.readouterr().err and scorer.model.config.vocab_size == 192
+    score = scorer.score(["a dog ran"])[0]
+    assert score.token_log_probs == pytest.approx(naive_pll(hf, scorer.tokenizer.encode("a dog ran"), 159), abs=1e-5)
+
+
 def test_pytorch_model_bin_is_read_with_weights_only(roberta_dir, tmp_path):
     hf, directory = roberta_dir
     for name in ("config.json", "tokenizer.json"):

@@ -65,6 +65,9 @@ class MaskplayModel(ModelBase):
     # encoder: its LM head is zero), and the pooling its sentence-transformers modules ask for
     no_lm_head: str | None = None
     hf_pooling: str | None = None
+    # HuggingFace pads embedding tables beyond the tokenizer (DeBERTa-v3: 128,100 rows, 128,001 pieces); the rows no
+    # piece reads still enter the softmax, so the table stays and a smaller tokenizer is accepted
+    vocabulary_padded: bool = False
     # reads a HuggingFace directory: families/hf/directory.py's load_hf_model, set when families/hf is imported
     # (families/__init__.py imports it), so that this module does not import the converters that import it
     hf_reader: ClassVar[Callable[[Path], MaskplayModel] | None] = None

@@ -120,9 +120,10 @@ def _read_pickled(path: Path) -> dict[str, Tensor]:
     return state
 
 
-def special_ids(hf_dir: Path, vocab_size: int) -> tuple[dict[str, Any], str | None]:
+def special_ids(hf_dir: Path, vocab_size: int, padded: bool = False) -> tuple[dict[str, Any], str | None]:
     """The special-token ids of the HuggingFace directory's own tokenizer (tokenizer.json, else vocab.txt), so that
-    the model's [MASK], [PAD], ... are the tokenizer's; without one, the converter's layout stays."""
+    the model's [MASK], [PAD], ... are the tokenizer's; without one, the converter's layout stays. `padded`: a
+    tokenizer smaller than the embedding table is fine (the model read in memory, MaskplayModel.vocabulary_padded)."""
     from ...tokenizer import load_tokenizer
 
     if not any((hf_dir / name).is_file() for name in (TOKENIZER, "vocab.txt")):
@@ -137,7 +138,7 @@ def special_ids(hf_dir: Path, vocab_size: int) -> tuple[dict[str, Any], str | No
         return {}, (f"note: the tokenizer's special tokens fall outside the model's vocabulary of {vocab_size}; "
                     "special-token ids left in the converter's layout")
     note = None
-    if size != vocab_size:
+    if size > vocab_size or (size < vocab_size and not padded):
         note = (f"note: the tokenizer has {size} tokens and the model {vocab_size} embeddings; maskplay score and embed "
                 "need the two to match")
     return ids, note
@@ -171,10 +172,11 @@ def load_hf_model(directory: str | Path) -> MaskplayModel:
         note = None
     else:
         architecture, config, state = read_hf_dir(directory)
-        ids, note = special_ids(directory, config.vocab_size)
+        ids, note = special_ids(directory, config.vocab_size, padded=True)
         model = from_hf(architecture, (config, state), special_ids=ids)
         described = converter_for_architecture(architecture).describe(architecture, model)
         what = f"a HuggingFace {architecture}, converted in memory to {described}"
+    model.vocabulary_padded = True
     print(f"maskplay: {directory} is {what}{'; ' + note if note else ''}", file=sys.stderr)
     return model
 
