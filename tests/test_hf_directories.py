@@ -46,8 +46,12 @@ def sentence_transformers_dir(directory, model, specials, mode="pooling_mode_mea
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
     (directory / "1_Pooling").mkdir()
-    modes = {m: m == mode for m in ("pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens")}
-    (directory / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **modes}))
+    if mode.startswith("pooling_mode_"):  # before sentence-transformers 6: one boolean per mode
+        modes = {m: m == mode for m in ("pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens")}
+        pooling = {"word_embedding_dimension": 32, **modes}
+    else:  # sentence-transformers 6
+        pooling = {"embedding_dimension": 32, "pooling_mode": mode, "include_prompt": True}
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
     return directory
 
 
@@ -119,6 +123,12 @@ def test_sentence_transformers_encoder_embeds_with_its_mean_pooling(kind, tmp_pa
         np.testing.assert_allclose(vector, want.numpy(), atol=1e-5)
     first = Embedder.from_pretrained(sentence_transformers_dir(tmp_path / "cls", hf, specials, "pooling_mode_cls_token"))
     assert first.default_pooling.value == "first"
+    assert Embedder.from_pretrained(sentence_transformers_dir(tmp_path / "6", hf, specials, "mean")).default_pooling.value \
+        == "mean-tokens"
+    capfd.readouterr()
+    assert Embedder.from_pretrained(sentence_transformers_dir(tmp_path / "m", hf, specials, "max")).default_pooling.value \
+        == "mean"
+    assert "pooling max is not maskplay's: give --pooling" in capfd.readouterr().err
 
 
 def test_encoder_commands_embed_and_finetune_score_refuses(tmp_path, capsys):

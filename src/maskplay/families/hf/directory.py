@@ -34,9 +34,9 @@ PICKLED = "pytorch_model.bin"
 TOKENIZER = "tokenizer.json"
 
 # sentence-transformers' pooling modes -> maskplay's Pooling values (score/embed.py); its mean is over every
-# token, [CLS] and [SEP] included ("mean-tokens")
-ST_POOLINGS = {"pooling_mode_mean_tokens": "mean-tokens", "pooling_mode_cls_token": "first",
-               "pooling_mode_lasttoken": "last"}
+# token, [CLS] and [SEP] included ("mean-tokens"). Version 6 writes "pooling_mode": "mean"; earlier ones one
+# boolean per mode
+ST_POOLINGS = {"mean": "mean-tokens", "cls": "first", "lasttoken": "last"}
 
 
 def read_config(directory: Path) -> dict[str, Any]:
@@ -217,7 +217,11 @@ def sentence_pooling(directory: Path) -> tuple[str | None, str | None]:
         pooling = json.loads((directory / path / CONFIG).read_text())
     except (OSError, ValueError, StopIteration, KeyError, TypeError):
         return None, None
-    on = [k for k, v in pooling.items() if k.startswith("pooling_mode_") and v is True] if isinstance(pooling, dict) else []
-    if len(on) == 1 and on[0] in ST_POOLINGS:
-        return ST_POOLINGS[on[0]], None
-    return None, f"sentence-transformers' {', '.join(on) or 'pooling'} is not maskplay's: give --pooling"
+    if not isinstance(pooling, dict):
+        return None, None
+    modes = [pooling["pooling_mode"]] if isinstance(pooling.get("pooling_mode"), str) else [
+        k.removeprefix("pooling_mode_").removesuffix("_token").removesuffix("_tokens")
+        for k, v in pooling.items() if k.startswith("pooling_mode_") and v is True]
+    if len(modes) == 1 and modes[0] in ST_POOLINGS:
+        return ST_POOLINGS[modes[0]], None
+    return None, f"sentence-transformers' pooling {'+'.join(modes) or '(none)'} is not maskplay's: give --pooling"
