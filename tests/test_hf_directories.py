@@ -189,3 +189,11 @@ def test_eval_sts_on_a_sentence_transformers_directory(tmp_path, capsys):
     assert main(["eval", "sts", str(directory), "--limit", "6", "--data", str(data), "--out", str(tmp_path / "r.json"),
                  "--precision", "fp32"]) == 0
     assert json.loads((tmp_path / "r.json").read_text())["pooling"] == "mean-tokens"
+
+
+def test_a_bare_config_read_names_the_huggingface_directory(roberta_dir):
+    """Where only a maskplay config is read (pretrain --init), the HuggingFace one is named, not 13 unknown keys."""
+    from maskplay.model_dir import read_model_config
+
+    with pytest.raises(ValueError, match="is a HuggingFace config, not a maskplay one.*maskplay convert --from-hf"):
+        read_model_config(roberta_dir[1])
