@@ -7,7 +7,7 @@ as a HuggingFace directory, against the tools users pick instead, in the same ru
   sentence-transformers' `encode` (mean pooling) on a RobertaModel.
 
 Scores must agree to 1e-4 nats per sentence and embeddings to 1e-4 (fp32 everywhere); the script stops otherwise.
-maskplay in bf16 is timed beside, its difference from fp32 printed (not held to 1e-4).
+maskplay in bf16 and int8 is timed beside, its difference from fp32 printed (not held to 1e-4).
 Sentences: STS-B dev (shared data). The tokenizer is bert-base-uncased's WordPiece padded to RoBERTa's 50,265
 entries (RoBERTa's BPE is not in the shared data; the model's shape, not its vocabulary, sets the cost).
 
@@ -32,6 +32,7 @@ from common import best_time, machine  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 VOCAB = 50265
+LOWER = ("bf16", "int8")  # maskplay's faster precisions, timed beside fp32 (their scores differ from fp32's)
 
 
 def sentences(data: Path, n: int) -> list[str]:
@@ -104,16 +105,18 @@ def bench_pll(root: Path, data: Path, texts: list[str], repeats: int) -> dict[st
     print(f"PLL: largest difference per sentence vs minicons / HF loop: {worst:.2e} nats", flush=True)
     if worst > 1e-4:
         raise SystemExit("scores differ by more than 1e-4 nats")
-    fast = Scorer(ours.model, ours.tokenizer, batch_size=64, precision="bf16")
+    times = {}
+    for precision in LOWER:
+        fast = Scorer(ours.model, ours.tokenizer, batch_size=64, precision=precision)
+        with torch.inference_mode():
+            worst = max(abs(x.log_prob - y) for x, y in zip(fast.score(texts), a, strict=True))
+            times[f"maskplay {precision}"] = best_time(lambda fast=fast: fast.score(texts), repeats)
+        print(f"PLL, maskplay {precision}: largest difference per sentence vs fp32: {worst:.3f} nats", flush=True)
     with torch.inference_mode():
-        bf16_worst = max(abs(x.log_prob - y) for x, y in zip(fast.score(texts), a, strict=True))
-    print(f"PLL, maskplay bf16: largest difference per sentence vs fp32: {bf16_worst:.3f} nats", flush=True)
-    with torch.inference_mode():
-        t_bf16 = best_time(lambda: fast.score(texts), repeats)
         t_ours = best_time(lambda: ours.score(texts), repeats)
         t_min = best_time(lambda: theirs.sequence_score(texts, reduction=lambda x: x.sum(0).item()), repeats)
         t_hf = best_time(lambda: naive_hf(hf, ids, ours.tokenizer.special.mask), repeats)
-    return {"maskplay": t_ours, "maskplay bf16": t_bf16, "minicons": t_min, "hf": t_hf}
+    return {"maskplay": t_ours, **times, "minicons": t_min, "hf": t_hf}
 
 
 def bench_embed(root: Path, data: Path, texts: list[str], repeats: int) -> dict[str, float]:
@@ -136,12 +139,15 @@ def bench_embed(root: Path, data: Path, texts: list[str], repeats: int) -> dict[
     print(f"embeddings: largest difference vs sentence-transformers: {worst:.2e}", flush=True)
     if worst > 1e-4:
         raise SystemExit("embeddings differ by more than 1e-4")
-    fast = Embedder(ours.model, ours.tokenizer, precision="bf16")
-    print(f"embeddings, maskplay bf16: largest difference vs fp32: {float(np.abs(fast.encode(texts) - a).max()):.2e}")
-    t_bf16 = best_time(lambda: fast.encode(texts, batch_size=32), repeats)
+    times = {}
+    for precision in LOWER:
+        fast = Embedder(ours.model, ours.tokenizer, precision=precision)
+        worst = float(np.abs(fast.encode(texts) - a).max())
+        print(f"embeddings, maskplay {precision}: largest difference vs fp32: {worst:.2e}", flush=True)
+        times[f"maskplay {precision}"] = best_time(lambda fast=fast: fast.encode(texts, batch_size=32), repeats)
     t_ours = best_time(lambda: ours.encode(texts, batch_size=32), repeats)
     t_st = best_time(lambda: st.encode(texts, batch_size=32), repeats)
-    return {"maskplay": t_ours, "maskplay bf16": t_bf16, "sentence-transformers": t_st}
+    return {"maskplay": t_ours, **times, "sentence-transformers": t_st}
 
 
 def main() -> None:
@@ -157,12 +163,12 @@ def main() -> None:
         root = Path(tmp)
         texts = sentences(args.data, max(args.pll_sentences, args.embed_sentences))
         pll = bench_pll(root, args.data, texts[:args.pll_sentences], args.repeats)
-        for name in ("maskplay", "maskplay bf16"):
+        for name in ("maskplay", *(f"maskplay {p}" for p in LOWER)):
             print(f"PLL, {args.pll_sentences} sentences: {name} {pll[name]:.2f} s; minicons {pll['minicons']:.2f} s "
                   f"({pll['minicons'] / pll[name]:.1f}x), HF naive loop {pll['hf']:.2f} s "
                   f"({pll['hf'] / pll[name]:.1f}x)", flush=True)
         emb = bench_embed(root, args.data, texts[:args.embed_sentences], args.repeats)
-        for name in ("maskplay", "maskplay bf16"):
+        for name in ("maskplay", *(f"maskplay {p}" for p in LOWER)):
             print(f"embeddings, {args.embed_sentences} sentences: {name} {emb[name]:.2f} s, sentence-transformers "
                   f"{emb['sentence-transformers']:.2f} s ({emb['sentence-transformers'] / emb[name]:.2f}x)", flush=True)
     print(f"({time.perf_counter() - start:.0f} s in all)")
