@@ -114,7 +114,9 @@ def test_sentence_transformers_encoder_embeds_with_its_mean_pooling(kind, tmp_pa
     directory = sentence_transformers_dir(tmp_path / "st", hf, specials)
     capfd.readouterr()
     embedder = Embedder.from_pretrained(directory)
-    assert "no LM head" in capfd.readouterr().err and embedder.default_pooling.value == "mean-tokens"
+    err = capfd.readouterr().err
+    assert "no LM head" in err and embedder.default_pooling.value == "mean-tokens"
+    assert "its [CLS] pooler left out" in err  # BertModel and RobertaModel have one
     got = embedder.encode(SENTENCES)
     for sentence, vector in zip(SENTENCES, got, strict=True):
         ids = torch.tensor([embedder.tokenizer.encode(sentence)])

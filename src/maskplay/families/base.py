@@ -189,7 +189,6 @@ class MaskplayModel(ModelBase):
         model.load_weights(weights_path)
         return model
 
-
     @classmethod
     def _from_hf_directory(cls, directory: Path, config_overrides: dict[str, Any]) -> MaskplayModel:
         if MaskplayModel.hf_reader is None:
@@ -204,6 +203,7 @@ class MaskplayModel(ModelBase):
             changed = type(model)(dataclasses.replace(model.config, **config_overrides))
             changed.load_strict(model.state_dict(), source=f"{directory} (converted)")
             changed.no_lm_head, changed.hf_pooling = model.no_lm_head, model.hf_pooling
+            changed.vocabulary_padded = model.vocabulary_padded
             model = changed
         return model
 

@@ -7,7 +7,12 @@ weight must be filled: nothing is silently skipped.
 - ElectraForMaskedLM (the generator) <-> BertMLM with embedding_size;
 - the pair <-> a full Electra, its generator sized by electra.generator_hidden_fraction;
 - BertLMHeadModel (is_decoder=True) <-> GPT;
-- XLNetLMHeadModel <-> XLNet.
+- XLNetLMHeadModel <-> XLNet;
+- RobertaForMaskedLM, XLMRobertaForMaskedLM, DistilBertForMaskedLM, AlbertForMaskedLM, DebertaV2ForMaskedLM ->
+  BertMLM with switches (roberta.py, distilbert.py, albert.py, deberta.py over masked.py; read only).
+
+directory.py reads a HuggingFace directory (headless encoders too) as a model in memory, for
+MaskplayModel.from_pretrained.
 
 The registry (registry.py) maps each architecture and each family to its converter; from_hf, to_hf and
 hf_architecture look them up there."""

@@ -189,9 +189,10 @@ def _encoder_model(directory: Path, architecture: str, data: dict[str, Any]) -> 
     prefix = converter.encoders[architecture]  # type: ignore[attr-defined]
     masked = converter.architectures[0]
     config = _namespace(converter_for_architecture(masked), data)
-    state = {(k if k.startswith(prefix) else prefix + k): v for k, v in read_weights(directory).items()
-             if not k.removeprefix(prefix).startswith("pooler.")}  # [CLS] pooler: no sentence-transformers pooling reads it
-    ids, _ = special_ids(directory, config.vocab_size)
+    weights = read_weights(directory)
+    pooler = [k for k in weights if k.removeprefix(prefix).startswith("pooler.")]  # the [CLS] pooler: left out, said
+    state = {(k if k.startswith(prefix) else prefix + k): v for k, v in weights.items() if k not in pooler}
+    ids, _ = special_ids(directory, config.vocab_size, padded=True)
     model_config = converter.config_from_hf(config)
     if ids:
         import dataclasses
@@ -201,11 +202,13 @@ def _encoder_model(directory: Path, architecture: str, data: dict[str, Any]) -> 
     converted = converter.state_from_hf(state, config)  # type: ignore[attr-defined]
     head = {k: torch.zeros_like(v) for k, v in model.state_dict().items() if k.startswith("head.")}
     model.load_strict({**converted, **head}, source=f"the converted {architecture} weights")
+    model.vocabulary_padded = True
     model.no_lm_head = f"{directory} holds a {architecture}, an encoder without LM head"
     pooling, why = sentence_pooling(directory)
     model.hf_pooling = pooling
     what = (f"a HuggingFace {architecture} (no LM head: it embeds and fine-tunes, it does not score), converted in "
-            f"memory to {model_config.family}; pooling {pooling or 'mean'}{' (' + why + ')' if why else ''}")
+            f"memory to {model_config.family}; pooling {pooling or 'mean'}{' (' + why + ')' if why else ''}"
+            f"{'; its [CLS] pooler left out (no sentence-transformers pooling reads it)' if pooler else ''}")
     return model.eval(), what
 
 
