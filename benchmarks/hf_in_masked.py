@@ -22,13 +22,14 @@ import math
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import best_time, machine  # noqa: E402
+from common import machine  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 VOCAB = 50265
@@ -82,6 +83,19 @@ def naive_hf(hf, ids_list: list[list[int]], mask: int) -> list[float]:
     return out
 
 
+def interleaved(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """The fastest of `repeats` timed calls of each run, the runs taking turns (one call of each per round, after
+    one untimed round), so that a change in the machine's load falls on every run alike."""
+    best = {name: math.inf for name in runs}
+    for round_ in range(repeats + 1):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            if round_:
+                best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
 def bench_pll(root: Path, data: Path, texts: list[str], repeats: int) -> dict[str, float]:
     import transformers
     from minicons import scorer as minicons_scorer
@@ -105,18 +119,17 @@ def bench_pll(root: Path, data: Path, texts: list[str], repeats: int) -> dict[st
     print(f"PLL: largest difference per sentence vs minicons / HF loop: {worst:.2e} nats", flush=True)
     if worst > 1e-4:
         raise SystemExit("scores differ by more than 1e-4 nats")
-    times = {}
+    runs = {"maskplay": lambda: ours.score(texts),
+            "minicons": lambda: theirs.sequence_score(texts, reduction=lambda x: x.sum(0).item()),
+            "hf": lambda: naive_hf(hf, ids, ours.tokenizer.special.mask)}
     for precision in LOWER:
         fast = Scorer(ours.model, ours.tokenizer, batch_size=64, precision=precision)
         with torch.inference_mode():
             worst = max(abs(x.log_prob - y) for x, y in zip(fast.score(texts), a, strict=True))
-            times[f"maskplay {precision}"] = best_time(lambda fast=fast: fast.score(texts), repeats)
         print(f"PLL, maskplay {precision}: largest difference per sentence vs fp32: {worst:.3f} nats", flush=True)
+        runs[f"maskplay {precision}"] = lambda fast=fast: fast.score(texts)
     with torch.inference_mode():
-        t_ours = best_time(lambda: ours.score(texts), repeats)
-        t_min = best_time(lambda: theirs.sequence_score(texts, reduction=lambda x: x.sum(0).item()), repeats)
-        t_hf = best_time(lambda: naive_hf(hf, ids, ours.tokenizer.special.mask), repeats)
-    return {"maskplay": t_ours, **times, "minicons": t_min, "hf": t_hf}
+        return interleaved(runs, repeats)
 
 
 def bench_embed(root: Path, data: Path, texts: list[str], repeats: int) -> dict[str, float]:
@@ -139,15 +152,14 @@ def bench_embed(root: Path, data: Path, texts: list[str], repeats: int) -> dict[
     print(f"embeddings: largest difference vs sentence-transformers: {worst:.2e}", flush=True)
     if worst > 1e-4:
         raise SystemExit("embeddings differ by more than 1e-4")
-    times = {}
+    runs = {"maskplay": lambda: ours.encode(texts, batch_size=32),
+            "sentence-transformers": lambda: st.encode(texts, batch_size=32)}
     for precision in LOWER:
         fast = Embedder(ours.model, ours.tokenizer, precision=precision)
         worst = float(np.abs(fast.encode(texts) - a).max())
         print(f"embeddings, maskplay {precision}: largest difference vs fp32: {worst:.2e}", flush=True)
-        times[f"maskplay {precision}"] = best_time(lambda fast=fast: fast.encode(texts, batch_size=32), repeats)
-    t_ours = best_time(lambda: ours.encode(texts, batch_size=32), repeats)
-    t_st = best_time(lambda: st.encode(texts, batch_size=32), repeats)
-    return {"maskplay": t_ours, **times, "sentence-transformers": t_st}
+        runs[f"maskplay {precision}"] = lambda fast=fast: fast.encode(texts, batch_size=32)
+    return interleaved(runs, repeats)
 
 
 def main() -> None:

@@ -101,6 +101,10 @@ class DebertaV2Converter(MaskedConverter):
         return None
 
     def reshape(self, state: dict[str, Tensor], hf_config: Any) -> dict[str, Tensor]:
+        # v3 checkpoints carry the replaced-token-detection head; DebertaV2ForMaskedLM ignores it as well
+        # (its _keys_to_ignore_on_load_unexpected), so the masked LM is the same without it
+        for key in [k for k in state if k.startswith("mask_predictions.")]:
+            del state[key]
         for key in [k for k in state if k.startswith(_HEAD)]:
             leaf = key[len(_HEAD):]
             state[("cls.predictions." if leaf == "bias" else "cls.predictions.transform.") + leaf] = state.pop(key)
