@@ -107,21 +107,19 @@ def test_missing_weight_is_named_by_its_huggingface_name(converted, tmp_path):
         convert_from_hf(tmp_path / "hf", tmp_path / "out")
 
 
-def test_debertas_detection_head_is_left_out_as_huggingface_leaves_it(converted, tmp_path):
+def test_debertas_detection_head_is_left_out_as_huggingface_leaves_it(tmp_path):
     from safetensors.torch import load_file, save_file
 
     from maskplay.cli.convert import read_hf_dir
     from maskplay.families.hf import from_hf
 
-    hf, model, *_, hf_dir = converted
-    if hf.config.model_type != "deberta-v2":
-        pytest.skip("DeBERTa-v3 checkpoints only")
-    state = load_file(str(hf_dir / "model.safetensors"))
-    state["mask_predictions.classifier.weight"] = torch.zeros(1, 32)
-    save_file(state, str(tmp_path / "model.safetensors"))
-    (tmp_path / "config.json").write_text((hf_dir / "config.json").read_text())
-    architecture, config, read = read_hf_dir(tmp_path)
-    again = from_hf(architecture, (config, read))
+    build, _ = CASES["deberta-v3"]
+    randomised(build()).save_pretrained(tmp_path / "hf")
+    state = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    model = from_hf(*read_hf_dir(tmp_path / "hf")[:1], read_hf_dir(tmp_path / "hf")[1:])
+    state["mask_predictions.classifier.weight"] = torch.zeros(1, 32)  # the v3 checkpoints' RTD head
+    save_file(state, str(tmp_path / "hf" / "model.safetensors"))
+    again = from_hf(*read_hf_dir(tmp_path / "hf")[:1], read_hf_dir(tmp_path / "hf")[1:])
     assert all(torch.equal(again.state_dict()[k], v) for k, v in model.state_dict().items())
 
 
