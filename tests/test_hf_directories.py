@@ -140,6 +140,9 @@ def test_encoder_commands_embed_and_finetune_score_refuses(tmp_path, capsys):
     assert main(["score", str(directory), "a dog ran", "--precision", "fp32"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 2 and "RobertaModel, an encoder without LM head" in err.splitlines()[-1]
+    assert main(["convert", "--from-hf", str(directory), "--out", str(tmp_path / "mp")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "RobertaModel, an encoder without LM head: `maskplay convert` writes" in err
     assert main(["embed", str(directory), "--file", str(_lines(tmp_path, SENTENCES)), "--out", str(tmp_path / "e.npy"),
                  "--precision", "fp32"]) == 0
     assert "mean-tokens pooling" in capsys.readouterr().out
