@@ -90,6 +90,15 @@ def test_an_embedding_table_padded_beyond_the_tokenizer(tmp_path, capfd):
     assert score.token_log_probs == pytest.approx(naive_pll(hf, scorer.tokenizer.encode("a dog ran"), 159), abs=1e-5)
 
 
+def test_sharded_safetensors_are_read(roberta_dir, tmp_path):
+    hf, directory = roberta_dir
+    hf.save_pretrained(tmp_path, max_shard_size="40KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file() and len(list(tmp_path.glob("model-*"))) > 1
+    (tmp_path / "tokenizer.json").write_text((directory / "tokenizer.json").read_text())
+    a, b = MaskplayModel.from_pretrained(directory), MaskplayModel.from_pretrained(tmp_path)
+    assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
+
+
 def test_pytorch_model_bin_is_read_with_weights_only(roberta_dir, tmp_path):
     hf, directory = roberta_dir
     for name in ("config.json", "tokenizer.json"):
