@@ -37,14 +37,16 @@ def roberta_dir(tmp_path_factory):
     return hf, directory
 
 
-def sentence_transformers_dir(directory, model, specials, mode="pooling_mode_mean_tokens"):
+def sentence_transformers_dir(directory, model, specials, mode="pooling_mode_mean_tokens", normalize=False):
     """A headless encoder laid out as sentence-transformers saves one: the model at the top, modules.json and
-    1_Pooling/config.json."""
+    1_Pooling/config.json (and a Normalize module last)."""
     model.save_pretrained(directory)
     write_tokenizer(directory, specials, model.config.vocab_size)
-    (directory / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+    (directory / "modules.json").write_text(json.dumps(modules))
     (directory / "1_Pooling").mkdir()
     if mode.startswith("pooling_mode_"):  # before sentence-transformers 6: one boolean per mode
         modes = {m: m == mode for m in ("pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens")}
@@ -132,6 +134,10 @@ def test_sentence_transformers_encoder_embeds_with_its_mean_pooling(kind, tmp_pa
         with torch.no_grad():  # sentence-transformers' mean: every token under the attention mask
             want = hf(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state.mean(1)[0]
         np.testing.assert_allclose(vector, want.numpy(), atol=1e-5)
+    unit = Embedder.from_pretrained(sentence_transformers_dir(tmp_path / "n", hf, specials, normalize=True))
+    np.testing.assert_allclose(unit.encode(SENTENCES), got / np.linalg.norm(got, axis=1, keepdims=True), atol=1e-6)
+    assert not np.allclose(np.linalg.norm(got, axis=1), 1.0)
+    np.testing.assert_allclose(unit.encode(SENTENCES, normalize=False), got, atol=1e-6)
     first = Embedder.from_pretrained(sentence_transformers_dir(tmp_path / "cls", hf, specials, "pooling_mode_cls_token"))
     assert first.default_pooling.value == "first"
     assert Embedder.from_pretrained(sentence_transformers_dir(tmp_path / "6", hf, specials, "mean")).default_pooling.value \

@@ -41,7 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "block N, -1 = last")
     e.add_argument("--diagonal-mask", action=argparse.BooleanOptionalAction, default=True,
                    help="T-TA only: --no-diagonal-mask lets each position see its own token")
-    e.add_argument("--normalize", action="store_true", help="unit-length rows")
+    e.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                   help="unit-length rows (default: no, or as a sentence-transformers directory's Normalize says)")
     add_sif_arguments(e)
     e.add_argument("--overflow", choices=[Overflow.ERROR.value, Overflow.TRUNCATE.value, Overflow.WINDOW.value],
                    default=Overflow.ERROR.value,

@@ -65,6 +65,7 @@ class MaskplayModel(ModelBase):
     # encoder: its LM head is zero), and the pooling its sentence-transformers modules ask for
     no_lm_head: str | None = None
     hf_pooling: str | None = None
+    hf_normalize: bool = False  # its sentence-transformers modules end with a Normalize (unit-length embeddings)
     # HuggingFace pads embedding tables beyond the tokenizer (DeBERTa-v3: 128,100 rows, 128,001 pieces); the rows no
     # piece reads still enter the softmax, so the table stays and a smaller tokenizer is accepted
     vocabulary_padded: bool = False
@@ -203,7 +204,7 @@ class MaskplayModel(ModelBase):
             changed = type(model)(dataclasses.replace(model.config, **config_overrides))
             changed.load_strict(model.state_dict(), source=f"{directory} (converted)")
             changed.no_lm_head, changed.hf_pooling = model.no_lm_head, model.hf_pooling
-            changed.vocabulary_padded = model.vocabulary_padded
+            changed.vocabulary_padded, changed.hf_normalize = model.vocabulary_padded, model.hf_normalize
             model = changed
         return model
 

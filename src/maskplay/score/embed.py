@@ -120,7 +120,7 @@ class Embedder:
         return cls(model, tokenizer, **kwargs)
 
     def encode(self, sentences: Sequence[str], pooling: Pooling | str | None = None, layer: int = -1,
-               diagonal_mask: bool = True, normalize: bool = False, batch_size: int = 32,
+               diagonal_mask: bool = True, normalize: bool | None = None, batch_size: int = 32,
                overflow: Overflow | str = Overflow.ERROR, progress: bool = False,
                max_length: int | None = None, static: bool = False, sif_a: float = 1e-3,
                remove_components: int = 0) -> np.ndarray:
@@ -132,7 +132,8 @@ class Embedder:
         width)). pooling 'sif': weights sif_a / (sif_a + p(piece)) from the Embedder's piece_counts.
         remove_components=k: the projection on the first k principal components (uncentred, as SIF) of the
         returned set is removed, before normalize. pooling None: the Embedder's default_pooling (a
-        sentence-transformers directory's own, else mean)."""
+        sentence-transformers directory's own, else mean); normalize None: whether that directory's modules end
+        with a Normalize (else False)."""
         if isinstance(sentences, str):
             raise ValueError("encode() takes a list of sentences, got a single str")
         pooling, overflow = Pooling(pooling or self.default_pooling), Overflow(overflow)
@@ -177,7 +178,7 @@ class Embedder:
                     out[[owners[batch[row]][0] for row in whole]] = pooled.cpu().numpy()
         windowed = np.flatnonzero(counts)
         out[windowed] = (sums[windowed] / counts[windowed, None]).astype(np.float32)
-        return _finish(out, remove_components, normalize)
+        return _finish(out, remove_components, self.model.hf_normalize if normalize is None else normalize)
 
     def _check_options(self, n: int, pooling: Pooling, layer: int, batch_size: int, overflow: Overflow, static: bool,
                        sif_a: float, remove_components: int) -> None:

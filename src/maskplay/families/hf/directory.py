@@ -205,11 +205,21 @@ def _encoder_model(directory: Path, architecture: str, data: dict[str, Any]) -> 
     model.vocabulary_padded = True
     model.no_lm_head = f"{directory} holds a {architecture}, an encoder without LM head"
     pooling, why = sentence_pooling(directory)
-    model.hf_pooling = pooling
+    model.hf_pooling, model.hf_normalize = pooling, sentence_normalize(directory)
+    normalized = ", normalized" if model.hf_normalize else ""
     what = (f"a HuggingFace {architecture} (no LM head: it embeds and fine-tunes, it does not score), converted in "
-            f"memory to {model_config.family}; pooling {pooling or 'mean'}{' (' + why + ')' if why else ''}"
+            f"memory to {model_config.family}; pooling {pooling or 'mean'}{normalized}{' (' + why + ')' if why else ''}"
             f"{'; its [CLS] pooler left out (no sentence-transformers pooling reads it)' if pooler else ''}")
     return model.eval(), what
+
+
+def sentence_normalize(directory: Path) -> bool:
+    """Whether sentence-transformers' modules.json ends with a Normalize module (unit-length embeddings)."""
+    try:
+        modules = json.loads((directory / "modules.json").read_text())
+        return str(modules[-1].get("type", "")).endswith("Normalize")
+    except (OSError, ValueError, IndexError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def sentence_pooling(directory: Path) -> tuple[str | None, str | None]:
