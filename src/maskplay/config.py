@@ -30,6 +30,10 @@ ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm
 # leaves them out while they are at these values, so that it reads as it did before they existed
 GPT_BERT_SWITCHES = {"norm_affine": True, "attention_output_norm": False, "ffn_inner_norm": False, "gelu_tanh": False,
                      "value_gate": False, "denseformer": False, "head_norm": False, "weight_init": "bert"}
+# ---- issue 42, masked half (HuggingFace masked LMs in: ALBERT's tanh GELU head, DeBERTa-v3's relative buckets);
+# like GPT-BERT's, config.json leaves them out at these defaults
+HF_MASKED_SWITCHES = {"head_gelu_tanh": False, "relative_buckets": 32, "relative_max_distance": 512}
+ARCHITECTURE_SWITCHES = (*ARCHITECTURE_SWITCHES, *HF_MASKED_SWITCHES)
 
 
 @dataclass
@@ -203,6 +207,13 @@ class ModelConfig:
     # bert: normal(initializer_range); gpt-bert: truncated normal, std sqrt(2 / (5 hidden)) at +-2 std, the
     # feed-forward weights of layer i scaled by sqrt(1 / (2 (i + 1)))
     weight_init: str = "bert"
+    # ---- issue 42, masked half (docs/SWITCHES.md). head_gelu_tanh: the LM head's GELU in its tanh approximation
+    # (ALBERT's and any HuggingFace hidden_act = "gelu_new" model's head; gelu_tanh is the feed-forward's)
+    head_gelu_tanh: bool = False
+    # positions = "disentangled": the relative buckets (2 x relative_buckets - 1 table rows) and the distance the
+    # log buckets reach (GPT-BERT's 32 and 512; DeBERTa-v3's position_buckets 256 and max_relative_positions 512)
+    relative_buckets: int = 32
+    relative_max_distance: int = 512
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     # masked-LM families (bert, unilm): the share of real tokens selected for prediction (BERT's 0.15; Wettig et
@@ -257,6 +268,7 @@ class ModelConfig:
             raise ValueError(f"mask_probability must be in (0, 1), got {self.mask_probability}")
         self._check_gpt_bert_switches(xl)
         self._check_reversible(xl)
+        self._check_relative_buckets()
         if self.lsra_kernel < 1 or self.lsra_kernel % 2 == 0:
             raise ValueError(f"lsra_kernel must be an odd kernel size >= 1 (centred on the query), got {self.lsra_kernel}")
         if self.attention not in ("dot", "lsra"):
@@ -324,6 +336,14 @@ class ModelConfig:
         if clash:
             raise ValueError(f"reversible = true rebuilds each block's input from its output: not with {clash[0]}")
 
+    def _check_relative_buckets(self) -> None:
+        """relative_buckets / relative_max_distance must make log buckets (docs/SWITCHES.md)."""
+        mid = self.relative_buckets // 2
+        if self.relative_buckets < 2 or self.relative_max_distance - 1 <= mid:
+            raise ValueError(f"relative_buckets ({self.relative_buckets}) must be >= 2 and relative_max_distance "
+                             f"({self.relative_max_distance}) above relative_buckets / 2 + 1: the log buckets "
+                             "span the distances between the two")
+
     def architecture_changes(self) -> list[str]:
         """The architecture switches (docs/SWITCHES.md) set away from the family's own, as "name = value":
         what a converter to another library's architecture must refuse."""
@@ -373,7 +393,7 @@ class ModelConfig:
         data = dataclasses.asdict(self)
         if self.long == LongAttentionConfig():  # off: config.json stays as it was before [model.long] existed
             del data["long"]
-        for name, default in GPT_BERT_SWITCHES.items():  # the same for GPT-BERT's switches
+        for name, default in {**GPT_BERT_SWITCHES, **HF_MASKED_SWITCHES}.items():  # the same for these switches
             if data[name] == default:
                 del data[name]
         if not self.reversible:  # and for reversible

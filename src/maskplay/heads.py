@@ -26,11 +26,12 @@ class LMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.pre_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps,
                                      elementwise_affine=config.norm_affine) if config.head_norm else None
+        self.approximate = "tanh" if config.head_gelu_tanh else "none"  # ALBERT's gelu_new head
 
     def transform(self, hidden: Tensor) -> Tensor:
         if self.pre_norm is not None:
             hidden = self.pre_norm(hidden)
-        return self.norm(F.gelu(self.dense(hidden)))
+        return self.norm(F.gelu(self.dense(hidden), approximate=self.approximate))
 
     def forward(self, hidden: Tensor, embedding_weight: Tensor) -> Tensor:
         """Apply only to the positions being predicted: pass hidden[selected], not the whole sequence."""

@@ -30,8 +30,22 @@ def read_model_config(directory: str | Path, **overrides: Any) -> ModelConfig:
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} not found: is {config_path.parent} a directory written by "
                                 "save_pretrained?")
+    if is_hf_directory(config_path.parent):  # MaskplayModel.from_pretrained reads these; a bare config cannot
+        raise ValueError(f"{config_path} is a HuggingFace config, not a maskplay one: load the model with "
+                         f"MaskplayModel.from_pretrained, or write it as a maskplay directory first (maskplay convert "
+                         f"--from-hf {config_path.parent} --out DIR)")
     data = read_json_object(config_path)
     return from_dict(ModelConfig, {**data, **overrides}, source=str(config_path))
+
+
+def is_hf_directory(directory: str | Path) -> bool:
+    """Whether `directory`'s config.json is a HuggingFace one (it names an architecture or model_type, and no
+    maskplay family): MaskplayModel.from_pretrained then converts it in memory (families/hf/directory.py)."""
+    try:
+        data = json.loads((Path(directory) / CONFIG_NAME).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "family" not in data and ("architectures" in data or "model_type" in data)
 
 
 ASSETS = Path(__file__).resolve().parent / "assets"

@@ -286,9 +286,11 @@ class Disentangled(nn.Module):
     hidden width and their LayerNorm, which keeps its gain and bias whatever norm_affine says (as in the authors'
     code). The layers project the table with their own query and key weights (attention/disentangled.py)."""
 
-    def __init__(self, config: ModelConfig, bucket_size: int = DISENTANGLED_BUCKETS,
-                 max_distance: int = DISENTANGLED_MAX_DISTANCE) -> None:
+    def __init__(self, config: ModelConfig, bucket_size: int | None = None, max_distance: int | None = None) -> None:
         super().__init__()
+        # the config's (default GPT-BERT's DISENTANGLED_BUCKETS and _MAX_DISTANCE) unless given
+        bucket_size = config.relative_buckets if bucket_size is None else bucket_size
+        max_distance = config.relative_max_distance if max_distance is None else max_distance
         self.table = nn.Parameter(torch.zeros(2 * bucket_size - 1, config.hidden_size))
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.reach = max_distance - 1  # every larger distance shares the last bucket

@@ -14,6 +14,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 SPECIAL_TOKENS = ["[PAD]", "[EOS]", "[UNK]", "[SOS]", "[MASK]", "[CLS]", "[SEP]"]
+# RoBERTa's / XLM-R's names for the same roles (HuggingFace directories read as models, issue 42)
+ROBERTA_SPECIALS = ["<pad>", "</s>", "<unk>", "<s>", "<mask>"]
 
 
 @dataclass(frozen=True)
@@ -42,10 +44,10 @@ class Tokenizer:
             raise ValueError(f"tokenizer {source or '(in memory)'} has none of the special tokens {names}")
 
         self.special = SpecialIds(
-            pad=find("[PAD]"), eos=find("[EOS]", "[SEP]"), unk=find("[UNK]"), sos=find("[SOS]", "[CLS]"),
-            mask=find("[MASK]"),
-            all=tuple(sorted(vocab[t] for t in SPECIAL_TOKENS if t in vocab)),
-            sep=find("[SEP]", "[EOS]"),
+            pad=find("[PAD]", "<pad>"), eos=find("[EOS]", "[SEP]", "</s>"), unk=find("[UNK]", "<unk>"),
+            sos=find("[SOS]", "[CLS]", "<s>"), mask=find("[MASK]", "<mask>"),
+            all=tuple(sorted(vocab[t] for t in (*SPECIAL_TOKENS, *ROBERTA_SPECIALS) if t in vocab)),
+            sep=find("[SEP]", "[EOS]", "</s>"),
         )
         backend.no_padding()
         backend.no_truncation()

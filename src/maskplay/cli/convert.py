@@ -1,28 +1,28 @@
-"""`maskplay convert`: HuggingFace checkpoints of the families with a HuggingFace twin (BERT, ELECTRA, GPT as a
-BERT decoder, XLNet) to maskplay model directories and back (see docs/CONVERT.md). Weights are read from
-safetensors only: a pickled pytorch_model.bin is never loaded."""
+"""`maskplay convert`: HuggingFace checkpoints (the architectures families/hf converts, docs/CONVERT.md) to
+maskplay model directories and back. Weights are read from safetensors, or from pytorch_model.bin with
+torch.load(weights_only=True): tensors only, nothing else is unpickled (families/hf/directory.py)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 from torch import Tensor
 
 from ..families.hf import (
     ARCHITECTURES,
-    check_hf_types,
     converted_families,
     describe_conversion,
-    hf_architecture,
-    hf_config,
 )
+from ..families.hf.directory import read_hf_dir, read_weights, special_ids
+
+# the names cli/finetune_convert.py (and read_hf_dir's users) know them by, from before they moved to
+# families/hf/directory.py, where MaskplayModel.from_pretrained reads HuggingFace directories too
+_read_weights, _special_ids = read_weights, special_ids
+__all__ = ["add_parser", "convert_from_hf", "convert_to_hf", "read_hf_dir", "run"]
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -69,53 +69,6 @@ def run(args: argparse.Namespace) -> int:
 # ---- HuggingFace -> maskplay ------------------------------------------------------------------------------
 
 
-def read_hf_dir(directory: str | Path) -> tuple[str, SimpleNamespace, dict[str, Tensor]]:
-    """(architecture, config, weights) of a HuggingFace model directory, the weights from safetensors."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"HuggingFace model directory {directory} not found")
-    config_path = directory / CONFIG
-    if not config_path.is_file():
-        raise FileNotFoundError(f"{config_path} not found: a HuggingFace model directory needs config.json")
-    try:
-        data = json.loads(config_path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{config_path}: invalid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{config_path}: expected a JSON object")
-    check_hf_types(data, str(config_path))  # "hidden_size": "256" is named here, not a TypeError in a converter
-    state = _read_weights(directory)
-    architecture = hf_architecture(data, state, config_path)
-    return architecture, hf_config(architecture, data, str(config_path)), state
-
-
-def _read_weights(directory: Path) -> dict[str, Tensor]:
-    """A damaged (truncated, corrupted) file is one ValueError naming it, as for maskplay model directories."""
-    from ..model_dir import read_weights
-
-    if (directory / WEIGHTS).is_file():
-        return read_weights(directory / WEIGHTS)
-    if (directory / WEIGHTS_INDEX).is_file():
-        try:
-            index = json.loads((directory / WEIGHTS_INDEX).read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ValueError(f"{directory / WEIGHTS_INDEX} is damaged: not readable JSON ({type(err).__name__})") from None
-        weight_map = index.get("weight_map") if isinstance(index, dict) else None
-        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise ValueError(f"{directory / WEIGHTS_INDEX} is damaged: no weight_map of file names")
-        state: dict[str, Tensor] = {}
-        for shard in sorted(set(weight_map.values())):
-            if not (directory / shard).is_file() or Path(shard).name != shard:
-                raise FileNotFoundError(f"{directory / WEIGHTS_INDEX} names a shard {shard!r} that is not in {directory}")
-            state.update(read_weights(directory / shard))
-        return state
-    pickled = [name for name in ("pytorch_model.bin", "pytorch_model.bin.index.json") if (directory / name).is_file()]
-    if pickled:
-        raise FileNotFoundError(f"{directory} has {pickled[0]} but no {WEIGHTS}: maskplay does not unpickle weights; "
-                                "re-save the model with model.save_pretrained(dir, safe_serialization=True)")
-    raise FileNotFoundError(f"{directory / WEIGHTS} not found")
-
-
 def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Path | None = None) -> list[str]:
     """Write the maskplay model of the HuggingFace directory `hf_dir` (with `generator_dir`: an ELECTRA pair)
     to `out`, whole or not at all; returns what to tell the user."""
@@ -152,29 +105,6 @@ def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Pa
         lines.append(f"{hf_dir} has no {TOKENIZER}: add one to {out} before scoring with it (maskplay tokenizer "
                      "builds one from a vocab.txt)")
     return lines + notes
-
-
-def _special_ids(hf_dir: Path, vocab_size: int) -> tuple[dict[str, Any], str | None]:
-    """The special-token ids of the HuggingFace directory's own tokenizer (tokenizer.json, else vocab.txt), so that
-    the model's [MASK], [PAD], ... are the tokenizer's; without one, the bert-base-uncased layout stays."""
-    from ..tokenizer import load_tokenizer
-
-    if not any((hf_dir / name).is_file() for name in (TOKENIZER, "vocab.txt")):
-        return {}, None
-    try:
-        tokenizer = load_tokenizer(hf_dir)
-    except ValueError as err:
-        return {}, f"note: special-token ids left in the bert-base-uncased layout ({err})"
-    ids = tokenizer.model_config_ids()
-    size = ids.pop("vocab_size")
-    if any(not 0 <= ids[k] < vocab_size for k in ids if k != "special_token_ids"):
-        return {}, (f"note: the tokenizer's special tokens fall outside the model's vocabulary of {vocab_size}; "
-                    "special-token ids left in the bert-base-uncased layout")
-    note = None
-    if size != vocab_size:
-        note = (f"note: the tokenizer has {size} tokens and the model {vocab_size} embeddings; maskplay score and embed "
-                "need the two to match")
-    return ids, note
 
 
 # ---- maskplay -> HuggingFace ------------------------------------------------------------------------------

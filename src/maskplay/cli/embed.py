@@ -34,13 +34,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--out", required=True, help="X.npy (float32 matrix, one row per line) or X.jsonl")
     from ..score.embed import Pooling
 
-    e.add_argument("--pooling", choices=[p.value for p in Pooling], default=Pooling.MEAN.value)
+    e.add_argument("--pooling", choices=[p.value for p in Pooling], default=None,
+                   help="default: mean, or a sentence-transformers directory's own pooling")
     e.add_argument("--layer", type=int, default=-1,
                    help="hidden state: 0 = the embedding output (the input of block 1), 1..N = the output of "
                         "block N, -1 = last")
     e.add_argument("--diagonal-mask", action=argparse.BooleanOptionalAction, default=True,
                    help="T-TA only: --no-diagonal-mask lets each position see its own token")
-    e.add_argument("--normalize", action="store_true", help="unit-length rows")
+    e.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                   help="unit-length rows (default: no, or as a sentence-transformers directory's Normalize says)")
     add_sif_arguments(e)
     e.add_argument("--overflow", choices=[Overflow.ERROR.value, Overflow.TRUNCATE.value, Overflow.WINDOW.value],
                    default=Overflow.ERROR.value,
@@ -80,6 +82,7 @@ def _embed(args: argparse.Namespace, device: torch.device, rows: list[tuple[int,
     precision = resolve_cli(args.precision, device, model_dir=args.model_dir, rows=args.batch_size * 32, command="embed")
     embedder = Embedder.from_pretrained(args.model_dir, device=device, precision=precision,
                                         frequencies=args.frequencies)
+    args.pooling = args.pooling or embedder.default_pooling.value
     try:
         vectors = embedder.encode([rows[k][1] for k in positions], pooling=Pooling(args.pooling), layer=args.layer,
                                   diagonal_mask=args.diagonal_mask, normalize=args.normalize,

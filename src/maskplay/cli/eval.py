@@ -31,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..score.embed import Pooling
 
     s.add_argument("--datasets", nargs="+", choices=["stsb", "sick"], default=["stsb", "sick"])
-    s.add_argument("--pooling", choices=[x.value for x in Pooling], default=Pooling.MEAN.value)
+    s.add_argument("--pooling", choices=[x.value for x in Pooling], default=None,
+                   help="default: mean, or a sentence-transformers directory's own pooling")
     s.add_argument("--layer", type=int, default=-1,
                    help="0 = the embedding output (the input of block 1), 1..N = the output of block N, -1 = last")
     s.add_argument("--diagonal-mask", action=argparse.BooleanOptionalAction, default=True,
@@ -185,6 +186,7 @@ def run_sts(args: argparse.Namespace) -> int:
     given = _load_sts_files(args) if args.file else None
     embedder = Embedder.from_pretrained(args.model_dir, device=resolve_device(args.device),
                                         precision=_precision(args), frequencies=args.frequencies)
+    args.pooling = args.pooling or embedder.default_pooling.value
     settings = {"pooling": args.pooling, "layer": args.layer, "diagonal_mask": args.diagonal_mask,
                 "static": args.static, "remove_components": args.remove_components,
                 "family": embedder.model.config.family}

@@ -10,6 +10,7 @@ from .electra import Electra
 from .unilm import UniLM
 from .xlnet import XLNet
 from .gpt_bert import GPTBert
+from . import hf  # noqa: F401 - the HuggingFace converters, and MaskplayModel.from_pretrained's reader of their directories
 
 # name -> class for the built-in families (registry.FAMILIES also holds any family registered later)
 FAMILY_CLASSES: dict[str, type[MaskplayModel]] = {cls.family: cls for cls in families()}

@@ -46,6 +46,7 @@ from ..model_dir import (
     WEIGHTS_NAME,
     check_buffers,
     check_sizes_fit,
+    is_hf_directory,
     read_model_config,
     read_shapes,
     resolve_model_dir,
@@ -75,6 +76,17 @@ class MaskplayModel(ModelBase):
     # types come from: given / after_separator / none); None: the family has no custom-code export
     hf_code: ClassVar[dict[str, Any] | None] = None
     trains_with_memory: ClassVar[bool] = False  # forward(mems=..., memory_length=...): Transformer-XL's recurrence
+    # set on a model read from a HuggingFace directory (families/hf/directory.py): why it cannot score (a headless
+    # encoder: its LM head is zero), and the pooling its sentence-transformers modules ask for
+    no_lm_head: str | None = None
+    hf_pooling: str | None = None
+    hf_normalize: bool = False  # its sentence-transformers modules end with a Normalize (unit-length embeddings)
+    # HuggingFace pads embedding tables beyond the tokenizer (DeBERTa-v3: 128,100 rows, 128,001 pieces); the rows no
+    # piece reads still enter the softmax, so the table stays and a smaller tokenizer is accepted
+    vocabulary_padded: bool = False
+    # reads a HuggingFace directory: families/hf/directory.py's load_hf_model, set when families/hf is imported
+    # (families/__init__.py imports it), so that this module does not import the converters that import it
+    hf_reader: ClassVar[Callable[[Path], MaskplayModel] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -190,8 +202,11 @@ class MaskplayModel(ModelBase):
     @classmethod
     def from_pretrained(cls, directory: str | Path, **config_overrides: Any) -> MaskplayModel:
         """Load a model saved by save_pretrained, from a directory or a hub name ("org/name", fetched with
-        huggingface_hub). Called on MaskplayModel it builds the saved family."""
+        huggingface_hub). Called on MaskplayModel it builds the saved family. A HuggingFace model directory is
+        converted in memory (families/hf/directory.py; one line on stderr says so)."""
         directory = resolve_model_dir(directory)
+        if is_hf_directory(directory):
+            return cls._from_hf_directory(directory, config_overrides)
         config = read_model_config(directory, **config_overrides)
         weights_path = directory / WEIGHTS_NAME
         if not weights_path.is_file():
@@ -200,6 +215,24 @@ class MaskplayModel(ModelBase):
         check_against_weights(model_cls, config, weights_path, str(directory / CONFIG_NAME))
         model = model_cls(config)
         model.load_weights(weights_path)
+        return model
+
+    @classmethod
+    def _from_hf_directory(cls, directory: Path, config_overrides: dict[str, Any]) -> MaskplayModel:
+        if MaskplayModel.hf_reader is None:
+            raise ValueError(f"{directory} is a HuggingFace directory: import maskplay.families to read it")
+        model = MaskplayModel.hf_reader(directory)
+        if cls.family and model.config.family != cls.family:
+            raise ValueError(f"{directory} converts to a {model.config.family} model, not a {cls.family} one; "
+                             "load it with MaskplayModel.from_pretrained")
+        if config_overrides:  # e.g. dropout for fine-tuning: the same weights under the changed config
+            import dataclasses
+
+            changed = type(model)(dataclasses.replace(model.config, **config_overrides))
+            changed.load_strict(model.state_dict(), source=f"{directory} (converted)")
+            changed.no_lm_head, changed.hf_pooling = model.no_lm_head, model.hf_pooling
+            changed.vocabulary_padded, changed.hf_normalize = model.vocabulary_padded, model.hf_normalize
+            model = changed
         return model
 
 

@@ -55,6 +55,7 @@ class Pooling(str, Enum):
     SIF = "sif"  # the mean weighted by a / (a + p(piece)) (Arora et al. 2017); needs piece counts
     FIRST = "first"  # the output at [SOS] (BERT's [CLS] position)
     LAST = "last"  # the output at [EOS] (the natural choice for a causal model: it has read everything)
+    MEAN_TOKENS = "mean-tokens"  # the mean over every token, [SOS]/[EOS] included (sentence-transformers' mean)
 
 
 def read_piece_counts(path: str | Path, vocab_size: int, tokenizer: Tokenizer | None = None) -> np.ndarray:
@@ -100,6 +101,8 @@ class Embedder:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.precision = resolve_precision(model, precision)  # "auto" too
+        # a sentence-transformers directory's own pooling (families/hf/directory.py), else maskplay's mean
+        self.default_pooling = Pooling(model.hf_pooling or Pooling.MEAN)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, frequencies: str | Path | None = None,
@@ -116,8 +119,8 @@ class Embedder:
                 kwargs["piece_counts"] = read_piece_counts(source, model.config.vocab_size, tokenizer)
         return cls(model, tokenizer, **kwargs)
 
-    def encode(self, sentences: Sequence[str], pooling: Pooling | str = Pooling.MEAN, layer: int = -1,
-               diagonal_mask: bool = True, normalize: bool = False, batch_size: int = 32,
+    def encode(self, sentences: Sequence[str], pooling: Pooling | str | None = None, layer: int = -1,
+               diagonal_mask: bool = True, normalize: bool | None = None, batch_size: int = 32,
                overflow: Overflow | str = Overflow.ERROR, progress: bool = False,
                max_length: int | None = None, static: bool = False, sif_a: float = 1e-3,
                remove_components: int = 0) -> np.ndarray:
@@ -128,10 +131,12 @@ class Embedder:
         static=True: the word-piece embedding table's vectors instead of a layer (no model pass; (n, embedding
         width)). pooling 'sif': weights sif_a / (sif_a + p(piece)) from the Embedder's piece_counts.
         remove_components=k: the projection on the first k principal components (uncentred, as SIF) of the
-        returned set is removed, before normalize."""
+        returned set is removed, before normalize. pooling None: the Embedder's default_pooling (a
+        sentence-transformers directory's own, else mean); normalize None: whether that directory's modules end
+        with a Normalize (else False)."""
         if isinstance(sentences, str):
             raise ValueError("encode() takes a list of sentences, got a single str")
-        pooling, overflow = Pooling(pooling), Overflow(overflow)
+        pooling, overflow = Pooling(pooling or self.default_pooling), Overflow(overflow)
         self._check_options(len(sentences), pooling, layer, batch_size, overflow, static, sif_a, remove_components)
         cfg = self.model.config
         kwargs = self.model.embedding_kwargs(diagonal_mask)  # T-TA's diagonal switch; an error for the others
@@ -173,7 +178,7 @@ class Embedder:
                     out[[owners[batch[row]][0] for row in whole]] = pooled.cpu().numpy()
         windowed = np.flatnonzero(counts)
         out[windowed] = (sums[windowed] / counts[windowed, None]).astype(np.float32)
-        return _finish(out, remove_components, normalize)
+        return _finish(out, remove_components, self.model.hf_normalize if normalize is None else normalize)
 
     def _check_options(self, n: int, pooling: Pooling, layer: int, batch_size: int, overflow: Overflow, static: bool,
                        sif_a: float, remove_components: int) -> None:
@@ -245,6 +250,9 @@ def _pool(hidden: Tensor, ids: Tensor, attn: Tensor, pooling: Pooling, probs: Te
         return (hidden * inner[..., None]).sum(1) / inner.sum(1, keepdim=True)
     if pooling is Pooling.FIRST:
         return hidden[:, 0]
+    if pooling is Pooling.MEAN_TOKENS:
+        weights = attn.to(hidden.dtype)[..., None]
+        return (hidden * weights).sum(1) / weights.sum(1)
     return hidden[r, lengths - 1]
 
 
@@ -259,7 +267,7 @@ def _finish(out: np.ndarray, remove_components: int, normalize: bool) -> np.ndar
     return out
 
 
-def encode(model: MaskplayModel, tokenizer: Tokenizer, sentences: Sequence[str], pooling: Pooling | str = Pooling.MEAN,
+def encode(model: MaskplayModel, tokenizer: Tokenizer, sentences: Sequence[str], pooling: Pooling | str | None = None,
            layer: int = -1, diagonal_mask: bool = True, normalize: bool = False, batch_size: int = 32,
            overflow: Overflow | str = Overflow.ERROR) -> np.ndarray:
     """Embedder(model, tokenizer).encode(...) in one call."""

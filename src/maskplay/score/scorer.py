@@ -138,11 +138,11 @@ def load_model_dir(directory: str | Path) -> tuple[MaskplayModel, Tokenizer]:
     directory = resolve_model_dir(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"model directory {directory} not found")
-    if not (directory / "tokenizer.json").is_file():
+    if not any((directory / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
         raise FileNotFoundError(f"{directory / 'tokenizer.json'} not found: a model directory needs config.json, "
-                                "model.safetensors and tokenizer.json")
+                                "model.safetensors and tokenizer.json (a HuggingFace one: tokenizer.json or vocab.txt)")
     model = MaskplayModel.from_pretrained(directory).eval()
-    tokenizer = load_tokenizer(directory / "tokenizer.json")
+    tokenizer = load_tokenizer(directory)  # tokenizer.json, else (a HuggingFace BERT's) vocab.txt
     check_compatible(model, tokenizer)
     return model, tokenizer
 
@@ -169,6 +169,9 @@ class Scorer:
         if not (temperature > 0 and math.isfinite(temperature)):
             raise ValueError(f"temperature must be a positive number, got {temperature}")
         check_compatible(model, tokenizer)
+        if model.no_lm_head:  # a headless HuggingFace encoder (families/hf/directory.py)
+            raise ValueError(f"{model.no_lm_head}: it has no LM head to score with (it embeds and fine-tunes: maskplay "
+                             "embed, eval sts, finetune); give a masked or causal LM")
         self.overflow = Overflow(overflow)
         if self.overflow is Overflow.TRUNCATE:
             raise ValueError("overflow='truncate' would score part of a sentence as if it were all of it; "

@@ -7,7 +7,12 @@ weight must be filled: nothing is silently skipped.
 - ElectraForMaskedLM (the generator) <-> BertMLM with embedding_size;
 - the pair <-> a full Electra, its generator sized by electra.generator_hidden_fraction;
 - BertLMHeadModel (is_decoder=True) <-> GPT;
-- XLNetLMHeadModel <-> XLNet.
+- XLNetLMHeadModel <-> XLNet;
+- RobertaForMaskedLM, XLMRobertaForMaskedLM, DistilBertForMaskedLM, AlbertForMaskedLM, DebertaV2ForMaskedLM ->
+  BertMLM with switches (roberta.py, distilbert.py, albert.py, deberta.py over masked.py; read only).
+
+directory.py reads a HuggingFace directory (headless encoders too) as a model in memory, for
+MaskplayModel.from_pretrained.
 
 The registry (registry.py) maps each architecture and each family to its converter; from_hf, to_hf and
 hf_architecture look them up there."""
@@ -18,8 +23,13 @@ import dataclasses
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from ..base import MaskplayModel
+from .albert import ALBERT
 from .bert import BERT, bert_config_dict
 from .common import HF_DEFAULTS, HFCheckpoint, HFConverter, HFExport, check_hf_types
+from .deberta import DEBERTA_V2
+from .directory import load_hf_model
+from .distilbert import DISTILBERT
 from .electra import ELECTRA, electra_config_dict
 from .gpt import GPT_CONVERTER
 from .registry import (
@@ -32,17 +42,22 @@ from .registry import (
     register,
     to_hf,
 )
+from .roberta import ROBERTA
 from .sequence import SEQUENCE_ARCHITECTURES, sequence_converter
 from .xlnet import XLNET
 
 if TYPE_CHECKING:
     from ...config import ModelConfig
-    from ..base import MaskplayModel
 
 for _converter in (BERT, ELECTRA, GPT_CONVERTER, XLNET):  # this order is the order ARCHITECTURES lists
     register(_converter)
+# issue 42, masked half: HuggingFace masked LMs read into a bert (registered after BERT, whose converter stays the
+# family's export)
+for _converter in (ROBERTA, DISTILBERT, ALBERT, DEBERTA_V2):
+    register(_converter)
 
 ARCHITECTURES = architectures()
+MaskplayModel.hf_reader = load_hf_model  # MaskplayModel.from_pretrained reads HuggingFace directories with it
 
 
 def hf_config(architecture: str, data: dict[str, Any], source: str = "config.json") -> SimpleNamespace:

@@ -82,6 +82,10 @@ class BertConverter(HFConverter):
     family = "bert"
     architectures = ("BertForMaskedLM",)
     hf_defaults = BERT_DEFAULTS
+    encoders = {"BertModel": "bert."}  # the headless encoder (sentence-transformers'): families/hf/directory.py
+
+    def state_from_hf(self, hf_state: dict[str, Tensor], hf_config: Any) -> dict[str, Tensor]:
+        return hf_bert_to_maskplay(hf_state)
 
     def recognise(self, data: dict[str, Any], state: dict[str, Tensor]) -> str | None:
         if data.get("model_type") == "bert" and not data.get("is_decoder", False):

@@ -126,9 +126,11 @@ class HFConverter:
 # ---- renaming ---------------------------------------------------------------------------------------------
 
 
-def from_hf_keys(hf_state: dict[str, Tensor], top: dict[str, str], layers: str, skip: tuple[str, ...]) -> dict[str, Tensor]:
-    """Rename by `top` (module -> module) and by _LAYER under `layers`; the keys in `skip` (buffers, tied copies
-    the caller checks) are dropped, anything else is an error naming the key."""
+def from_hf_keys(hf_state: dict[str, Tensor], top: dict[str, str], layers: str, skip: tuple[str, ...],
+                 layer_map: dict[str, str] | None = None) -> dict[str, Tensor]:
+    """Rename by `top` (module -> module) and by `layer_map` (default _LAYER, BERT's) under `layers`; the keys in
+    `skip` (buffers, tied copies the caller checks) are dropped, anything else is an error naming the key."""
+    layer_map = _LAYER if layer_map is None else layer_map
     out: dict[str, Tensor] = {}
     unknown = []
     for key, value in hf_state.items():
@@ -140,8 +142,8 @@ def from_hf_keys(hf_state: dict[str, Tensor], top: dict[str, str], layers: str, 
             continue
         if module.startswith(layers + "."):
             index, _, rest = module[len(layers) + 1:].partition(".")
-            if index.isdigit() and rest in _LAYER:
-                out[f"encoder.layers.{index}.{_LAYER[rest]}.{leaf}"] = value
+            if index.isdigit() and rest in layer_map:
+                out[f"encoder.layers.{index}.{layer_map[rest]}.{leaf}"] = value
                 continue
         unknown.append(key)
     if unknown:
@@ -149,13 +151,15 @@ def from_hf_keys(hf_state: dict[str, Tensor], top: dict[str, str], layers: str, 
     return out
 
 
-def to_hf_keys(state: dict[str, Tensor], top: dict[str, str], layers: str) -> dict[str, Tensor]:
-    """The inverse of from_hf_keys; a maskplay key with no HuggingFace name is an error naming it."""
+def to_hf_keys(state: dict[str, Tensor], top: dict[str, str], layers: str,
+               layer_map: dict[str, str] | None = None, segment_table: bool = True) -> dict[str, Tensor]:
+    """The inverse of from_hf_keys; a maskplay key with no HuggingFace name is an error naming it.
+    `segment_table`: write the one-row token-type table HuggingFace BERT always has (_with_segment_table)."""
     inverse = {v: k for k, v in top.items()}
-    layer = {v: k for k, v in _LAYER.items()}
+    layer = {v: k for k, v in (_LAYER if layer_map is None else layer_map).items()}
     out: dict[str, Tensor] = {}
     unknown = []
-    for key, value in _with_segment_table(state).items():
+    for key, value in (_with_segment_table(state) if segment_table else state).items():
         module, _, leaf = key.rpartition(".")
         if module in inverse:
             out[f"{inverse[module]}.{leaf}"] = value

@@ -18,10 +18,11 @@ _BY_FAMILY: dict[str, HFConverter] = {}
 
 
 def register(converter: HFConverter) -> HFConverter:
-    """Make `converter` the one for its family and for each of its architectures."""
+    """Make `converter` the one for each of its architectures, and for its family unless one came first (the first
+    is the family's export: RoBERTa, ALBERT, ... read into a bert, which exports as BertForMaskedLM)."""
     for architecture in converter.architectures:
         _BY_ARCHITECTURE[architecture] = converter
-    _BY_FAMILY[converter.family] = converter
+    _BY_FAMILY.setdefault(converter.family, converter)
     return converter
 
 
