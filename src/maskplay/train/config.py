@@ -72,6 +72,9 @@ class ModelSection:
     head_norm: bool | None = None
     weight_init: str | None = None  # bert | gpt-bert
     reversible: bool | None = None  # RevNet's reversible residual (docs/SWITCHES.md); None: off
+    head_gelu_tanh: bool | None = None  # the LM head's GELU in its tanh form (ALBERT); None: exact GELU
+    relative_buckets: int | None = None  # positions = "disentangled": the log buckets; None: 32
+    relative_max_distance: int | None = None  # positions = "disentangled": the farthest bucketed distance; None: 512
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     mask_probability: float | None = None  # bert, unilm: the masked-LM share; None: 0.15
