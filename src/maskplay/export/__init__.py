@@ -3,6 +3,8 @@ the twin architecture where one can express the model, else HuggingFace custom c
 of the backbone that imports torch and transformers only: it is package data, never imported by maskplay)."""
 
 from .hf import export_sentence_transformers, export_to_hf, twin_or_custom
+from .revisions import export_revisions
 from .tokenizer_files import special_ids, tokenizer_files
 
-__all__ = ["export_sentence_transformers", "export_to_hf", "special_ids", "tokenizer_files", "twin_or_custom"]
+__all__ = ["export_revisions", "export_sentence_transformers", "export_to_hf", "special_ids", "tokenizer_files",
+           "twin_or_custom"]

@@ -88,17 +88,22 @@ def _auto_class(config: dict[str, Any]) -> str:
 def write_export(out: Path, files: dict[str, str], weights: dict[str, Tensor]) -> None:
     """`files` and model.safetensors into the new directory `out`, whole or not at all, every file 0666 less the
     umask (safetensors' save_file makes its file 0600)."""
-    from safetensors.torch import save_file
-
     def write(tmp: Path) -> None:
         tmp.mkdir(parents=True)
-        for name, text in files.items():
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / name).write_text(text, encoding="utf-8")
-        save_file(unshared(weights), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        readable(tmp)
+        write_into(tmp, files, weights)
 
     replace_directory(out, write)
+
+
+def write_into(directory: Path, files: dict[str, str], weights: dict[str, Tensor]) -> None:
+    """`files` and model.safetensors into the existing `directory`, every file readable as write_export's."""
+    from safetensors.torch import save_file
+
+    for name, text in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(text, encoding="utf-8")
+    save_file(unshared(weights), str(directory / "model.safetensors"), metadata={"format": "pt"})
+    readable(directory)
 
 
 def readable(directory: Path) -> None:
@@ -132,19 +137,24 @@ def export_to_hf(model_dir: str | Path, out: str | Path, custom_code: bool = Fal
     `out`; returns what to tell the user."""
     out = Path(out)
     _check_out(out)
+    files, weights, notes = build_export(model_dir, out.name, custom_code, {"license": license, "datasets": datasets})
+    write_export(out, files, weights)
+    return [f"wrote {out}: {notes[0]}", *notes[1:]]
+
+
+def build_export(model_dir: str | Path, name: str, custom_code: bool,
+                 card: dict[str, Any]) -> tuple[dict[str, str], dict[str, Tensor], list[str]]:
+    """(text files, weights, notes) of the export of `model_dir` named `name`; notes[0] says what it holds."""
     source, model, tokenizer = _load(model_dir)
     config, weights, why = twin_or_custom(model, custom_code)
     custom = why is not None
-    files = export_files(source, model, tokenizer, config, custom, out.name,
-                         {"license": license, "datasets": datasets})
-    write_export(out, files, weights)
-    what = f"{config['architectures'][0]}" + (" (custom code: load with trust_remote_code=True)" if custom else "")
-    lines = [f"wrote {out}: {what}"]
+    files = export_files(source, model, tokenizer, config, custom, name, card)
+    notes = [f"{config['architectures'][0]}" + (" (custom code: load with trust_remote_code=True)" if custom else "")]
     if custom and not custom_code:
-        lines.append(f"no HuggingFace twin: {why}")
+        notes.append(f"no HuggingFace twin: {why}")
     if tokenizer is None:
-        lines.append(f"{source} has no tokenizer.json: the export has none either")
-    return lines
+        notes.append(f"{source} has no tokenizer.json: the export has none either")
+    return files, weights, notes
 
 
 def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling: str | None = None,
