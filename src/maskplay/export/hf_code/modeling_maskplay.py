@@ -6,7 +6,10 @@ trained as. It imports torch and transformers only, never maskplay: copied next 
 The weights keep maskplay's names (under `maskplay.`; the head under `head.`). What the switches do is maskplay's
 (its docs/SWITCHES.md): positions learned / sinusoidal / rotary / t5 / alibi / none / disentangled, norm layernorm /
 rmsnorm with or without a gain, norm placement post / pre / deepnorm, feed-forward gelu / geglu / swiglu, GPT-BERT's
-switches. Inference only: no dropout, and generation recomputes the whole sequence at each step (no cache)."""
+switches. Inference only: no dropout, and generation recomputes the whole sequence at each step (no cache).
+Positions other than learned ones take inputs longer than `max_position` (the length trained at, or the table the
+model was built with): sinusoidal, rotary, t5, alibi, none and disentangled positions have no table to run out of
+(BabyLM's fine-tuning truncates at 512); the model never saw such lengths in training."""
 
 from __future__ import annotations
 
@@ -178,7 +181,8 @@ class Embeddings(nn.Module):
             x = x + self.position(positions)
         elif self.config.positions == "sinusoidal":
             config = self.config
-            table = sinusoid_table(config.max_position, config.embedding_width).to(x.device)
+            # the formula goes on past the trained length (learned positions have no such rows)
+            table = sinusoid_table(max(config.max_position, positions.shape[1]), config.embedding_width).to(x.device)
             x = x + (table * (config.initializer_range * math.sqrt(2)))[positions].to(x.dtype)
         if self.segment is not None:
             x = x + (self.segment.weight[0] if token_type_ids is None else self.segment(token_type_ids))
@@ -375,8 +379,9 @@ class MaskplayModel(MaskplayPreTrainedModel):
         """(last hidden state, hidden states) under `mask_kind` (default config.mask). Positions count from each
         row's first real token, so left padding (batched generation) reads as maskplay's key/value cache does."""
         config = self.config
-        if input_ids.shape[1] > config.max_position:
-            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds the model's {config.max_position} positions")
+        if input_ids.shape[1] > config.max_position and config.positions == "learned":
+            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds the model's {config.max_position} learned "
+                             "positions (a learned table has no row past them; truncate the input)")
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         attention_mask = attention_mask.bool()
