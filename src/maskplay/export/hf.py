@@ -16,7 +16,7 @@ from torch import Tensor
 from ..files import replace_directory
 from ..model_dir import local_model_dir
 from .card import loading_example, model_card
-from .custom import code_files, custom_config, custom_state
+from .custom import backbone_state, code_files, custom_config, custom_state
 from .tokenizer_files import special_ids, tokenizer_files
 
 if TYPE_CHECKING:
@@ -48,9 +48,9 @@ def twin_or_custom(model: MaskplayModel, custom_code: bool) -> tuple[dict[str, A
         except ValueError as err:
             why = str(err)
         else:
-            if len(exports) > 1:
+            if len(exports) > 1:  # export_to_hf splits an ELECTRA model into its towers before this
                 raise ValueError("an ELECTRA model with a generator becomes two HuggingFace directories: use "
-                                 "`maskplay convert --to-hf MODEL --out DIR --generator-out DIR2`")
+                                 "`maskplay export --to-hf MODEL --out DIR [--generator-out DIR2]`")
             return exports[0][0], exports[0][1], None
     return custom_config(model, {}), custom_state(model), why
 
@@ -131,21 +131,19 @@ def _check_out(out: Path) -> None:
         raise ValueError(f"--out {out} already exists; choose a new directory")
 
 
-def export_to_hf(model_dir: str | Path, out: str | Path, custom_code: bool = False, license: str = "other",
-                 datasets: list[str] | None = None) -> list[str]:
-    """Write the HuggingFace directory of the maskplay model `model_dir` (a directory or a bundled model's name) to
-    `out`; returns what to tell the user."""
-    out = Path(out)
-    _check_out(out)
-    files, weights, notes = build_export(model_dir, out.name, custom_code, {"license": license, "datasets": datasets})
-    write_export(out, files, weights)
-    return [f"wrote {out}: {notes[0]}", *notes[1:]]
-
-
 def build_export(model_dir: str | Path, name: str, custom_code: bool,
                  card: dict[str, Any]) -> tuple[dict[str, str], dict[str, Tensor], list[str]]:
     """(text files, weights, notes) of the export of `model_dir` named `name`; notes[0] says what it holds."""
     source, model, tokenizer = _load(model_dir)
+    if model.parts:
+        raise ValueError(f"{source} holds an ELECTRA model: export it alone (maskplay export --to-hf {source} --out "
+                         "DIR writes its discriminator and generator)")
+    return model_export(source, model, tokenizer, name, custom_code, card)
+
+
+def model_export(source: Path, model: MaskplayModel, tokenizer: Tokenizer | None, name: str, custom_code: bool,
+                 card: dict[str, Any]) -> tuple[dict[str, str], dict[str, Tensor], list[str]]:
+    """build_export's work on a loaded model."""
     config, weights, why = twin_or_custom(model, custom_code)
     custom = why is not None
     files = export_files(source, model, tokenizer, config, custom, name, card)
@@ -177,7 +175,7 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling
     files = export_files(source, model, tokenizer, config, True, out.name,
                          {"license": license, "datasets": datasets, "library": "sentence-transformers"})
     files.update(sentence_transformers_files(model.config.max_position, model.config.hidden_size, POOLINGS[pooling]))
-    weights = {k[len("maskplay."):]: v for k, v in custom_state(model).items() if k.startswith("maskplay.")}
+    weights = backbone_state(model)
     write_export(out, files, weights)
     return [f"wrote {out}: sentence-transformers, {pooling} pooling (SentenceTransformer(DIR, trust_remote_code=True))"]
 
