@@ -5,6 +5,7 @@ The BabyLM names: the strict-small recipes' marks are the branches babylm-eval's
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from maskplay.cli import main  # noqa: E402
 from maskplay.families import MaskplayModel  # noqa: E402
 from maskplay.train import train  # noqa: E402
 from maskplay.train.export import words_name  # noqa: E402
+from tests.test_export_hf import saved, tiny  # noqa: E402
 from tests.test_train import small_config  # noqa: E402
 from tests.test_words_budget import word_data  # noqa: E402
 
@@ -84,3 +86,21 @@ def test_strict_small_marks_are_babylms_revisions():
     for family in ("gpt", "bert", "gpt-bert", "tta"):
         config = load_train_config(REPO / f"configs/babylm/strict-small-{family}.toml")
         assert [f"chck_{words_name(w)}" for w in config.run.checkpoint_at_words] == BABYLM_STRICT_SMALL
+
+
+def test_an_electra_runs_revisions_hold_both_towers(tmp_path, capsys):
+    """A run directory laid out as train/export.py writes it (final/, words/<N>/words.json), ELECTRA's model."""
+    run = tmp_path / "run"
+    saved(tiny("electra", seed=1), run / "final")
+    saved(tiny("electra", seed=2), run / "words" / "1M")
+    (run / "words" / "1M" / "words.json").write_text(json.dumps({"checkpoint_at_words": 1_000_000, "step": 7}))
+    out = tmp_path / "hf"
+    assert main(["export", "--to-hf", str(run), "--revisions", "--out", str(out)]) == 0
+    assert branches(out) == ["chck_1M", "main"]
+    ids = torch.tensor([[3, 10, 11, 12, 13, 1]])
+    for branch, seed in (("chck_1M", 2), ("main", 1)):
+        checkout(out, branch)
+        generator = tiny("electra", seed=seed).standalone("generator").eval()
+        hf = transformers.AutoModelForMaskedLM.from_pretrained(out, subfolder="generator").eval()
+        torch.testing.assert_close(logits(hf, ids), logits(generator, ids), atol=1e-5, rtol=1e-5)
+        assert (out / "config.json").is_file()  # the discriminator at the top

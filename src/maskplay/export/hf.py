@@ -131,19 +131,10 @@ def _check_out(out: Path) -> None:
         raise ValueError(f"--out {out} already exists; choose a new directory")
 
 
-def build_export(model_dir: str | Path, name: str, custom_code: bool,
-                 card: dict[str, Any]) -> tuple[dict[str, str], dict[str, Tensor], list[str]]:
-    """(text files, weights, notes) of the export of `model_dir` named `name`; notes[0] says what it holds."""
-    source, model, tokenizer = _load(model_dir)
-    if model.parts:
-        raise ValueError(f"{source} holds an ELECTRA model: export it alone (maskplay export --to-hf {source} --out "
-                         "DIR writes its discriminator and generator)")
-    return model_export(source, model, tokenizer, name, custom_code, card)
-
-
 def model_export(source: Path, model: MaskplayModel, tokenizer: Tokenizer | None, name: str, custom_code: bool,
                  card: dict[str, Any]) -> tuple[dict[str, str], dict[str, Tensor], list[str]]:
-    """build_export's work on a loaded model."""
+    """(text files, weights, notes) of the export of `model` (read from `source`) named `name`; notes[0] says what
+    it holds."""
     config, weights, why = twin_or_custom(model, custom_code)
     custom = why is not None
     files = export_files(source, model, tokenizer, config, custom, name, card)

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..files import replace_directory
-from .hf import _check_out, build_export, write_into
+from .hf import _check_out, _load, model_export, write_into
+from .to_hf import SUBFOLDER, tower_exports, write_towers
 
 WORDS_DIR, WORDS_INFO, FINAL_DIR = "words", "words.json", "final"  # train/export.py's layout of a run
 MAIN = "main"
@@ -51,8 +52,14 @@ def _commit(repo: Path, source: Path, message: str, name: str, custom_code: bool
     for path in repo.iterdir():
         if path.name != ".git":
             shutil.rmtree(path) if path.is_dir() else path.unlink()
-    files, weights, notes = build_export(source, name, custom_code, card)
-    write_into(repo, files, weights)
+    source, model, tokenizer = _load(source)
+    if model.parts:  # ELECTRA: the discriminator, and the generator in generator/ (to_hf.py)
+        disc, gen = tower_exports(source, model, tokenizer, name, f"{name}/{SUBFOLDER}", custom_code, card)
+        write_towers(repo, disc, gen)
+        notes = disc[2]
+    else:
+        files, weights, notes = model_export(source, model, tokenizer, name, custom_code, card)
+        write_into(repo, files, weights)
     _git(repo, "add", "--all")
     # two marks one step crossed hold the same model: an empty commit keeps a branch for each
     _git(repo, "commit", "--quiet", "--allow-empty", "--message", message)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torch import Tensor
+
 from ..files import replace_directory
 from .hf import _check_out, _load, model_export, write_export, write_into
 
@@ -39,35 +41,48 @@ def export_to_hf(model_dir: str | Path, out: str | Path, custom_code: bool = Fal
     return [f"wrote {out}: {notes[0]}", *notes[1:]]
 
 
-def export_towers(source: Path, model: MaskplayModel, tokenizer: Tokenizer | None, out: Path,
-                  generator_out: str | Path | None, custom_code: bool, card: dict[str, Any]) -> list[str]:
-    """The discriminator to `out`, the generator (if the model has one) to `generator_out` or out/generator."""
+Export = tuple[dict[str, str], dict[str, Tensor], list[str]]  # model_export's (text files, weights, notes)
+
+
+def tower_exports(source: Path, model: MaskplayModel, tokenizer: Tokenizer | None, name: str, generator_name: str,
+                  custom_code: bool, card: dict[str, Any]) -> tuple[Export, Export | None]:
+    """The exports of an ELECTRA model's discriminator and generator (None: electra.generator = false)."""
     try:
         generator = model.standalone("generator")
     except ValueError:  # electra.generator = false: the discriminator alone
         generator = None
-    if generator is None and generator_out is not None:
-        raise ValueError(f"{source} has no generator (electra.generator = false) to write to --generator-out")
+    disc = model_export(source, model.standalone("discriminator"), tokenizer, name, custom_code, card)
+    gen = None if generator is None else model_export(source, generator, tokenizer, generator_name, custom_code, card)
+    return disc, gen
+
+
+def write_towers(directory: Path, disc: Export, gen: Export | None) -> None:
+    """Both towers into the existing `directory`: the discriminator in it, the generator in its SUBFOLDER."""
+    write_into(directory, disc[0], disc[1])
+    if gen is not None:
+        (directory / SUBFOLDER).mkdir()
+        write_into(directory / SUBFOLDER, gen[0], gen[1])
+
+
+def export_towers(source: Path, model: MaskplayModel, tokenizer: Tokenizer | None, out: Path,
+                  generator_out: str | Path | None, custom_code: bool, card: dict[str, Any]) -> list[str]:
+    """The discriminator to `out`, the generator (if the model has one) to `generator_out` or out/generator."""
     separate = Path(generator_out) if generator_out is not None else None
     if separate is not None:
         _check_out(separate)
         if separate.resolve() == out.resolve():
             raise ValueError("--out and --generator-out must be different directories")
-    disc = model_export(source, model.standalone("discriminator"), tokenizer, out.name, custom_code, card)
-    gen = None
-    if generator is not None:
-        name = separate.name if separate is not None else f"{out.name}/{SUBFOLDER}"
-        gen = model_export(source, generator, tokenizer, name, custom_code, card)
+    name = separate.name if separate is not None else f"{out.name}/{SUBFOLDER}"
+    disc, gen = tower_exports(source, model, tokenizer, out.name, name, custom_code, card)
+    if gen is None and separate is not None:
+        raise ValueError(f"{source} has no generator (electra.generator = false) to write to --generator-out")
+    if gen is not None and separate is not None:
+        replace_directory(separate, lambda tmp: (tmp.mkdir(parents=True), write_into(tmp, gen[0], gen[1])))
 
     def write(tmp: Path) -> None:
         tmp.mkdir(parents=True)
-        write_into(tmp, disc[0], disc[1])
-        if gen is not None and separate is None:
-            (tmp / SUBFOLDER).mkdir()
-            write_into(tmp / SUBFOLDER, gen[0], gen[1])
+        write_towers(tmp, disc, None if separate is not None else gen)
 
-    if gen is not None and separate is not None:
-        replace_directory(separate, lambda tmp: (tmp.mkdir(parents=True), write_into(tmp, gen[0], gen[1])))
     replace_directory(out, write)
     lines = [f"wrote {out}: the discriminator, {disc[2][0]}", *disc[2][1:]]
     if gen is not None:
