@@ -75,3 +75,27 @@ def test_learned_positions_refuse_inputs_past_max_position(tmp_path):
     hf = transformers.AutoModel.from_pretrained(tmp_path / "hf", trust_remote_code=True)
     with pytest.raises(ValueError, match="exceeds the model's 64 learned positions"):
         hf(input_ids=long_ids(65, 100))
+
+
+def test_a_per_query_attention_mask_narrows_the_familys(tmp_path):
+    """BabyLM's fine-tuning with --causal passes (B, L, L) masks: the padding tril'ed. On a GPT export it gives the
+    2-D mask's hidden states; on a BERT export it makes the model causal (the first token sees itself alone)."""
+    ids = long_ids(12, 100)
+    ids = torch.cat([ids, torch.zeros(1, 3, dtype=torch.long)], 1)  # right padding, as the pipeline pads
+    flat = (ids != 0).long()
+    per_query = flat[:, None, :].repeat(1, ids.shape[1], 1).tril()
+    outputs = {}
+    for family in ("gpt", "bert"):
+        export_to_hf(saved(tiny(family), tmp_path / family), tmp_path / f"hf-{family}", custom_code=True)
+        hf = transformers.AutoModel.from_pretrained(tmp_path / f"hf-{family}", trust_remote_code=True).eval()
+        with torch.no_grad():
+            outputs[family] = [hf(input_ids=ids, attention_mask=m).last_hidden_state for m in (flat, per_query)]
+    real = flat.bool()
+    torch.testing.assert_close(outputs["gpt"][1][real], outputs["gpt"][0][real], atol=1e-6, rtol=1e-6)
+    bert_flat, bert_causal = outputs["bert"]
+    assert not torch.allclose(bert_causal[real], bert_flat[real], atol=1e-3)
+    # under the causal mask the first token sees itself alone, at every layer: BERT on that token alone
+    hf = transformers.AutoModel.from_pretrained(tmp_path / "hf-bert", trust_remote_code=True).eval()
+    with torch.no_grad():
+        alone = hf(input_ids=ids[:, :1]).last_hidden_state
+    torch.testing.assert_close(bert_causal[:, 0], alone[:, 0], atol=1e-5, rtol=1e-5)

@@ -394,8 +394,13 @@ class MaskplayModel(MaskplayPreTrainedModel):
                mask_kind: str | None = None, cache: Any = None) -> tuple[Tensor, list[Tensor]]:
         """(last hidden state, hidden states) under `mask_kind` (default config.mask). Positions count from each
         row's first real token, so left padding (batched generation) reads as maskplay's key/value cache does. With
-        `cache` (a causal mask only), input_ids are the tokens after the cached ones and attention_mask covers both."""
+        `cache` (a causal mask only), input_ids are the tokens after the cached ones and attention_mask covers both.
+        A 3-D attention_mask (B, Lq, L) (BabyLM's fine-tuning with --causal passes one) narrows the family's mask."""
         config = self.config
+        given = None
+        if attention_mask is not None and attention_mask.dim() == 3:
+            given = attention_mask.bool()
+            attention_mask = given.any(dim=1)  # the keys some query may see: the padding
         past = 0 if cache is None else cache.get_seq_length()
         length = past + input_ids.shape[1]
         if length > config.max_position and config.positions == "learned":
@@ -420,6 +425,8 @@ class MaskplayModel(MaskplayPreTrainedModel):
             query_ids = torch.where(attention_mask, config.mask_token_id, config.pad_token_id)
             x = self.embed(query_ids, positions, None)
         mask = build_mask(kind, attention_mask, segments, past)
+        if given is not None:
+            mask = mask & given[:, None]
         p = PassPositions(self.encoder, mask, positions, x.dtype, key_positions, cache)
         return self.encoder(x, kv, p)
 
