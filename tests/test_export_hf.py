@@ -129,6 +129,39 @@ def test_generate_equals_maskplay_greedy(family, tmp_path):
     assert out[:, width:].tolist() == ours
 
 
+@pytest.mark.parametrize("case", ["gpt-two-hour-switches", "gpt-alibi-nobias-keysize", "gpt-t5-sinusoidal-shared",
+                                  "gpt-bert-recipe"])
+def test_key_value_cache_gives_the_whole_passs_logits_and_greedy_tokens(case, tmp_path):
+    """A prefix run with use_cache=True, then the rest fed with its cache, gives the logits of one pass over the
+    whole padded batch (1e-5); generate() then runs one token per step and gives maskplay's greedy tokens."""
+    family, switches = CASES[case]
+    model = tiny(family, seed=3, **switches)
+    export_to_hf(saved(model, tmp_path / "mp"), tmp_path / "hf", custom_code=True)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
+    tokenizer = load_tokenizer(TOKENIZER)
+    rows = [tokenizer.encode(s) for s in SENTENCES]
+    width = max(map(len, rows))
+    ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])  # left-padded, as generate() batches
+    attn = (ids != 0).long()
+    cut = width - 3
+    with torch.no_grad():
+        whole = hf(input_ids=ids, attention_mask=attn).logits
+        first = hf(input_ids=ids[:, :cut], attention_mask=attn[:, :cut], use_cache=True)
+        cache = first.cache if "cache" in first else first.past_key_values
+        assert cache is not None and cache.get_seq_length() == cut
+        rest = hf(input_ids=ids[:, cut:], attention_mask=attn, cache=cache).logits
+    real = attn.bool()
+    torch.testing.assert_close(torch.cat([first.logits, rest], 1)[real], whole[real], atol=1e-5, rtol=1e-5)
+    lengths = []
+    hf.register_forward_pre_hook(lambda module, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]),
+                                 with_kwargs=True)
+    hf.generation_config.eos_token_id = None
+    prompt = rows[0][:-1]
+    ours = generate(model, [prompt], max_new_tokens=6, stop_ids=[])[0].token_ids
+    assert hf.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False)[0, len(prompt):].tolist() == ours
+    assert lengths == [len(prompt)] + [1] * 5  # the prompt once, then one token a step: the cache is used
+
+
 @pytest.mark.parametrize("name", ["gpt-two-hour", "tta-two-hour"])
 def test_bundled_model_exports_by_name(name, tmp_path):
     """The bundled model by its name, logits equal; the tokenizer under AutoTokenizer frames as maskplay does."""

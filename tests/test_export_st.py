@@ -22,7 +22,7 @@ SENTENCES = ["the cat sat on the mat .", "a dog", "history of the city of rome a
 
 @pytest.mark.parametrize("family,switches,pooling", [
     ("tta", TWO_HOUR, "mean"), ("gpt", {}, "last"), ("bert", dict(type_vocab_size=2), "first"),
-    ("gpt-bert", GPT_BERT_RECIPE, "mean"), ("unilm", {}, None)])
+    ("gpt-bert", GPT_BERT_RECIPE, "mean"), ("unilm", {}, None), ("electra", {}, None)])
 def test_vectors_equal_maskplay_embed(family, switches, pooling, tmp_path):
     model = tiny(family, **switches)
     source = saved(model, tmp_path / "mp")

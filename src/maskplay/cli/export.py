@@ -3,6 +3,10 @@
 - `--to-hf MODEL --out DIR`: a HuggingFace directory: the twin architecture (families/hf) where it can express the
   model, else HuggingFace custom code (AutoModel* with trust_remote_code=True; `--custom-code` for every model), with
   a complete tokenizer and a model card (docs/CONVERT.md).
+  An ELECTRA model: its discriminator to DIR, its generator (a BERT-style masked LM) to --generator-out or DIR/generator.
+- `--to-hf RUN_DIR --revisions --out DIR`: a run's models by words seen (run.checkpoint_at_words) and its final
+  model as one HuggingFace repository, a git branch per checkpoint as BabyLM names them (chck_1M, ...), main the
+  final model (docs/BABYLM.md).
 - `--to-sentence-transformers MODEL --out DIR [--pooling mean|first|last]`: a sentence-transformers directory giving
   `maskplay embed`'s vectors.
 - `MODEL_DIR --export discriminator|generator --out DIR`: one tower of an ELECTRA model as a standalone model
@@ -30,6 +34,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="the new directory (must not exist)")
     p.add_argument("--custom-code", action="store_true",
                    help="with --to-hf: custom code even where a HuggingFace twin could hold the model")
+    p.add_argument("--generator-out", metavar="DIR2", default=None,
+                   help="with --to-hf on an ELECTRA model: the generator's directory (default: OUT/generator)")
+    p.add_argument("--revisions", action="store_true",
+                   help="with --to-hf RUN_DIR: RUN_DIR/final and RUN_DIR/words/<N> as one git repository, a branch "
+                        "chck_<N> per checkpoint by words seen, main the final model")
     p.add_argument("--pooling", choices=("mean", "first", "last"), default=None,
                    help="with --to-sentence-transformers: as maskplay embed's --pooling (default: the family's)")
     p.add_argument("--license", default="other", help="the model card's license field (default: other)")
@@ -67,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_hf(args: argparse.Namespace) -> int:
-    from ..export import export_sentence_transformers, export_to_hf
+    from ..export import export_revisions, export_sentence_transformers, export_to_hf
 
     if args.model_dir is not None:
         raise ValueError(f"{args.model_dir}: give the model after --to-hf / --to-sentence-transformers, not before")
@@ -75,8 +84,16 @@ def _run_hf(args: argparse.Namespace) -> int:
     if args.to_hf is not None:
         if args.pooling is not None:
             raise ValueError("--pooling goes with --to-sentence-transformers")
-        lines = export_to_hf(args.to_hf, args.out, custom_code=args.custom_code, **card)
+        if args.revisions:
+            if args.generator_out is not None:
+                raise ValueError("--generator-out goes with --to-hf MODEL, not --revisions")
+            lines = export_revisions(args.to_hf, args.out, custom_code=args.custom_code, **card)
+        else:
+            lines = export_to_hf(args.to_hf, args.out, custom_code=args.custom_code, generator_out=args.generator_out,
+                                 **card)
     else:
+        if args.revisions or args.generator_out is not None:
+            raise ValueError("--revisions and --generator-out go with --to-hf")
         if args.custom_code:
             raise ValueError("--custom-code goes with --to-hf (a sentence-transformers export is always custom code)")
         lines = export_sentence_transformers(args.to_sentence_transformers, args.out, args.pooling, **card)

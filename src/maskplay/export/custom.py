@@ -38,6 +38,11 @@ def check_exportable(model: MaskplayModel) -> dict[str, Any]:
     """The family's hf_code rules, or a one-line ValueError saying what cannot leave as custom code."""
     rules = type(model).hf_code
     family = model.config.family
+    if type(model).two_streams:
+        raise ValueError(f"family {family!r} has no HuggingFace custom-code export: it predicts with two attention "
+                         "streams (content and query) over a permuted order, which the one-stream modeling_maskplay.py "
+                         "does not implement; export it to its twin (XLNetLMHeadModel: maskplay export --to-hf MODEL "
+                         "--out DIR, without --custom-code)")
     if rules is None:
         parts = f": write a tower alone first (maskplay export MODEL --export {'|'.join(model.parts)})" \
             if model.parts else ""
@@ -54,11 +59,12 @@ def custom_config(model: MaskplayModel, ids: dict[str, int]) -> dict[str, Any]:
     rules = check_exportable(model)
     c = model.config
     classes = {"AutoConfig": "configuration_maskplay.MaskplayConfig", "AutoModel": "modeling_maskplay.MaskplayModel"}
-    if rules["mask"] != "causal":
+    lm_head = rules.get("lm_head", True)  # False: a head the file lacks (ELECTRA's discriminator): AutoModel only
+    if rules["mask"] != "causal" and lm_head:
         classes["AutoModelForMaskedLM"] = "modeling_maskplay.MaskplayForMaskedLM"
     if rules["causal_mask"] is not None:
         classes["AutoModelForCausalLM"] = "modeling_maskplay.MaskplayForCausalLM"
-    main = "MaskplayForCausalLM" if rules["mask"] == "causal" else "MaskplayForMaskedLM"
+    main = "MaskplayForCausalLM" if rules["mask"] == "causal" else "MaskplayForMaskedLM" if lm_head else "MaskplayModel"
     fields = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "ffn_width",
               "max_position", "type_vocab_size", "embedding_size", "positions", "attention_bias", "key_width", "norm",
               "norm_placement", "ffn", "ffn_bias", "share_layers", "norm_affine", "attention_output_norm",
@@ -71,10 +77,24 @@ def custom_config(model: MaskplayModel, ids: dict[str, int]) -> dict[str, Any]:
             "torch_dtype": "float32", **ids, "tie_word_embeddings": False}
 
 
+BACKBONE = ("embeddings", "embeddings_project", "encoder")  # the standalone MaskplayModel's modules
+
+
 def custom_state(model: MaskplayModel) -> dict[str, Tensor]:
-    """The weights under the standalone file's names: the backbone under maskplay., the head under head."""
-    return {(key if key.startswith("head.") else PREFIX + key):
-            (value.float() if value.is_floating_point() else value).detach().contiguous().cpu()
+    """The weights under the standalone file's names: the backbone under maskplay., the head under head. With
+    hf_code's lm_head False (AutoModel only), the backbone alone, unprefixed, as MaskplayModel names it."""
+    if not (type(model).hf_code or {}).get("lm_head", True):
+        return backbone_state(model)
+    return {(key if key.startswith("head.") else PREFIX + key): value for key, value in _float32(model).items()}
+
+
+def backbone_state(model: MaskplayModel) -> dict[str, Tensor]:
+    """The backbone's weights alone, as the standalone MaskplayModel (AutoModel) names them."""
+    return {key: value for key, value in _float32(model).items() if key.split(".")[0] in BACKBONE}
+
+
+def _float32(model: MaskplayModel) -> dict[str, Tensor]:
+    return {key: (value.float() if value.is_floating_point() else value).detach().contiguous().cpu()
             for key, value in model.state_dict().items()}
 
 

@@ -16,7 +16,7 @@ from torch import Tensor
 from ..files import replace_directory
 from ..model_dir import local_model_dir
 from .card import loading_example, model_card
-from .custom import code_files, custom_config, custom_state
+from .custom import backbone_state, code_files, custom_config, custom_state
 from .tokenizer_files import special_ids, tokenizer_files
 
 if TYPE_CHECKING:
@@ -48,9 +48,9 @@ def twin_or_custom(model: MaskplayModel, custom_code: bool) -> tuple[dict[str, A
         except ValueError as err:
             why = str(err)
         else:
-            if len(exports) > 1:
+            if len(exports) > 1:  # export_to_hf splits an ELECTRA model into its towers before this
                 raise ValueError("an ELECTRA model with a generator becomes two HuggingFace directories: use "
-                                 "`maskplay convert --to-hf MODEL --out DIR --generator-out DIR2`")
+                                 "`maskplay export --to-hf MODEL --out DIR [--generator-out DIR2]`")
             return exports[0][0], exports[0][1], None
     return custom_config(model, {}), custom_state(model), why
 
@@ -88,17 +88,22 @@ def _auto_class(config: dict[str, Any]) -> str:
 def write_export(out: Path, files: dict[str, str], weights: dict[str, Tensor]) -> None:
     """`files` and model.safetensors into the new directory `out`, whole or not at all, every file 0666 less the
     umask (safetensors' save_file makes its file 0600)."""
-    from safetensors.torch import save_file
-
     def write(tmp: Path) -> None:
         tmp.mkdir(parents=True)
-        for name, text in files.items():
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / name).write_text(text, encoding="utf-8")
-        save_file(unshared(weights), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        readable(tmp)
+        write_into(tmp, files, weights)
 
     replace_directory(out, write)
+
+
+def write_into(directory: Path, files: dict[str, str], weights: dict[str, Tensor]) -> None:
+    """`files` and model.safetensors into the existing `directory`, every file readable as write_export's."""
+    from safetensors.torch import save_file
+
+    for name, text in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(text, encoding="utf-8")
+    save_file(unshared(weights), str(directory / "model.safetensors"), metadata={"format": "pt"})
+    readable(directory)
 
 
 def readable(directory: Path) -> None:
@@ -126,25 +131,19 @@ def _check_out(out: Path) -> None:
         raise ValueError(f"--out {out} already exists; choose a new directory")
 
 
-def export_to_hf(model_dir: str | Path, out: str | Path, custom_code: bool = False, license: str = "other",
-                 datasets: list[str] | None = None) -> list[str]:
-    """Write the HuggingFace directory of the maskplay model `model_dir` (a directory or a bundled model's name) to
-    `out`; returns what to tell the user."""
-    out = Path(out)
-    _check_out(out)
-    source, model, tokenizer = _load(model_dir)
+def model_export(source: Path, model: MaskplayModel, tokenizer: Tokenizer | None, name: str, custom_code: bool,
+                 card: dict[str, Any]) -> tuple[dict[str, str], dict[str, Tensor], list[str]]:
+    """(text files, weights, notes) of the export of `model` (read from `source`) named `name`; notes[0] says what
+    it holds."""
     config, weights, why = twin_or_custom(model, custom_code)
     custom = why is not None
-    files = export_files(source, model, tokenizer, config, custom, out.name,
-                         {"license": license, "datasets": datasets})
-    write_export(out, files, weights)
-    what = f"{config['architectures'][0]}" + (" (custom code: load with trust_remote_code=True)" if custom else "")
-    lines = [f"wrote {out}: {what}"]
+    files = export_files(source, model, tokenizer, config, custom, name, card)
+    notes = [f"{config['architectures'][0]}" + (" (custom code: load with trust_remote_code=True)" if custom else "")]
     if custom and not custom_code:
-        lines.append(f"no HuggingFace twin: {why}")
+        notes.append(f"no HuggingFace twin: {why}")
     if tokenizer is None:
-        lines.append(f"{source} has no tokenizer.json: the export has none either")
-    return lines
+        notes.append(f"{source} has no tokenizer.json: the export has none either")
+    return files, weights, notes
 
 
 def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling: str | None = None,
@@ -167,7 +166,7 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling
     files = export_files(source, model, tokenizer, config, True, out.name,
                          {"license": license, "datasets": datasets, "library": "sentence-transformers"})
     files.update(sentence_transformers_files(model.config.max_position, model.config.hidden_size, POOLINGS[pooling]))
-    weights = {k[len("maskplay."):]: v for k, v in custom_state(model).items() if k.startswith("maskplay.")}
+    weights = backbone_state(model)
     write_export(out, files, weights)
     return [f"wrote {out}: sentence-transformers, {pooling} pooling (SentenceTransformer(DIR, trust_remote_code=True))"]
 

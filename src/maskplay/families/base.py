@@ -73,7 +73,8 @@ class MaskplayModel(ModelBase):
     masks_shown: ClassVar[tuple[MaskPicture, ...]] = ()
     # how HuggingFace custom code (maskplay.export) reads the family: "mask" (AutoModel, AutoModelForMaskedLM),
     # "causal_mask" (AutoModelForCausalLM; None: no generation), "query_stream" (T-TA's), "segments" (where token
-    # types come from: given / after_separator / none); None: the family has no custom-code export
+    # types come from: given / after_separator / none), "lm_head" (False: AutoModel only); None: the family has no
+    # custom-code export
     hf_code: ClassVar[dict[str, Any] | None] = None
     trains_with_memory: ClassVar[bool] = False  # forward(mems=..., memory_length=...): Transformer-XL's recurrence
     # set on a model read from a HuggingFace directory (families/hf/directory.py): why it cannot score (a headless

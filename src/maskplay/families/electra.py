@@ -63,6 +63,10 @@ class Electra(MaskplayModel):
     masked_lm_method = "pll"  # a masked LM means the generator, not the discriminator
     pair_segments = True
     parts = ("generator", "discriminator")
+    # custom code holds the discriminator's backbone (AutoModel: fine-tuning, embeddings), not its replaced-token
+    # head; the generator leaves as a BERT masked LM (maskplay export --to-hf writes both towers)
+    hf_code = {"mask": "bidirectional", "causal_mask": None, "query_stream": False, "segments": "given",
+               "lm_head": False}
     masks_shown = (MaskPicture("electra", "ELECTRA: bidirectional", lambda segments, rank: bidirectional(),
                                in_all=False),)
     mask_share = 0.85  # of the selected tokens, shown to the generator as [MASK]; the rest as themselves

@@ -6,23 +6,32 @@ trained as. It imports torch and transformers only, never maskplay: copied next 
 The weights keep maskplay's names (under `maskplay.`; the head under `head.`). What the switches do is maskplay's
 (its docs/SWITCHES.md): positions learned / sinusoidal / rotary / t5 / alibi / none / disentangled, norm layernorm /
 rmsnorm with or without a gain, norm placement post / pre / deepnorm, feed-forward gelu / geglu / swiglu, GPT-BERT's
-switches. Inference only: no dropout, and generation recomputes the whole sequence at each step (no cache)."""
+switches. Inference only: no dropout. Generation keeps a key/value cache (transformers' DynamicCache, under the
+name the installed transformers passes: `cache` in 5, `past_key_values` in 4) where the mask is causal (GPT, GPT-BERT's
+causal mode); UniLM's seq2seq mask recomputes the whole sequence at each step.
+Positions other than learned ones take inputs longer than `max_position` (the length trained at, or the table the
+model was built with): sinusoidal, rotary, t5, alibi, none and disentangled positions have no table to run out of
+(BabyLM's fine-tuning truncates at 512); the model never saw such lengths in training."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import GenerationMixin, PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput, MaskedLMOutput
+from transformers.cache_utils import DynamicCache
+from transformers.modeling_outputs import BaseModelOutput, CausalLMOutputWithPast, MaskedLMOutput
 
 from .configuration_maskplay import MaskplayConfig
 
 T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
 REL_BUCKETS, REL_MAX_DISTANCE = 32, 512  # disentangled positions (GPT-BERT's)
 ROTARY_BASE = 10000.0
+# the name transformers passes the key/value cache by, and reads it from an output by: `cache` (5), `past_key_values` (4)
+CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 def make_norm(config: MaskplayConfig, width: int | None = None) -> nn.Module:
@@ -115,10 +124,11 @@ def segments_after_separator(input_ids: Tensor, separator: int) -> Tensor:
     return ((is_sep.cumsum(1) - is_sep) > 0).long()
 
 
-def build_mask(kind: str, attention_mask: Tensor, segments: Tensor) -> Tensor:
-    """(B, 1, L, L) bool, True = may attend: the family's structure AND the padding (keys only)."""
+def build_mask(kind: str, attention_mask: Tensor, segments: Tensor, past: int = 0) -> Tensor:
+    """(B, 1, Lq, L) bool, True = may attend: the family's structure AND the padding (keys only). With `past`
+    cached keys, the queries are the last Lq = L - past tokens (only the causal mask is read with a cache)."""
     L = attention_mask.shape[1]
-    q = torch.arange(L, device=attention_mask.device)[:, None]
+    q = torch.arange(past, L, device=attention_mask.device)[:, None]
     kv = torch.arange(L, device=attention_mask.device)[None, :]
     if kind == "causal":
         structure = (kv <= q)[None]
@@ -127,16 +137,21 @@ def build_mask(kind: str, attention_mask: Tensor, segments: Tensor) -> Tensor:
     elif kind == "prefix_lm":
         structure = (segments[:, None, :] == 0) | ((segments[:, :, None] == 1) & (kv <= q)[None])
     else:
-        structure = torch.ones(1, L, L, dtype=torch.bool, device=attention_mask.device)
+        structure = torch.ones(1, L - past, L, dtype=torch.bool, device=attention_mask.device)
     return (structure & attention_mask.bool()[:, None, :])[:, None]
 
 
 class PassPositions:
     """What every layer of one pass reads: the mask (bool, or float with a position bias folded in), the rows that
-    may attend nothing (their output is zero), rotary tables, the disentangled table and its index."""
+    may attend nothing (their output is zero), rotary tables, the disentangled table and its index, and the key/value
+    cache with the index of the layer running (`positions` the queries', `key_positions` every key's: the cached
+    ones and the queries')."""
 
-    def __init__(self, encoder: Encoder, mask: Tensor, positions: Tensor, dtype: torch.dtype) -> None:
+    def __init__(self, encoder: Encoder, mask: Tensor, positions: Tensor, dtype: torch.dtype,
+                 key_positions: Tensor | None = None, cache: Any = None) -> None:
         config = encoder.config
+        keys = positions if key_positions is None else key_positions
+        self.cache, self.layer = cache, 0
         dead = ~mask.any(dim=-1, keepdim=True)
         self.dead = dead if bool(dead.any()) else None
         mask = mask | dead if self.dead is not None else mask
@@ -146,7 +161,7 @@ class PassPositions:
             cos, sin = rotary_angles(positions, config.key_width)
             self.rotary = (cos.to(dtype), sin.to(dtype))
         elif kind in ("t5", "alibi"):
-            relative = positions[:, None, :] - positions[:, :, None]  # key - query
+            relative = keys[:, None, :] - positions[:, :, None]  # key - query
             if kind == "alibi":
                 bias = -alibi_slopes(config.num_heads).to(mask.device)[None, :, None, None] * relative.abs()[:, None].float()
             else:
@@ -154,7 +169,7 @@ class PassPositions:
             mask = bias.to(dtype).masked_fill(~mask, float("-inf"))
         elif kind == "disentangled":
             self.relative = encoder.relative.norm(encoder.relative.table)
-            distance = (positions[:, :, None] - positions[:, None, :]).clamp(-(REL_MAX_DISTANCE - 1), REL_MAX_DISTANCE - 1)
+            distance = (positions[:, :, None] - keys[:, None, :]).clamp(-(REL_MAX_DISTANCE - 1), REL_MAX_DISTANCE - 1)
             self.index = log_bucket(distance) + REL_BUCKETS - 1
         self.mask = mask
 
@@ -178,7 +193,9 @@ class Embeddings(nn.Module):
             x = x + self.position(positions)
         elif self.config.positions == "sinusoidal":
             config = self.config
-            table = sinusoid_table(config.max_position, config.embedding_width).to(x.device)
+            # the formula goes on past the trained length (learned positions have no such rows)
+            length = max(config.max_position, int(positions.max()) + 1)
+            table = sinusoid_table(length, config.embedding_width).to(x.device)
             x = x + (table * (config.initializer_range * math.sqrt(2)))[positions].to(x.dtype)
         if self.segment is not None:
             x = x + (self.segment.weight[0] if token_type_ids is None else self.segment(token_type_ids))
@@ -207,6 +224,8 @@ class Attention(nn.Module):
         if p.rotary is not None:
             cos, sin = p.rotary
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if p.cache is not None:  # this pass's keys and values after those of the tokens before it
+            k, v = p.cache.update(k, v, p.layer)
         if p.relative is not None:
             a = self.disentangled(q, k, v, p)
         else:
@@ -302,6 +321,7 @@ class Encoder(nn.Module):
         states, outputs = [h], [h]
         for index in range(self.config.num_layers):
             layer = self.layers[0 if self.config.share_layers else index]
+            p.layer = index  # the cache's slot: a shared layer has one per use
             if self.dense is None:
                 h = layer.feed_forward(layer.attend(h, kv, p))
             else:
@@ -371,16 +391,26 @@ class MaskplayModel(MaskplayPreTrainedModel):
         return x if self.embeddings_project is None else self.embeddings_project(x)
 
     def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-               mask_kind: str | None = None) -> tuple[Tensor, list[Tensor]]:
+               mask_kind: str | None = None, cache: Any = None) -> tuple[Tensor, list[Tensor]]:
         """(last hidden state, hidden states) under `mask_kind` (default config.mask). Positions count from each
-        row's first real token, so left padding (batched generation) reads as maskplay's key/value cache does."""
+        row's first real token, so left padding (batched generation) reads as maskplay's key/value cache does. With
+        `cache` (a causal mask only), input_ids are the tokens after the cached ones and attention_mask covers both.
+        A 3-D attention_mask (B, Lq, L) (BabyLM's fine-tuning with --causal passes one) narrows the family's mask."""
         config = self.config
-        if input_ids.shape[1] > config.max_position:
-            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds the model's {config.max_position} positions")
+        given = None
+        if attention_mask is not None and attention_mask.dim() == 3:
+            given = attention_mask.bool()
+            attention_mask = given.any(dim=1)  # the keys some query may see: the padding
+        past = 0 if cache is None else cache.get_seq_length()
+        length = past + input_ids.shape[1]
+        if length > config.max_position and config.positions == "learned":
+            raise ValueError(f"sequence length {length} exceeds the model's {config.max_position} learned "
+                             "positions (a learned table has no row past them; truncate the input)")
         if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
+            attention_mask = torch.ones(input_ids.shape[0], length, dtype=torch.long, device=input_ids.device)
         attention_mask = attention_mask.bool()
-        positions = (attention_mask.long().cumsum(1) - 1).clamp_min(0)
+        key_positions = (attention_mask.long().cumsum(1) - 1).clamp_min(0)
+        positions = key_positions[:, past:]
         segments = torch.zeros_like(input_ids)
         if config.segments == "after_separator":
             segments = segments_after_separator(input_ids, config.separator_id) if token_type_ids is None else token_type_ids
@@ -394,7 +424,10 @@ class MaskplayModel(MaskplayPreTrainedModel):
             kv = x
             query_ids = torch.where(attention_mask, config.mask_token_id, config.pad_token_id)
             x = self.embed(query_ids, positions, None)
-        p = PassPositions(self.encoder, build_mask(kind, attention_mask, segments), positions, x.dtype)
+        mask = build_mask(kind, attention_mask, segments, past)
+        if given is not None:
+            mask = mask & given[:, None]
+        p = PassPositions(self.encoder, mask, positions, x.dtype, key_positions, cache)
         return self.encoder(x, kv, p)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
@@ -441,8 +474,8 @@ class MaskplayForMaskedLM(MaskplayPreTrainedModel):
         return self.maskplay.embeddings.word
 
     def logits_under(self, kind: str | None, input_ids: Tensor, attention_mask: Tensor | None,
-                     token_type_ids: Tensor | None) -> tuple[Tensor, list[Tensor]]:
-        hidden, states = self.maskplay.encode(input_ids, attention_mask, token_type_ids, kind)
+                     token_type_ids: Tensor | None, cache: Any = None) -> tuple[Tensor, list[Tensor]]:
+        hidden, states = self.maskplay.encode(input_ids, attention_mask, token_type_ids, kind, cache)
         return self.head(hidden, self.maskplay.embeddings.word.weight), states
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
@@ -460,21 +493,39 @@ class MaskplayForMaskedLM(MaskplayPreTrainedModel):
 
 class MaskplayForCausalLM(MaskplayForMaskedLM, GenerationMixin):
     """Left to right (`config.causal_mask`): GPT, GPT-BERT's causal mode, UniLM's seq2seq mask (a prompt
-    `[SOS] source [SEP]`, generated tokens the target). generate() recomputes the sequence at every step."""
+    `[SOS] source [SEP]`, generated tokens the target). With a causal mask, generate() keeps a key/value cache
+    (each step runs the new token alone); UniLM's seq2seq mask recomputes the sequence at every step."""
+
+    _supports_cache_class = True  # transformers 4: generate() makes a DynamicCache
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 labels: Tensor | None = None, output_hidden_states: bool | None = None,
-                return_dict: bool | None = None, **kwargs) -> CausalLMOutput | tuple:
-        logits, states = self.logits_under(self.config.causal_mask, input_ids, attention_mask, token_type_ids)
+                return_dict: bool | None = None, cache: Any = None, past_key_values: Any = None,
+                use_cache: bool | None = None, **kwargs) -> CausalLMOutputWithPast | tuple:
+        """`cache` (or `past_key_values`): a transformers Cache holding the keys and values of the tokens before
+        input_ids (attention_mask then covers those and input_ids); use_cache=True starts one."""
+        store = cache if cache is not None else past_key_values
+        if self.config.causal_mask != "causal":
+            store = None  # the seq2seq mask's segments come from the whole sequence: recomputed at every step
+        elif store is None and use_cache:
+            store = DynamicCache()
+        logits, states = self.logits_under(self.config.causal_mask, input_ids, attention_mask, token_type_ids, store)
         loss = None
         if labels is not None:
             shifted = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
             loss = F.cross_entropy(shifted, labels[:, 1:].reshape(-1), ignore_index=-100)
         states = tuple(states) if output_hidden_states else None
         if return_dict is False:
-            return tuple(x for x in (loss, logits, states) if x is not None)
-        return CausalLMOutput(loss=loss, logits=logits, hidden_states=states)
+            return tuple(x for x in (loss, logits, store, states) if x is not None)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=states, **{CACHE: store})
 
     def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                                      **kwargs) -> dict[str, Tensor | None]:
-        return {"input_ids": input_ids, "attention_mask": attention_mask}
+                                      cache: Any = None, past_key_values: Any = None,
+                                      **kwargs) -> dict[str, Any]:
+        """The tokens the cache does not hold yet (with a causal mask; else the whole sequence)."""
+        store = cache if cache is not None else past_key_values
+        inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if store is not None and self.config.causal_mask == "causal":
+            inputs["input_ids"] = input_ids[:, store.get_seq_length():]
+            inputs[CACHE] = store
+        return inputs
