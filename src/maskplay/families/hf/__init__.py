@@ -7,7 +7,9 @@ weight must be filled: nothing is silently skipped.
 - ElectraForMaskedLM (the generator) <-> BertMLM with embedding_size;
 - the pair <-> a full Electra, its generator sized by electra.generator_hidden_fraction;
 - BertLMHeadModel (is_decoder=True) <-> GPT;
-- XLNetLMHeadModel <-> XLNet.
+- XLNetLMHeadModel <-> XLNet;
+- GPT2LMHeadModel, GPTNeoXForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, OPTForCausalLM -> GPT with the causal-LM
+  switches (docs/SWITCHES.md), read only (causal.py).
 
 The registry (registry.py) maps each architecture and each family to its converter; from_hf, to_hf and
 hf_architecture look them up there."""
@@ -22,6 +24,8 @@ from .bert import BERT, bert_config_dict
 from .common import HF_DEFAULTS, HFCheckpoint, HFConverter, HFExport, check_hf_types
 from .electra import ELECTRA, electra_config_dict
 from .gpt import GPT_CONVERTER
+from .gpt2 import GPT2
+from .gpt_neox import GPT_NEOX
 from .registry import (
     architectures,
     check_complete,
@@ -39,7 +43,8 @@ if TYPE_CHECKING:
     from ...config import ModelConfig
     from ..base import MaskplayModel
 
-for _converter in (BERT, ELECTRA, GPT_CONVERTER, XLNET):  # this order is the order ARCHITECTURES lists
+# this order is the order ARCHITECTURES lists; HuggingFace's causal LMs (read only, onto gpt) after the twins
+for _converter in (BERT, ELECTRA, GPT_CONVERTER, XLNET, GPT2, GPT_NEOX):
     register(_converter)
 
 ARCHITECTURES = architectures()

@@ -99,6 +99,7 @@ class HFConverter:
     hf_defaults: dict[str, Any] = {}
     takes_generator: tuple[str, ...] = ()  # the architectures from_hf pairs with a second (generator) checkpoint
     decoder = False  # whether config.json may say is_decoder = true (the model attends causally)
+    twin = True  # the family's HuggingFace counterpart, what to_hf writes (False: read only, another architecture)
 
     def recognise(self, data: dict[str, Any], state: dict[str, Tensor]) -> str | None:
         """The architecture of a config.json without `architectures` (its model_type, is_decoder, the head's

@@ -18,10 +18,12 @@ _BY_FAMILY: dict[str, HFConverter] = {}
 
 
 def register(converter: HFConverter) -> HFConverter:
-    """Make `converter` the one for its family and for each of its architectures."""
+    """Make `converter` the one for each of its architectures, and for its family when it is the family's twin
+    (`converter.twin`; the read-only ones, HuggingFace's causal LMs onto gpt, are not)."""
     for architecture in converter.architectures:
         _BY_ARCHITECTURE[architecture] = converter
-    _BY_FAMILY[converter.family] = converter
+    if converter.twin:
+        _BY_FAMILY[converter.family] = converter
     return converter
 
 
