@@ -33,6 +33,13 @@ CASES = {
     # head width 12, half of it rotated (Pythia: a quarter of 64)
     "GPTNeoXForCausalLM": ("GPTNeoXConfig", dict(SMALL, rotary_pct=0.5, rotary_emb_base=500, bos_token_id=2,
                                                  eos_token_id=3)),
+    "LlamaForCausalLM": ("LlamaConfig", dict(SMALL, num_key_value_heads=2, rope_theta=500.0, bos_token_id=2,
+                                             eos_token_id=3)),
+    "Qwen2ForCausalLM": ("Qwen2Config", dict(SMALL, num_key_value_heads=1, tie_word_embeddings=True, bos_token_id=2,
+                                             eos_token_id=3)),
+    "OPTForCausalLM": ("OPTConfig", dict(vocab_size=VOCAB, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                         ffn_dim=80, max_position_embeddings=64, word_embed_proj_dim=48,
+                                         pad_token_id=1, bos_token_id=2, eos_token_id=3)),
 }
 
 
@@ -198,3 +205,77 @@ def test_gpt_neox_sequential_residual_and_tied_head(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(model(ids, attention_mask=attn.bool()).logits[attn.bool()],
                                    hf(input_ids=ids, attention_mask=attn).logits[attn.bool()], atol=1e-5, rtol=1e-5)
+
+
+# ---- LLaMA and Qwen2 ------------------------------------------------------------------------------------------
+
+
+def test_llama_maps_onto_the_causal_switches(tmp_path):
+    saved(build("LlamaForCausalLM"), tmp_path / "hf")
+    model = convert(tmp_path / "hf")
+    config = model.config
+    assert (config.num_kv_heads, config.rotary_base, config.norm, config.ffn, config.lm_head) == \
+        (2, 500.0, "rmsnorm", "swiglu", "untied")
+    assert config.ffn_width == 80 and not config.attention_bias and not config.ffn_bias
+    cache, _ = model.prefill(torch.tensor([[2, 10, 11]]))
+    assert cache.keys[0].shape[1] == 2  # the cache holds the key/value heads
+
+
+def test_smollm_shaped_llama_tied_with_biases(tmp_path):
+    """SmolLM2's tied head, and LLaMA's optional attention and MLP biases."""
+    hf = saved(build("LlamaForCausalLM", tie_word_embeddings=True, attention_bias=True, mlp_bias=True,
+                     intermediate_size=81), tmp_path / "hf")
+    tok = tokenizer(tmp_path)
+    model = convert(tmp_path / "hf", tok)
+    assert model.config.lm_head == "tied" and model.config.ffn_width == 81
+    check_parity(hf, model, tok)
+
+
+def test_qwen2_has_query_key_value_biases_and_no_output_bias(tmp_path):
+    saved(build("Qwen2ForCausalLM"), tmp_path / "hf")
+    model = convert(tmp_path / "hf")
+    attn = model.encoder.layers[0].attn
+    assert attn.query.bias.abs().sum() > 0 and not attn.out.bias.any() and model.config.num_kv_heads == 1
+
+
+@pytest.mark.parametrize("architecture, fields, message", [
+    ("LlamaForCausalLM", dict(hidden_act="gelu"), "only 'silu'"),
+    ("LlamaForCausalLM", dict(head_dim=16), "head_dim 16"),
+    ("LlamaForCausalLM", dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "RoPE scaling 'linear'"),
+    ("Qwen2ForCausalLM", dict(use_sliding_window=True, sliding_window=8), "use_sliding_window"),
+])
+def test_unsupported_configs_are_one_line_errors(tmp_path, architecture, fields, message):
+    saved(build(architecture), tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **fields}))
+    with pytest.raises(ValueError, match=message) as err:
+        convert(tmp_path / "hf")
+    assert "\n" not in str(err.value)
+
+
+# ---- OPT ------------------------------------------------------------------------------------------------------
+
+
+def test_opt_drops_the_position_offset_rows(tmp_path):
+    hf = saved(build("OPTForCausalLM"), tmp_path / "hf")
+    model = convert(tmp_path / "hf")
+    assert (model.config.ffn, model.config.norm_placement, model.config.pad_token_id) == ("relu", "pre", 1)
+    table = hf.model.decoder.embed_positions.weight
+    assert model.config.max_position == 64 and torch.equal(model.embeddings.position.weight, table[2:])
+
+
+def test_opt_post_norm(tmp_path):
+    """do_layer_norm_before = false: post-norm blocks and no final norm."""
+    hf = saved(build("OPTForCausalLM", do_layer_norm_before=False), tmp_path / "hf")
+    model = convert(tmp_path / "hf")
+    assert model.config.norm_placement == "post" and model.encoder.final_norm is None
+    ids, attn = right_padded()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, attention_mask=attn.bool()).logits[attn.bool()],
+                                   hf(input_ids=ids, attention_mask=attn).logits[attn.bool()], atol=1e-5, rtol=1e-5)
+
+
+def test_opt_with_projected_embeddings_is_refused(tmp_path):
+    saved(build("OPTForCausalLM", word_embed_proj_dim=32), tmp_path / "hf")
+    with pytest.raises(ValueError, match="word_embed_proj_dim 32 differs from hidden_size 48"):
+        convert(tmp_path / "hf")

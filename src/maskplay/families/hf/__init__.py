@@ -26,6 +26,9 @@ from .electra import ELECTRA, electra_config_dict
 from .gpt import GPT_CONVERTER
 from .gpt2 import GPT2
 from .gpt_neox import GPT_NEOX
+from .llama import LLAMA
+from .opt import OPT
+from .qwen2 import QWEN2
 from .registry import (
     architectures,
     check_complete,
@@ -44,7 +47,7 @@ if TYPE_CHECKING:
     from ..base import MaskplayModel
 
 # this order is the order ARCHITECTURES lists; HuggingFace's causal LMs (read only, onto gpt) after the twins
-for _converter in (BERT, ELECTRA, GPT_CONVERTER, XLNET, GPT2, GPT_NEOX):
+for _converter in (BERT, ELECTRA, GPT_CONVERTER, XLNET, GPT2, GPT_NEOX, LLAMA, QWEN2, OPT):
     register(_converter)
 
 ARCHITECTURES = architectures()

@@ -43,9 +43,10 @@ def rope(hf_config: Any, architecture: str) -> tuple[float, float]:
     scaling = getattr(hf_config, "rope_scaling", None) or {}
     if not isinstance(params, dict) or not isinstance(scaling, dict):
         raise ValueError(f"{architecture}: rope_parameters / rope_scaling must be objects")
-    kind = params.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
-    if kind != "default":
-        raise ValueError(f"{architecture}: RoPE scaling {kind!r} is not supported (only the default RoPE)")
+    kinds = [k for k in (params.get("rope_type"), scaling.get("rope_type"), scaling.get("type"))
+             if k not in (None, "default")]
+    if kinds:
+        raise ValueError(f"{architecture}: RoPE scaling {kinds[0]!r} is not supported (only the default RoPE)")
 
     def first(*values: Any) -> Any:
         return next((v for v in values if v is not None), None)
