@@ -279,3 +279,14 @@ def test_opt_with_projected_embeddings_is_refused(tmp_path):
     saved(build("OPTForCausalLM", word_embed_proj_dim=32), tmp_path / "hf")
     with pytest.raises(ValueError, match="word_embed_proj_dim 32 differs from hidden_size 48"):
         convert(tmp_path / "hf")
+
+
+def test_a_list_of_end_tokens_takes_the_first(tmp_path):
+    """LLaMA 3's config.json lists its end tokens; a list of anything else is still refused by name."""
+    saved(build("LlamaForCausalLM"), tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "eos_token_id": [4, 3]}))
+    assert convert(tmp_path / "hf").config.eos_token_id == 4
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "eos_token_id": ["4"]}))
+    with pytest.raises(ValueError, match="eos_token_id"):
+        convert(tmp_path / "hf")

@@ -55,7 +55,8 @@ def check_hf_types(data: dict[str, Any], source: str) -> None:
         is_int = isinstance(value, int) and not isinstance(value, bool)
         if key in HF_POSITIVE_INTS and not (is_int and value > 0):
             raise bad(key, "a positive integer")
-        if key in HF_INTS and not is_int:
+        ints = isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        if key in HF_INTS and not is_int and not (key == "eos_token_id" and ints):  # LLaMA 3: a list of end tokens
             raise bad(key, "an integer")
         if key in HF_FLOATS and not (isinstance(value, (int, float)) and not isinstance(value, bool)
                                      and math.isfinite(value)):
