@@ -24,7 +24,7 @@ FFNS = ("gelu", "geglu", "swiglu", "relu")  # feedforward.py
 UNGATED = ("gelu", "relu")  # two matrices; the others gate (three)
 ATTENTION_KINDS = ("dot", "synthesizer-random", "synthesizer-dense", "lsra")  # attention/variants.py, attention/lsra.py
 WEIGHT_INITS = ("bert", "gpt-bert")  # modeling.py
-LM_HEADS = ("bert", "tied", "untied")  # heads.py
+LM_HEADS = ("mlm", "tied", "untied")  # heads.py
 ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm_placement", "ffn", "ffn_bias",
                          "share_layers", "attention", "long", "norm_affine", "attention_output_norm", "ffn_inner_norm",
                          "gelu_tanh", "value_gate", "denseformer", "head_norm", "weight_init", "num_kv_heads",
@@ -36,7 +36,7 @@ GPT_BERT_SWITCHES = {"norm_affine": True, "attention_output_norm": False, "ffn_i
 # the switches HuggingFace's causal LMs need (GPT-2, GPT-NeoX, LLaMA, Qwen2, OPT; docs/SWITCHES.md) and their
 # defaults, today's model: config.json leaves them out at these values, as it does GPT-BERT's
 CAUSAL_LM_SWITCHES = {"num_kv_heads": None, "parallel_residual": False, "rotary_fraction": 1.0,
-                      "rotary_base": 10000.0, "embedding_norm": True, "lm_head": "bert"}
+                      "rotary_base": 10000.0, "embedding_norm": True, "lm_head": "mlm"}
 
 
 @dataclass
@@ -214,8 +214,8 @@ class ModelConfig:
     rotary_fraction: float = 1.0  # positions = "rotary": the share of each head's query/key width rotated (rotary_pct)
     rotary_base: float = 10000.0  # positions = "rotary": RoPE's base (LLaMA's rope_theta)
     embedding_norm: bool = True  # the norm after the embeddings (BERT's); GPT-2, GPT-NeoX, LLaMA and OPT have none
-    # the LM head: bert (Dense, GELU, LayerNorm, tied decoder + bias) | tied (h E^T) | untied (h W^T, W its own)
-    lm_head: str = "bert"
+    # the LM head: mlm (BERT's: Dense, GELU, LayerNorm, tied decoder + bias) | tied (h E^T) | untied (h W^T, W its own)
+    lm_head: str = "mlm"
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     # masked-LM families (bert, unilm): the share of real tokens selected for prediction (BERT's 0.15; Wettig et
@@ -351,7 +351,7 @@ class ModelConfig:
         if self.rotary_fraction != 1.0 and (self.rotary_width < 2 or self.rotary_width % 2):
             raise ValueError(f"rotary_fraction {self.rotary_fraction} rotates {self.rotary_width} of the "
                              f"{self.key_width} query/key dimensions per head: it must be an even number >= 2")
-        if self.lm_head != "bert" and (self.head_norm or self.embedding_width != self.hidden_size):
+        if self.lm_head != "mlm" and (self.head_norm or self.embedding_width != self.hidden_size):
             raise ValueError(f"lm_head = {self.lm_head!r} reads the last hidden state as it is: not with head_norm or "
                              "an embedding_size other than hidden_size")
 

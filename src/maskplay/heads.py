@@ -92,7 +92,7 @@ class PlainLMHead(nn.Module):
 
 def make_lm_head(config: ModelConfig) -> nn.Module:
     """The LM head config.lm_head names: BERT's (LMHead) or a plain projection (PlainLMHead)."""
-    return LMHead(config) if config.lm_head == "bert" else PlainLMHead(config)
+    return LMHead(config) if config.lm_head == "mlm" else PlainLMHead(config)
 
 
 # Rows of the vocabulary projection per matmul. On this project's CPU (AMD EPYC, AVX-512 BF16) oneDNN runs

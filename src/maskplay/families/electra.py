@@ -120,7 +120,7 @@ class Electra(MaskplayModel):
     @classmethod
     def check_config(cls, config: ModelConfig) -> None:
         config.generator_sizes()  # raises if the generator cannot be built
-        if config.lm_head != "bert":  # the discriminator's head is its own; the generator's is BERT's
+        if config.lm_head != "mlm":  # the discriminator's head is its own; the generator's is BERT's
             raise ValueError(f"lm_head = {config.lm_head!r}: an ELECTRA model's heads are its own (BERT's for the "
                              "generator)")
 

@@ -72,13 +72,13 @@ class ModelSection:
     head_norm: bool | None = None
     weight_init: str | None = None  # bert | gpt-bert
     # HuggingFace causal LMs' switches (docs/SWITCHES.md); None: off (rotary_fraction 1, rotary_base 10000,
-    # embedding_norm on, lm_head "bert")
+    # embedding_norm on, lm_head "mlm")
     num_kv_heads: int | None = None
     parallel_residual: bool | None = None
     rotary_fraction: float | None = None
     rotary_base: float | None = None
     embedding_norm: bool | None = None
-    lm_head: str | None = None  # bert | tied | untied
+    lm_head: str | None = None  # mlm | tied | untied
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     mask_probability: float | None = None  # bert, unilm: the masked-LM share; None: 0.15
