@@ -290,3 +290,22 @@ def test_a_list_of_end_tokens_takes_the_first(tmp_path):
     (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "eos_token_id": ["4"]}))
     with pytest.raises(ValueError, match="eos_token_id"):
         convert(tmp_path / "hf")
+
+
+def test_convert_then_maskplay_score_on_the_command_line(tmp_path, capsys):
+    """A HuggingFace directory with a tokenizer.json: converted, its special tokens are the tokenizer's, and `maskplay
+    score` (method causal, the gpt family's own) gives the naive HuggingFace loop's sentence log-likelihoods."""
+    hf = saved(build("LlamaForCausalLM", tie_word_embeddings=True), tmp_path / "hf")
+    tok = tokenizer(tmp_path)
+    tok.save(tmp_path / "hf")
+    assert main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "mp")]) == 0
+    assert "copied tokenizer.json" in capsys.readouterr().out
+    assert main(["score", str(tmp_path / "mp"), *SENTENCES[:2], "--format", "jsonl", "--precision", "fp32"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["method"] for r in rows] == ["causal", "causal"]
+    for sentence, row in zip(SENTENCES, rows, strict=False):
+        ids = [tok.special.sos, *tok.encode(sentence)[1:-1]]
+        with torch.no_grad():
+            log_probs = hf(input_ids=torch.tensor([ids])).logits[0].log_softmax(-1)
+        assert row["log_prob"] == pytest.approx(sum(log_probs[i - 1, ids[i]].item() for i in range(1, len(ids))),
+                                                abs=1e-4)
