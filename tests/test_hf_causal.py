@@ -309,3 +309,16 @@ def test_convert_then_maskplay_score_on_the_command_line(tmp_path, capsys):
             log_probs = hf(input_ids=torch.tensor([ids])).logits[0].log_softmax(-1)
         assert row["log_prob"] == pytest.approx(sum(log_probs[i - 1, ids[i]].item() for i in range(1, len(ids))),
                                                 abs=1e-4)
+
+
+def test_gpt_neox_config_of_older_transformers(tmp_path):
+    """Pythia's config.json on the hub predates rope_parameters: rotary_pct and rotary_emb_base say the same."""
+    hf = saved(build("GPTNeoXForCausalLM"), tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    del config["rope_parameters"]
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "rotary_pct": 0.5, "rotary_emb_base": 500}))
+    model = convert(tmp_path / "hf")
+    assert (model.config.rotary_fraction, model.config.rotary_base) == (0.5, 500.0)
+    ids, _ = right_padded()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, hf(input_ids=ids).logits, atol=1e-5, rtol=1e-5)

@@ -25,7 +25,7 @@ from .causal import (
 
 GPT_NEOX_DEFAULTS: dict[str, Any] = {
     "vocab_size": 50432, "hidden_size": 6144, "num_hidden_layers": 44, "num_attention_heads": 64,
-    "intermediate_size": 24576, "hidden_act": "gelu", "rotary_pct": None, "rotary_emb_base": None,
+    "intermediate_size": 24576, "hidden_act": "gelu", "rotary_pct": 0.25, "rotary_emb_base": 10000,
     "attention_dropout": 0.0, "hidden_dropout": 0.0, "max_position_embeddings": 2048, "initializer_range": 0.02,
     "layer_norm_eps": 1e-5, "bos_token_id": 0, "eos_token_id": 2, "pad_token_id": None, "tie_word_embeddings": False,
     "use_parallel_residual": True, "attention_bias": True,
