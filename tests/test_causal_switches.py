@@ -210,3 +210,12 @@ def test_a_switched_model_does_not_convert_to_huggingface_bert():
         to_hf(tiny(num_kv_heads=2))
     with pytest.raises(ValueError, match="lm_head = 'tied'"):
         to_hf(tiny(lm_head="tied"))
+
+
+def test_beam_search_reorders_a_grouped_query_cache():
+    """Beam search reorders the cache of key/value heads as it follows its beams: the same beams as without a cache."""
+    model = tiny(num_kv_heads=2, positions="rotary", norm_placement="pre", parallel_residual=True, lm_head="untied")
+    prompts = [[3, 10, 11, 12], [3, 20]]
+    cached = generate(model, prompts, max_new_tokens=5, strategy="beam", num_beams=3, stop_ids=[])
+    plain = generate(model, prompts, max_new_tokens=5, strategy="beam", num_beams=3, stop_ids=[], use_cache=False)
+    assert [g.token_ids for g in cached] == [g.token_ids for g in plain]
