@@ -57,6 +57,12 @@ SWITCHES = {
     "reversible": dict(norm_placement="pre", reversible=True),
     "reversible+t5+shared+rmsnorm": dict(norm_placement="pre", reversible=True, positions="t5", share_layers=True,
                                          norm="rmsnorm"),
+    # HuggingFace causal LMs' (tests/test_causal_switches.py has their formulas)
+    "llama": dict(num_kv_heads=2, positions="rotary", norm_placement="pre", norm="rmsnorm", ffn="swiglu",
+                  ffn_bias=False, embedding_norm=False, rotary_base=500.0),
+    "neox+relu": dict(norm_placement="pre", parallel_residual=True, positions="rotary", rotary_fraction=0.5,
+                      embedding_norm=False, ffn="relu"),
+    "multi-query+alibi+talking_heads": dict(num_kv_heads=1, positions="alibi", talking_heads=True),
 }
 
 
@@ -64,7 +70,8 @@ def xlnet_takes(fields: dict) -> bool:
     """XLNet keeps its own positions and dot-product attention, has no pre-LN (its streams project keys/values
     outside the blocks) and no embedding projection."""
     return ("positions" not in fields and "embedding_size" not in fields and "attention" not in fields
-            and fields.get("norm_placement") != "pre" and not fields.get("denseformer"))
+            and fields.get("norm_placement") != "pre" and not fields.get("denseformer")
+            and "num_kv_heads" not in fields)
 
 
 def model_of(family: str, seed: int = 0, **overrides) -> MaskplayModel:
@@ -515,7 +522,7 @@ def test_random_synthesizer_attends_the_same_whatever_the_tokens():
     (dict(family="bert", norm="batchnorm"), "norm must be one of"),
     (dict(family="bert", norm_placement="sandwich"), "norm_placement must be one of"),
     (dict(family="xlnet", norm_placement="pre"), "not built for family xlnet"),
-    (dict(family="bert", ffn="relu"), "ffn must be one of"),
+    (dict(family="bert", ffn="tanh"), "ffn must be one of"),
     (dict(family="bert", attention="linear"), "attention must be one of"),
     (dict(family="xlnet", attention="synthesizer-dense"), "not with family xlnet"),
     (dict(family="bert", attention="synthesizer-random", positions="rotary"), "not with positions = 'rotary'"),

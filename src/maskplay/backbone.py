@@ -51,7 +51,7 @@ class Embeddings(nn.Module):
         self.register_buffer("fixed_position", sinusoidal_embedding(config) if config.positions == "sinusoidal"
                              else None, persistent=False)
         self.segment = nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size else None
-        self.norm = make_norm(config, width)
+        self.norm = make_norm(config, width) if config.embedding_norm else None  # GPT-2, LLaMA, ...: none
         self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
@@ -73,7 +73,7 @@ class Embeddings(nn.Module):
                 x = x + self.segment.weight[0]
             else:
                 x = x + self.segment(token_type_ids)
-        return (dropout or self.dropout)(self.norm(x))
+        return (dropout or self.dropout)(x if self.norm is None else self.norm(x))
 
 
 class Block(nn.Module):
@@ -83,6 +83,7 @@ class Block(nn.Module):
     - pre: h = h + Drop(Attn(LN(h))); h = h + Drop(FFN(LN(h))). `inputs.kv`, when given, is the same residual stream
       at other positions (PLL's last-layer rows), so it is normalised like h; keys/values already projected (T-TA's,
       from the embedding output, itself normalised) are used as they are.
+    - pre with parallel_residual (GPT-NeoX): h = Drop(FFN(LN2(h))) + Drop(Attn(LN1(h))) + h, summed in GPT-NeoX's order.
     `forward(h, inputs, index)`: the pass's inputs (attention.inputs.PassInputs) and the layer's index."""
 
     def __init__(self, config: ModelConfig) -> None:
@@ -94,9 +95,19 @@ class Block(nn.Module):
         self.dropout = Dropout(config.hidden_dropout)
         self.pre_norm = config.norm_placement == "pre"
         self.alpha = deepnorm_alpha(config.num_layers) if config.norm_placement == "deepnorm" else 1.0
+        self.parallel = config.parallel_residual
 
     def forward(self, h: Tensor, inputs: PassInputs, index: int = 0) -> Tensor:
+        if self.parallel:
+            return self.parallel_forward(h, inputs, index)
         return self.feed_forward(self.attend(h, inputs, index))
+
+    def parallel_forward(self, h: Tensor, inputs: PassInputs, index: int = 0) -> Tensor:
+        """GPT-NeoX's block: attention and feed-forward both read the block's input (parallel_residual)."""
+        if inputs.kv is not None:
+            inputs = dataclasses.replace(inputs, kv=self.attn_norm(inputs.kv))
+        attended = self.dropout(self.attn(self.attn_norm(h), inputs, index))
+        return self.dropout(self.ffn(self.ffn_norm(h))) + attended + h
 
     def attend(self, h: Tensor, inputs: PassInputs, index: int = 0) -> Tensor:
         """The first sub-layer, attention with its residual and norm (DenseFormer reads the two apart)."""

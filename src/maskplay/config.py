@@ -20,12 +20,16 @@ POSITION_SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "t
 # ModelConfig fields that change the block's architecture away from BERT's (docs/SWITCHES.md)
 NORMS = ("layernorm", "rmsnorm")  # norms.py
 NORM_PLACEMENTS = ("post", "pre", "deepnorm")
-FFNS = ("gelu", "geglu", "swiglu")  # feedforward.py
+FFNS = ("gelu", "geglu", "swiglu", "relu")  # feedforward.py
+UNGATED = ("gelu", "relu")  # two matrices; the others gate (three)
 ATTENTION_KINDS = ("dot", "synthesizer-random", "synthesizer-dense", "lsra")  # attention/variants.py, attention/lsra.py
 WEIGHT_INITS = ("bert", "gpt-bert")  # modeling.py
+LM_HEADS = ("mlm", "tied", "untied")  # heads.py
 ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm_placement", "ffn", "ffn_bias",
                          "share_layers", "attention", "long", "norm_affine", "attention_output_norm", "ffn_inner_norm",
-                         "gelu_tanh", "value_gate", "denseformer", "head_norm", "weight_init", "reversible")
+                         "gelu_tanh", "value_gate", "denseformer", "head_norm", "weight_init", "reversible",
+                         "num_kv_heads", "parallel_residual", "rotary_fraction", "rotary_base", "embedding_norm",
+                         "lm_head")
 # GPT-BERT's switches (Charpentier & Samuel 2024; docs/SWITCHES.md) and their defaults, today's model: config.json
 # leaves them out while they are at these values, so that it reads as it did before they existed
 GPT_BERT_SWITCHES = {"norm_affine": True, "attention_output_norm": False, "ffn_inner_norm": False, "gelu_tanh": False,
@@ -34,6 +38,10 @@ GPT_BERT_SWITCHES = {"norm_affine": True, "attention_output_norm": False, "ffn_i
 # like GPT-BERT's, config.json leaves them out at these defaults
 HF_MASKED_SWITCHES = {"head_gelu_tanh": False, "relative_buckets": 32, "relative_max_distance": 512}
 ARCHITECTURE_SWITCHES = (*ARCHITECTURE_SWITCHES, *HF_MASKED_SWITCHES)
+# the switches HuggingFace's causal LMs need (GPT-2, GPT-NeoX, LLaMA, Qwen2, OPT; docs/SWITCHES.md) and their
+# defaults, today's model: config.json leaves them out at these values, as it does GPT-BERT's
+CAUSAL_LM_SWITCHES = {"num_kv_heads": None, "parallel_residual": False, "rotary_fraction": 1.0,
+                      "rotary_base": 10000.0, "embedding_norm": True, "lm_head": "mlm"}
 
 
 @dataclass
@@ -214,6 +222,15 @@ class ModelConfig:
     # log buckets reach (GPT-BERT's 32 and 512; DeBERTa-v3's position_buckets 256 and max_relative_positions 512)
     relative_buckets: int = 32
     relative_max_distance: int = 512
+    # HuggingFace causal LMs' switches (docs/SWITCHES.md), each off by default. num_kv_heads: grouped-query attention,
+    # that many key/value heads shared by num_heads / num_kv_heads query heads each (None: one per query head)
+    num_kv_heads: int | None = None
+    parallel_residual: bool = False  # GPT-NeoX: h + Attn(norm1(h)) + FFN(norm2(h)), one residual (pre-norm only)
+    rotary_fraction: float = 1.0  # positions = "rotary": the share of each head's query/key width rotated (rotary_pct)
+    rotary_base: float = 10000.0  # positions = "rotary": RoPE's base (LLaMA's rope_theta)
+    embedding_norm: bool = True  # the norm after the embeddings (BERT's); GPT-2, GPT-NeoX, LLaMA and OPT have none
+    # the LM head: mlm (BERT's: Dense, GELU, LayerNorm, tied decoder + bias) | tied (h E^T) | untied (h W^T, W its own)
+    lm_head: str = "mlm"
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     # masked-LM families (bert, unilm): the share of real tokens selected for prediction (BERT's 0.15; Wettig et
@@ -269,6 +286,7 @@ class ModelConfig:
         self._check_gpt_bert_switches(xl)
         self._check_reversible(xl)
         self._check_relative_buckets()
+        self._check_causal_lm_switches(xl)
         if self.lsra_kernel < 1 or self.lsra_kernel % 2 == 0:
             raise ValueError(f"lsra_kernel must be an odd kernel size >= 1 (centred on the query), got {self.lsra_kernel}")
         if self.attention not in ("dot", "lsra"):
@@ -344,6 +362,36 @@ class ModelConfig:
                              f"({self.relative_max_distance}) above relative_buckets / 2 + 1: the log buckets "
                              "span the distances between the two")
 
+    def _check_causal_lm_switches(self, xl: bool) -> None:
+        """The combinations the causal-LM switches refuse, each a one-line error."""
+        if self.lm_head not in LM_HEADS:
+            raise ValueError(f"lm_head must be one of {LM_HEADS}, got {self.lm_head!r}")
+        changed = [name for name, default in CAUSAL_LM_SWITCHES.items() if getattr(self, name) != default]
+        if xl and changed:
+            raise ValueError(f"{changed[0]} is built for the single-stream families, not family {self.family}")
+        kv = self.num_kv_heads
+        if kv is not None:
+            if kv < 1 or self.num_heads % kv:
+                raise ValueError(f"num_kv_heads must divide num_heads ({self.num_heads}), got {kv}")
+            clash = [n for n, on in ((f"attention = {self.attention!r}", self.attention != "dot"),
+                                     ("positions = 'disentangled'", self.positions == "disentangled")) if on]
+            if clash:
+                raise ValueError(f"num_kv_heads (grouped-query attention) needs q . k attention: not with {clash[0]}")
+        if self.parallel_residual and (self.norm_placement != "pre" or self.denseformer):
+            raise ValueError("parallel_residual sums both sub-layers on one pre-norm residual: it needs "
+                             "norm_placement = 'pre' and not denseformer")
+        if (self.rotary_fraction != 1.0 or self.rotary_base != 10000.0) and self.positions != "rotary":
+            raise ValueError(f"rotary_fraction and rotary_base need positions = 'rotary', got {self.positions!r}")
+        if not (0 < self.rotary_fraction <= 1 and self.rotary_base > 0 and math.isfinite(self.rotary_base)):
+            raise ValueError(f"rotary_fraction must be in (0, 1] and rotary_base a finite number > 0, got "
+                             f"{self.rotary_fraction} and {self.rotary_base}")
+        if self.rotary_fraction != 1.0 and (self.rotary_width < 2 or self.rotary_width % 2):
+            raise ValueError(f"rotary_fraction {self.rotary_fraction} rotates {self.rotary_width} of the "
+                             f"{self.key_width} query/key dimensions per head: it must be an even number >= 2")
+        if self.lm_head != "mlm" and (self.head_norm or self.embedding_width != self.hidden_size):
+            raise ValueError(f"lm_head = {self.lm_head!r} reads the last hidden state as it is: not with head_norm or "
+                             "an embedding_size other than hidden_size")
+
     def architecture_changes(self) -> list[str]:
         """The architecture switches (docs/SWITCHES.md) set away from the family's own, as "name = value":
         what a converter to another library's architecture must refuse."""
@@ -359,7 +407,7 @@ class ModelConfig:
     def ffn_width(self) -> int:
         """The feed-forward hidden width: intermediate_size, or 2/3 of it for a gated layer (three matrices
         instead of two, the same parameters)."""
-        return self.intermediate_size if self.ffn == "gelu" else max(1, round(2 * self.intermediate_size / 3))
+        return self.intermediate_size if self.ffn in UNGATED else max(1, round(2 * self.intermediate_size / 3))
 
     @property
     def key_width(self) -> int:
@@ -368,6 +416,16 @@ class ModelConfig:
         if self.key_size is not None:
             return self.key_size
         return self.head_dim // 2 if self.attention == "lsra" else self.head_dim
+
+    @property
+    def kv_heads(self) -> int:
+        """The key/value heads: num_kv_heads, or one per query head."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def rotary_width(self) -> int:
+        """The query/key dimensions per head that rotary rotates (GPT-NeoX's rotary_ndims)."""
+        return int(self.key_width * self.rotary_fraction)
 
     @property
     def separator_id(self) -> int:
@@ -393,7 +451,8 @@ class ModelConfig:
         data = dataclasses.asdict(self)
         if self.long == LongAttentionConfig():  # off: config.json stays as it was before [model.long] existed
             del data["long"]
-        for name, default in {**GPT_BERT_SWITCHES, **HF_MASKED_SWITCHES}.items():  # the same for these switches
+        # the same for these switches
+        for name, default in {**GPT_BERT_SWITCHES, **HF_MASKED_SWITCHES, **CAUSAL_LM_SWITCHES}.items():
             if data[name] == default:
                 del data[name]
         if not self.reversible:  # and for reversible

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import ModelConfig
+from .config import UNGATED, ModelConfig
 from .norms import make_norm
 
 ACTIVATIONS = {"geglu": F.gelu, "swiglu": F.silu}
@@ -24,13 +24,13 @@ def _gelu_tanh(x: Tensor) -> Tensor:
 
 
 class FeedForward(nn.Module):
-    """BERT's: down(GELU(up(h)))."""
+    """BERT's: down(GELU(up(h))); ffn = "relu": down(ReLU(up(h))) (OPT's, the original Transformer's)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.up = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.ffn_bias)
         # a module, so that int8 inference can fold it into `up` (precision.quantize_int8)
-        self.act = nn.GELU(approximate="tanh" if config.gelu_tanh else "none")
+        self.act = nn.ReLU() if config.ffn == "relu" else nn.GELU(approximate="tanh" if config.gelu_tanh else "none")
         self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.ffn_bias)
         self.inner_norm = make_norm(config, config.intermediate_size) if config.ffn_inner_norm else None
 
@@ -66,4 +66,4 @@ class GatedFeedForward(nn.Module):
 
 def make_feedforward(config: ModelConfig) -> nn.Module:
     """BERT's FeedForward unless config.ffn names a gated one."""
-    return FeedForward(config) if config.ffn == "gelu" else GatedFeedForward(config)
+    return FeedForward(config) if config.ffn in UNGATED else GatedFeedForward(config)

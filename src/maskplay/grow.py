@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .config import CAUSAL_LM_SWITCHES, UNGATED
 from .families import MaskplayModel, build_model, families
 
 
@@ -67,6 +68,10 @@ def grow(model: MaskplayModel, layers: int | None = None, hidden: int | None = N
         what = "positions = 'disentangled' (its relative table)" if cfg.positions == "disentangled" else \
             "norm_affine = false (the LM head's norm has no gain to divide by the factor)"
         raise ValueError(f"grow does not widen {what}: grow its depth only")
+    causal_lm = [f"{name} = {getattr(cfg, name)!r}" for name, default in CAUSAL_LM_SWITCHES.items()
+                 if getattr(cfg, name) != default]
+    if causal_lm:
+        raise ValueError(f"grow does not grow a model with {causal_lm[0]} yet (a HuggingFace causal LM's switch)")
     if cfg.share_layers and layers != cfg.num_layers:
         raise ValueError("share_layers: every layer is the one shared block, so new layers cannot start as "
                          "identities; grow its width only")
@@ -79,7 +84,7 @@ def grow(model: MaskplayModel, layers: int | None = None, hidden: int | None = N
         reasons.append(f"norm_placement = {cfg.norm_placement!r}: a new block's norm re-normalises the old output "
                        "even with its branches zero (exact depth growth needs pre-LN)")
     intermediate = cfg.intermediate_size * k
-    if cfg.ffn != "gelu":  # a gated layer's width is 2/3 of intermediate_size, rounded: pick the size giving k x its
+    if cfg.ffn not in UNGATED:  # a gated layer's width is 2/3 of intermediate_size, rounded: pick the size giving k x its
         intermediate = round(1.5 * k * cfg.ffn_width)
     big_cfg = dataclasses.replace(cfg, num_layers=layers, hidden_size=hidden, num_heads=heads,
                                   intermediate_size=intermediate)
@@ -93,7 +98,7 @@ def grow(model: MaskplayModel, layers: int | None = None, hidden: int | None = N
                 if name.endswith(("attn.out.weight", "attn.out.bias", "ffn.down.weight", "ffn.down.bias")):
                     state[name] = torch.zeros_like(value)  # the new block's branches add nothing
                 continue
-        state[name] = _widened(name, small[name], k, cfg.ffn != "gelu")
+        state[name] = _widened(name, small[name], k, cfg.ffn not in UNGATED)
         if state[name].shape != value.shape:
             raise AssertionError(f"grow: {name} came out {tuple(state[name].shape)}, expected {tuple(value.shape)}")
     big.load_strict(state, source="the grown weights")

@@ -3,7 +3,7 @@ token-embedding table itself (passed in, never copied) with a separate per-token
 are narrower than the hidden size (config.embedding_size), the Dense maps hidden -> embedding width, as
 HuggingFace ELECTRA's generator head and ALBERT's head do. GPT-BERT's switches: `head_norm` puts a norm in front of
 the Dense (norm -> Dense -> GELU -> LayerNorm -> tied decoder + bias), `norm_affine = false` takes the learned gain
-and bias off both norms."""
+and bias off both norms. `lm_head = "tied" | "untied"`: a plain projection instead (PlainLMHead)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,46 @@ class LMHead(nn.Module):
         if temperature == 1.0:
             return linear_log_probs(x, embedding_weight, self.bias, targets)
         return linear_log_probs(x / temperature, embedding_weight, self.bias / temperature, targets)
+
+
+class PlainLMHead(nn.Module):
+    """lm_head = "tied" (GPT-2, OPT, tied LLaMA) or "untied" (GPT-NeoX, LLaMA): logits = h E^T, E the word
+    embeddings, or h W^T with W its own (`decoder`), without BERT's transform and without a bias (a zero buffer, not
+    saved, stands in for one: the chunked log-softmax and loss below take a bias). The interface is LMHead's."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False) if config.lm_head == "untied" \
+            else None
+        self.bias: Tensor
+        self.register_buffer("bias", torch.zeros(config.vocab_size), persistent=False)
+
+    def weight(self, embedding_weight: Tensor) -> Tensor:
+        return embedding_weight if self.decoder is None else self.decoder.weight
+
+    def transform(self, hidden: Tensor) -> Tensor:
+        return hidden
+
+    def forward(self, hidden: Tensor, embedding_weight: Tensor) -> Tensor:
+        return F.linear(hidden, self.weight(embedding_weight))
+
+    def loss(self, hidden: Tensor, embedding_weight: Tensor, targets: Tensor) -> Tensor:
+        return linear_cross_entropy(hidden, self.weight(embedding_weight), self.bias, targets)
+
+    def loss_and_sample(self, hidden: Tensor, embedding_weight: Tensor, targets: Tensor,
+                        uniforms: Tensor) -> tuple[Tensor, Tensor]:
+        return linear_cross_entropy_and_sample(hidden, self.weight(embedding_weight), self.bias, targets, uniforms)
+
+    def log_probs(self, hidden: Tensor, embedding_weight: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
+        weight = self.weight(embedding_weight)
+        if temperature == 1.0:
+            return linear_log_probs(hidden, weight, self.bias, targets)
+        return linear_log_probs(hidden / temperature, weight, self.bias, targets)
+
+
+def make_lm_head(config: ModelConfig) -> nn.Module:
+    """The LM head config.lm_head names: BERT's (LMHead) or a plain projection (PlainLMHead)."""
+    return LMHead(config) if config.lm_head == "mlm" else PlainLMHead(config)
 
 
 # Rows of the vocabulary projection per matmul. On this project's CPU (AMD EPYC, AVX-512 BF16) oneDNN runs

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from .backbone import Embeddings, Encoder
 from .config import ModelConfig
 from .files import atomic_path
-from .heads import LMHead
+from .heads import make_lm_head
 from .masks import MaskMod, and_masks, materialize, padding
 from .model_dir import CONFIG_NAME, WEIGHTS_NAME, read_weights, write_model_manifest
 from .outputs import ModelOutput
@@ -60,8 +60,9 @@ class ModelBase(nn.Module):
         return Embeddings(config)
 
     def make_head(self, config: ModelConfig) -> nn.Module:
-        """The family's output head; the tied masked-LM head unless a family says otherwise."""
-        return LMHead(config)
+        """The family's output head; the tied masked-LM head (or the plain one config.lm_head names) unless a family
+        says otherwise."""
+        return make_lm_head(config)
 
     def encode_under(self, structure: MaskMod, input_ids: Tensor, attention_mask: Tensor,
                      token_type_ids: Tensor | None = None, output_hidden_states: bool = False,

@@ -17,7 +17,9 @@ The other schemes (docs/SWITCHES.md), for every single-stream family (BERT, GPT,
   PE(p, 2k) = sin(p / 10000^(2k/d)), PE(p, 2k+1) = cos(p / 10000^(2k/d)), scaled to the RMS a learned table has
   at initialisation (std = initializer_range): the paper instead scales the token embeddings up by sqrt(d).
 - "rotary": RoPE (Su et al. 2021): each head's queries and keys rotated by their absolute positions, so that
-  q_m . k_n depends on m - n only; dimension k pairs with k + d/2 (GPT-NeoX / LLaMA layout), base 10000.
+  q_m . k_n depends on m - n only; dimension k pairs with k + d/2 (GPT-NeoX / LLaMA layout), base 10000
+  (`rotary_base`, LLaMA's rope_theta); `rotary_fraction` < 1 rotates the first d' = fraction x d dimensions only,
+  k pairing with k + d'/2, the rest passing through (GPT-NeoX's rotary_pct).
 - "t5": T5's learned scalar bias per head and relative-distance bucket (Raffel et al. 2020), one table shared by
   every layer as T5 shares it (32 buckets, max distance 128; bidirectional buckets except for GPT, whose
   buckets are T5 decoder's, all for the past).
@@ -206,6 +208,10 @@ class Rotary:
     k_sin: Tensor
 
     def apply(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        width = self.q_cos.shape[-1]
+        if width != q.shape[-1]:  # rotary_fraction < 1 (GPT-NeoX's rotary_pct): the first `width` dimensions only
+            return (torch.cat([apply_rotary(q[..., :width], self.q_cos, self.q_sin), q[..., width:]], dim=-1),
+                    torch.cat([apply_rotary(k[..., :width], self.k_cos, self.k_sin), k[..., width:]], dim=-1))
         return apply_rotary(q, self.q_cos, self.q_sin), apply_rotary(k, self.k_cos, self.k_sin)
 
     def cut(self, end: int) -> Rotary:
@@ -360,6 +366,8 @@ class PositionScheme(nn.Module):
             raise ValueError(f"PositionScheme is for {IN_ATTENTION}, not {config.positions!r}")
         self.kind = config.positions
         self.heads, self.width = config.num_heads, config.key_width
+        if self.kind == "rotary":  # the dimensions rotated, and RoPE's base (rotary_fraction, rotary_base)
+            self.width, self.base = config.rotary_width, config.rotary_base
         self.bidirectional = not causal  # T5's decoder buckets for a left-to-right family
         self.buckets = nn.Embedding(T5_BUCKETS, config.num_heads) if self.kind == "t5" else None
         if self.kind == "alibi":
@@ -384,8 +392,9 @@ class PositionScheme(nn.Module):
         key/value cache, key_positions are every cached key's and new_key_positions those of the keys this pass
         projects (and rotates: cached keys were rotated when they were new)."""
         if self.kind == "rotary":
-            q_cos, q_sin = rotary_angles(query_positions, self.width)
-            k_cos, k_sin = rotary_angles(key_positions if new_key_positions is None else new_key_positions, self.width)
+            q_cos, q_sin = rotary_angles(query_positions, self.width, self.base)
+            k_cos, k_sin = rotary_angles(key_positions if new_key_positions is None else new_key_positions, self.width,
+                                         self.base)
             return mask, Rotary(*(t[:, None].to(dtype) for t in (q_cos, q_sin, k_cos, k_sin)))
         bias = self.bias(query_positions, key_positions).to(dtype)
         return bias.masked_fill(~mask, float("-inf")), None

@@ -28,12 +28,16 @@ class Attention(nn.Module):
         h = config.hidden_size
         bias = bool(config.attention_bias)
         self.num_heads = config.num_heads
-        keys = config.num_heads * config.key_width  # hidden_size unless key_size decouples it from the values'
+        # grouped-query attention (num_kv_heads): fewer key/value heads, each read by `groups` query heads
+        self.kv_heads = config.kv_heads
+        self.groups = config.num_heads // config.kv_heads
+        queries = config.num_heads * config.key_width  # hidden_size unless key_size decouples it from the values'
+        keys = self.kv_heads * config.key_width
         # a synthesizer makes its logits without queries and keys (SynthesizedAttention)
         self.synthesizer = Synthesizer(config) if config.attention != "dot" else None
-        self.query = nn.Linear(h, keys, bias=bias) if self.synthesizer is None else None
+        self.query = nn.Linear(h, queries, bias=bias) if self.synthesizer is None else None
         self.key = nn.Linear(h, keys, bias=bias) if self.synthesizer is None else None
-        self.value = nn.Linear(h, h, bias=bias)
+        self.value = nn.Linear(h, self.kv_heads * config.head_dim, bias=bias)
         self.out = nn.Linear(h, h, bias=bias)
         self.dropout_p = config.attention_dropout
         # the layer's own relative-position weights, where positions enter attention rather than the embeddings
@@ -63,14 +67,18 @@ class Attention(nn.Module):
         if inputs.packing is not None:
             if frame is not None:
                 raise ValueError("relative-position attention runs on the padded layout, not packed")
+            if self.groups > 1:
+                k, v = repeat_packed(k, self.kv_heads, self.groups), repeat_packed(v, self.kv_heads, self.groups)
             return self.output(inputs.packing.attend(q, k, v, mask, dead_rows, self.num_heads, positions, self.kernel),
                                h)
         B, Lq, _ = q.shape
-        q, k, v = (split_heads(x, self.num_heads) for x in (q, k, v))
+        q, k, v = split_heads(q, self.num_heads), split_heads(k, self.kv_heads), split_heads(v, self.kv_heads)
         if positions is not None and positions.rotary is not None:
             q, k = positions.rotary.apply(q, k)
         if inputs.cache is not None:
-            k, v = inputs.cache.append(index, k, v)
+            k, v = inputs.cache.append(index, k, v)  # a cache of key/value heads: 1 / groups of the queries'
+        if self.groups > 1:
+            k, v = repeat_heads(k, self.groups), repeat_heads(v, self.groups)
         if isinstance(mask, BandedMask):  # long.py: the banded kernel
             a = mask.attend(q, k, v, self.span, self.dropout_p if self.training else 0.0)
         elif self.relative is not None:
@@ -171,6 +179,19 @@ def split_heads(x: Tensor, heads: int) -> Tensor:
     """(B, L, heads x width) -> (B, heads, L, width), a view."""
     B, L, _ = x.shape
     return x.view(B, L, heads, -1).transpose(1, 2)
+
+
+def repeat_heads(x: Tensor, groups: int) -> Tensor:
+    """(B, kv heads, L, width) -> (B, kv heads x groups, L, width), query head i reading key/value head i // groups
+    (HuggingFace's repeat_kv)."""
+    B, heads, L, width = x.shape
+    return x[:, :, None].expand(B, heads, groups, L, width).reshape(B, heads * groups, L, width)
+
+
+def repeat_packed(x: Tensor, heads: int, groups: int) -> Tensor:
+    """repeat_heads on packed rows: (N, heads x width) -> (N, heads x groups x width)."""
+    N = x.shape[0]
+    return x.view(N, heads, 1, -1).expand(N, heads, groups, x.shape[-1] // heads).reshape(N, -1)
 
 
 def fused_linear(x: Tensor, *layers: nn.Linear) -> tuple[Tensor, ...]:

@@ -20,6 +20,7 @@ export of one): it scores and embeds but cannot pretrain."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -52,9 +53,12 @@ class ReplacedTokenHead(nn.Module):
 
 def generator_config(config: ModelConfig) -> ModelConfig:
     """The generator's BertMLM config: the discriminator's, scaled (ModelConfig.generator_sizes), at the same
-    embedding width."""
+    embedding width; with num_kv_heads, the largest number of key/value heads that divides both the discriminator's
+    and the generator's heads."""
+    sizes = config.generator_sizes()
+    kv = None if config.num_kv_heads is None else math.gcd(config.num_kv_heads, sizes["num_heads"])
     return dataclasses.replace(config, family="bert", embedding_size=config.embedding_width,
-                               electra=ElectraConfig(), **config.generator_sizes())
+                               electra=ElectraConfig(), num_kv_heads=kv, **sizes)
 
 
 class Electra(MaskplayModel):
@@ -120,6 +124,9 @@ class Electra(MaskplayModel):
     @classmethod
     def check_config(cls, config: ModelConfig) -> None:
         config.generator_sizes()  # raises if the generator cannot be built
+        if config.lm_head != "mlm":  # the discriminator's head is its own; the generator's is BERT's
+            raise ValueError(f"lm_head = {config.lm_head!r}: an ELECTRA model's heads are its own (BERT's for the "
+                             "generator)")
 
     @classmethod
     def training_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float:

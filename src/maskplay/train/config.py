@@ -57,7 +57,7 @@ class ModelSection:
     talking_heads: bool | None = None  # None: off
     norm: str | None = None  # layernorm | rmsnorm; None: layernorm
     norm_placement: str | None = None  # post | pre | deepnorm; None: post
-    ffn: str | None = None  # gelu | geglu | swiglu; None: gelu
+    ffn: str | None = None  # gelu | geglu | swiglu | relu; None: gelu
     ffn_bias: bool | None = None  # None: biases on
     share_layers: bool | None = None  # ALBERT's cross-layer sharing; None: off
     attention: str | None = None  # dot | synthesizer-random | synthesizer-dense | lsra; None: dot
@@ -75,6 +75,14 @@ class ModelSection:
     head_gelu_tanh: bool | None = None  # the LM head's GELU in its tanh form (ALBERT); None: exact GELU
     relative_buckets: int | None = None  # positions = "disentangled": the log buckets; None: 32
     relative_max_distance: int | None = None  # positions = "disentangled": the farthest bucketed distance; None: 512
+    # HuggingFace causal LMs' switches (docs/SWITCHES.md); None: off (rotary_fraction 1, rotary_base 10000,
+    # embedding_norm on, lm_head "mlm")
+    num_kv_heads: int | None = None
+    parallel_residual: bool | None = None
+    rotary_fraction: float | None = None
+    rotary_base: float | None = None
+    embedding_norm: bool | None = None
+    lm_head: str | None = None  # mlm | tied | untied
     hidden_dropout: float | None = None
     attention_dropout: float | None = None
     mask_probability: float | None = None  # bert, unilm: the masked-LM share; None: 0.15

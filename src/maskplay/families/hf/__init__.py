@@ -13,6 +13,8 @@ weight must be filled: nothing is silently skipped.
 
 directory.py reads a HuggingFace directory (headless encoders too) as a model in memory, for
 MaskplayModel.from_pretrained.
+- GPT2LMHeadModel, GPTNeoXForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, OPTForCausalLM -> GPT with the causal-LM
+  switches (docs/SWITCHES.md), read only (causal.py).
 
 The registry (registry.py) maps each architecture and each family to its converter; from_hf, to_hf and
 hf_architecture look them up there."""
@@ -32,6 +34,11 @@ from .directory import load_hf_model
 from .distilbert import DISTILBERT
 from .electra import ELECTRA, electra_config_dict
 from .gpt import GPT_CONVERTER
+from .gpt2 import GPT2
+from .gpt_neox import GPT_NEOX
+from .llama import LLAMA
+from .opt import OPT
+from .qwen2 import QWEN2
 from .registry import (
     architectures,
     check_complete,
@@ -49,7 +56,8 @@ from .xlnet import XLNET
 if TYPE_CHECKING:
     from ...config import ModelConfig
 
-for _converter in (BERT, ELECTRA, GPT_CONVERTER, XLNET):  # this order is the order ARCHITECTURES lists
+# this order is the order ARCHITECTURES lists; HuggingFace's causal LMs (read only, onto gpt) after the twins
+for _converter in (BERT, ELECTRA, GPT_CONVERTER, XLNET, GPT2, GPT_NEOX, LLAMA, QWEN2, OPT):
     register(_converter)
 # issue 42, masked half: HuggingFace masked LMs read into a bert (registered after BERT, whose converter stays the
 # family's export)

@@ -55,7 +55,8 @@ def check_hf_types(data: dict[str, Any], source: str) -> None:
         is_int = isinstance(value, int) and not isinstance(value, bool)
         if key in HF_POSITIVE_INTS and not (is_int and value > 0):
             raise bad(key, "a positive integer")
-        if key in HF_INTS and not is_int:
+        ints = isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        if key in HF_INTS and not is_int and not (key == "eos_token_id" and ints):  # LLaMA 3: a list of end tokens
             raise bad(key, "an integer")
         if key in HF_FLOATS and not (isinstance(value, (int, float)) and not isinstance(value, bool)
                                      and math.isfinite(value)):
@@ -99,6 +100,7 @@ class HFConverter:
     hf_defaults: dict[str, Any] = {}
     takes_generator: tuple[str, ...] = ()  # the architectures from_hf pairs with a second (generator) checkpoint
     decoder = False  # whether config.json may say is_decoder = true (the model attends causally)
+    twin = True  # the family's HuggingFace counterpart, what to_hf writes (False: read only, another architecture)
 
     def recognise(self, data: dict[str, Any], state: dict[str, Tensor]) -> str | None:
         """The architecture of a config.json without `architectures` (its model_type, is_decoder, the head's

@@ -18,11 +18,12 @@ _BY_FAMILY: dict[str, HFConverter] = {}
 
 
 def register(converter: HFConverter) -> HFConverter:
-    """Make `converter` the one for each of its architectures, and for its family unless one came first (the first
-    is the family's export: RoBERTa, ALBERT, ... read into a bert, which exports as BertForMaskedLM)."""
+    """Make `converter` the one for each of its architectures, and for its family when it is the family's twin
+    (`converter.twin`; the read-only ones, HuggingFace's causal LMs onto gpt, are not)."""
     for architecture in converter.architectures:
         _BY_ARCHITECTURE[architecture] = converter
-    _BY_FAMILY.setdefault(converter.family, converter)
+    if converter.twin:  # the first twin is the family's export (RoBERTa, ALBERT, ... read into a bert: BERT's)
+        _BY_FAMILY.setdefault(converter.family, converter)
     return converter
 
 
