@@ -58,6 +58,7 @@ from ..registry import FAMILIES, family_names, register
 class MaskplayModel(ModelBase):
     family: ClassVar[str] = ""
     two_streams: ClassVar[bool] = False
+    xl_positions: ClassVar[bool] = False  # its one stream may take positions = "transformer-xl" (the encoder's frame)
     causal: ClassVar[bool] = False
     score_methods: ClassVar[tuple[str, ...]] = ("pll", "pll-word")  # maskplay.score.Method values; first = auto
     masked_lm_method: ClassVar[str | None] = None  # minicons' MaskedLMScorer default, where not the first method

@@ -24,6 +24,7 @@ class GPT(MaskplayModel):
     default_pooling = "last"  # the only token that has read the whole input
     growable = True
     trains_with_memory = True
+    xl_positions = True  # Transformer-XL's own positions (Dai et al. 2019): a causal stream under its relative term
     predicted_fraction = 1.0
     masks_shown = (MaskPicture("gpt", "GPT: causal", lambda segments, rank: left_to_right()),)
     hf_code = {"mask": "causal", "causal_mask": "causal", "query_stream": False, "segments": "none"}
@@ -69,9 +70,10 @@ class GPT(MaskplayModel):
     def check_memory(cls, config: ModelConfig) -> None:
         """Transformer-XL memory needs positions that are distances (its keys sit before the segment's start):
         positions acting inside attention, and plain q . k attention on one stream."""
-        if config.positions not in ("alibi", "t5", "rotary", "none"):
-            raise ValueError(f"memory (run.memory_length) needs relative positions: positions = 'alibi', 't5', "
-                             f"'rotary' or 'none', not {config.positions!r} (absolute positions restart every segment)")
+        if config.positions not in ("transformer-xl", "alibi", "t5", "rotary", "none"):
+            raise ValueError(f"memory (run.memory_length) needs relative positions: positions = 'transformer-xl', "
+                             f"'alibi', 't5', 'rotary' or 'none', not {config.positions!r} (absolute positions restart "
+                             "every segment)")
         clash = [name for name, on in (("model.long", config.long.enabled), ("denseformer", config.denseformer),
                                        ("reversible", config.reversible),
                                        (f"attention = {config.attention!r}", config.attention != "dot")) if on]
