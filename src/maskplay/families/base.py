@@ -146,6 +146,15 @@ class MaskplayModel(ModelBase):
         """Tokens of Transformer-XL memory scoring may carry between segments (None: this family has none)."""
         return None
 
+    def memory_pass(self, runner: Any, ids: Tensor, attention_mask: Tensor, mems: list[Tensor],
+                    memory_tokens: int) -> tuple[Tensor, list[Tensor], int]:
+        """One segment of scoring with memory (score/long.py, overflow='memory'), right-padded rows: the outputs
+        (B, L, H) the head reads, each layer's memory for the next segment (the caller cuts it to memory_tokens)
+        and the shift s, output p predicting the token at p + s. The default: a two-stream family's query stream
+        left to right (forward's left_to_right view), output p predicting token p (s = 0)."""
+        out = runner.forward(ids, attention_mask=attention_mask, left_to_right=True, mems=mems)
+        return out.last_hidden_state, out.mems, 0
+
     # ---- fine-tuning and embedding ------------------------------------------------------------------------
 
     def downstream_kwargs(self, input_ids: Tensor, token_type_ids: Tensor | None) -> dict[str, Any]:

@@ -159,7 +159,7 @@ class Scorer:
                  overflow: Overflow | str = Overflow.ERROR, precision: Precision | str = Precision.fp32,
                  progress: bool = False, segment_tokens: int | None = None,
                  memory_tokens: int | None = None, max_length: int | None = None, temperature: float = 1.0) -> None:
-        """overflow='memory' (XLNet, method causal; maskplay.score.long): a text of more than `segment_tokens`
+        """overflow='memory' (XLNet's method causal, or a GPT with relative positions; maskplay.score.long): a text of more than `segment_tokens`
         tokens with [SOS]/[EOS] (default: the model's max_position) is scored in consecutive segments of that many
         tokens, each reading the memory of the last `memory_tokens` tokens before it (default: xlnet.mem_len when
         the model sets one, else 3 segments). `max_length`: tokens per pass with [SOS]/[EOS] (default and most: the
