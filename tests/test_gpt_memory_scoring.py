@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from maskplay.score import Scorer
 from maskplay.cli import main
+from maskplay.score import Scorer
 from tests.test_score_support import one_thread, save_model_dir, small_tokenizer, tiny  # noqa: F401 (autouse fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))

@@ -71,9 +71,9 @@ class GPT(MaskplayModel):
         """Transformer-XL memory needs positions that are distances (its keys sit before the segment's start):
         positions acting inside attention, and plain q . k attention on one stream."""
         if config.positions not in ("transformer-xl", "alibi", "t5", "rotary", "none"):
-            raise ValueError(f"Transformer-XL memory (run.memory_length, overflow='memory') needs relative positions: positions = 'transformer-xl', "
-                             f"'alibi', 't5', 'rotary' or 'none', not {config.positions!r} (absolute positions restart "
-                             "every segment)")
+            raise ValueError(f"Transformer-XL memory (run.memory_length, overflow='memory') needs relative positions: "
+                             f"positions = 'transformer-xl', 'alibi', 't5', 'rotary' or 'none', not {config.positions!r} "
+                             "(absolute positions restart every segment)")
         clash = [name for name, on in (("model.long", config.long.enabled), ("denseformer", config.denseformer),
                                        ("reversible", config.reversible),
                                        (f"attention = {config.attention!r}", config.attention != "dot")) if on]
