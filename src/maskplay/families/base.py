@@ -8,12 +8,14 @@ look a family up by name there and ask it, so no module outside families/ compar
     rule                          attribute / method                 default
     ----------------------------  ---------------------------------  --------------------------------------
     config rules                  check_config(config), two_streams  none; one stream
+                                  xl_positions                       no transformer-xl on one stream
     left-to-right (T5 buckets,    causal                             False
       windows, minicons' class)
     scoring                       score_methods (first = auto),      PLL; the head at the position itself
                                   score_positions(runner, ...),
                                   pll_hidden(runner, ...),
-                                  masked_lm(), memory_length()
+                                  masked_lm(), memory_length(),
+                                  memory_pass(runner, ...)
     fine-tuning / embedding       default_pooling, pair_segments,    "first"; no segments; forward as is
                                   downstream_kwargs(types),
                                   embedding_kwargs(diagonal_mask),
