@@ -297,11 +297,13 @@ class Encoder(nn.Module):
         self._check(h, mask, kv, query_positions, tokens, cache)
         positions = frame = None
         if cache is not None:
-            queries, keys = cache.position_columns()
-            if self.pass_positions:
-                mask, positions = self._pass_positions(mask, queries, keys, h.dtype, cached=True)
-            return self._run(h, PassInputs(mask, dead, cache=cache, positions=positions,
-                                           frame=self._frame(queries, keys)), output_hidden_states)
+            if self.pass_positions or self.frame_dropout is not None:
+                queries, keys = cache.position_columns()
+                frame = self._frame(queries, keys)
+                if self.pass_positions:
+                    mask, positions = self._pass_positions(mask, queries, keys, h.dtype, cached=True)
+            return self._run(h, PassInputs(mask, dead, cache=cache, positions=positions, frame=frame),
+                             output_hidden_states)
         columns = torch.arange(mask.shape[-1], device=h.device)[None]
         if self.pass_positions:
             mask, positions = self._pass_positions(mask, columns, columns, h.dtype)
