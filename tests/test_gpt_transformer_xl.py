@@ -117,3 +117,13 @@ def test_no_output_reads_a_later_token_with_memory():
     future = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1)
     assert torch.all(norms[:, :, future] == 0)
     assert torch.all(norms[:, :, ~future] > 0)
+
+
+def test_grow_deepens_it_exactly_and_refuses_to_widen_it():
+    from maskplay.grow import grow, largest_difference
+
+    model = xl_gpt(norm_placement="pre")
+    grown = grow(model, layers=4)
+    assert grown.exact and largest_difference(model, grown.model) < 1e-5
+    with pytest.raises(ValueError, match="does not widen positions = 'transformer-xl'"):
+        grow(model, hidden=64, heads=8)
