@@ -278,7 +278,8 @@ class Encoder(nn.Module):
 
         Positions acting inside attention (rotary, t5, alibi; self.positions) are those of the columns, 0..L-1,
         as the embeddings' absolute positions are; with a cache, each token's absolute position as the cache
-        records it (cached keys included).
+        records it (cached keys included). positions = "transformer-xl" (GPT) hands every layer the pass's Frame over
+        the same positions, and runs on the padded layout (no packing).
 
         `memory` (Transformer-XL's segment recurrence, training and scoring): one (B, M, H) tensor per layer, that
         layer's input over the M tokens before `h`, prepended to its keys/values (read through the layer's norm

@@ -2,7 +2,8 @@
 
 - "learned": a learned absolute table added to the token embeddings (BERT, T-TA, GPT; backbone.Embeddings).
 - "transformer-xl": no absolute positions at all; every attention layer adds a term that depends on the
-  distance between query and key (Dai et al. 2019, the scheme XLNet uses), through a fixed sinusoid of the
+  distance between query and key (Dai et al. 2019, the scheme XLNet uses, and GPT's Transformer-XL: its Frame then
+  built by backbone.Encoder, its layers without the segment term), through a fixed sinusoid of the
   distance that the layer projects with its own weights, and two learned biases per layer, u (content) and
   v (position):  score(i, j) = (q_i + u) . k_j + (q_i + v) . W_r R(pos_i - pos_j)  [+ segment term].
 
