@@ -177,8 +177,8 @@ def test_memory_defaults(tok, xlnet):
 
 def test_one_line_errors(tok, xlnet):
     cases = [
-        (dict(model=tiny("gpt", tok)), "only XLNet has; this model is 'gpt': use overflow='window'"),
-        (dict(model=tiny("bert", tok)), "only XLNet has; this model is 'bert'"),
+        (dict(model=tiny("gpt", tok)), "needs relative positions: positions = 'transformer-xl'"),
+        (dict(model=tiny("bert", tok)), "only families gpt, xlnet have; this model is 'bert': use overflow='window'"),
         (dict(method="pll"), "method 'pll' reads more than the text before a piece"),
         (dict(segment_tokens=300), r"segment_tokens must be 2..256"),
         (dict(segment_tokens=1), r"segment_tokens must be 2..256"),
@@ -221,7 +221,7 @@ def test_cli_scores_with_memory_line_by_line(model_dirs, tok, xlnet, tmp_path, c
 def test_cli_errors_are_one_line(model_dirs, capsys):
     assert main(["score", str(model_dirs["gpt"]), "a dog", "--overflow", "memory"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "only XLNet has" in err
+    assert err.count("\n") == 1 and "needs relative positions" in err
     assert main(["score", str(model_dirs["xlnet"]), "a dog", "--memory-tokens", "4"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "apply to overflow='memory' only" in err

@@ -58,7 +58,8 @@ def naive_second_segment(model: MaskplayModel, first: torch.Tensor, second: torc
 
 
 @pytest.mark.parametrize("positions, fields", [("alibi", {}), ("t5", {}), ("rotary", {}),
-                                               ("alibi", dict(norm_placement="pre")), ("none", {})])
+                                               ("alibi", dict(norm_placement="pre")), ("none", {}),
+                                               ("transformer-xl", {}), ("transformer-xl", dict(norm_placement="pre"))])
 def test_a_step_with_memory_equals_a_naive_two_segment_loop(positions, fields):
     model = gpt(positions, **fields)
     first, second = segments()
@@ -78,8 +79,9 @@ def test_a_step_with_memory_equals_a_naive_two_segment_loop(positions, fields):
         torch.testing.assert_close(with_memory[name], grad, **ORACLE_TOL, msg=lambda m, n=name: f"{n}: {m}")
 
 
-def test_no_gradient_reaches_the_memory():
-    model = gpt()
+@pytest.mark.parametrize("positions", ["alibi", "transformer-xl"])
+def test_no_gradient_reaches_the_memory(positions):
+    model = gpt(positions)
     first, second = segments()
     mems = [m.clone().requires_grad_(True) for m in model(first, labels=first, memory_length=16).mems]
     out = model(second, labels=second, mems=mems, memory_length=16)
@@ -225,6 +227,17 @@ def test_an_xlnet_step_with_memory_equals_one_pass_with_the_first_segment_first_
     assert loss.item() == pytest.approx(naive.item(), abs=1e-6)
     for name, grad in expected.items():
         torch.testing.assert_close(with_memory[name], grad, **ORACLE_TOL, msg=lambda m, k=name: f"{k}: {m}")
+
+
+def test_a_transformer_xl_gpt_trains_with_memory_through_the_loop(data, tmp_path):
+    """Transformer-XL itself: GPT under its relative positions, trained on the stream with memory."""
+    from maskplay.train import train
+    from tests.test_train import small_config, train_losses
+
+    run = train(small_config(data, tmp_path / "t", "model.positions=transformer-xl", *STREAM[1:],
+                             "run.memory_length=16", "optim.max_steps=3", family="gpt"))
+    assert run.step == 3 and all(np.isfinite(v) for v in train_losses(run.run_dir).values())
+    assert load_file(str(tmp_path / "t" / "ckpt-000003" / "memory.safetensors"))["0/0"].shape == (4, 16, 32)
 
 
 def test_xlnet_trains_with_memory_through_the_loop(data, tmp_path):

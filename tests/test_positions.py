@@ -275,7 +275,7 @@ def test_tta_output_i_never_sees_token_i_under_every_scheme(positions):
         assert torch.all(norms[:, b, :, n:] == 0)
 
 
-@pytest.mark.parametrize("positions", SCHEMES)
+@pytest.mark.parametrize("positions", [*SCHEMES, "transformer-xl"])
 def test_gpt_never_sees_later_tokens_under_every_scheme(positions):
     model = model_of("gpt", positions)
     ids, mask = padded_batch([6])
@@ -309,7 +309,7 @@ def test_last_layer_query_rows_equal_the_full_pass(family, positions):
     torch.testing.assert_close(one, full[torch.arange(3), rows], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("positions", SCHEMES)
+@pytest.mark.parametrize("positions", [*SCHEMES, "transformer-xl"])
 def test_gpt_cache_continues_the_positions(positions):
     """Prompts left- and right-padded, then tokens one and two at a time: every next-token logit equals GPT.forward's
     on the unpadded sequence, so new tokens sit after the cached ones and rotary/ALiBi/T5 relate them to the
@@ -436,7 +436,7 @@ def test_defaults_are_the_familys_own():
 @pytest.mark.parametrize("fields, message", [
     (dict(family="bert", positions="relative"), "positions must be one of"),
     (dict(family="xlnet", positions="rotary"), "family xlnet needs positions = 'transformer-xl'"),
-    (dict(family="gpt", positions="transformer-xl"), "for family xlnet only"),
+    (dict(family="bert", positions="transformer-xl"), "built for family gpt / xlnet only"),
     (dict(family="bert", positions="rotary", hidden_size=30, num_heads=2), "must be even"),
 ])
 def test_bad_combinations_are_one_line_errors(fields, message):

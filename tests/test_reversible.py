@@ -35,6 +35,7 @@ CASES = {
     "gpt-bert+disentangled": ("gpt-bert", dict(positions="disentangled")),
     "gpt+banded+t5": ("gpt", dict(positions="t5", long=LongAttentionConfig(window=3, banded_from=1))),
     "bert+lsra": ("bert", dict(attention="lsra")),
+    "gpt+transformer-xl+dropout": ("gpt", dict(positions="transformer-xl", hidden_dropout=0.1)),
 }
 
 

@@ -200,6 +200,7 @@ def test_no_weight_decay_on_biases_and_layer_norms():
     (dict(positions="t5"), "buckets.weight"),
     (dict(family="xlnet"), "content_bias"),
     (dict(family="xlnet"), "segment_bias"),
+    (dict(family="gpt", positions="transformer-xl"), "position_bias"),
 ])
 def test_no_weight_decay_on_rmsnorm_mixing_and_relative_biases(switches, exempt):
     # norm gains and identity-initialised or bias-like parameters stay out of weight decay under every switch

@@ -27,7 +27,15 @@ from .config import ModelConfig
 from .dropout import Dropout
 from .feedforward import FeedForward, make_feedforward
 from .norms import deepnorm_alpha, make_norm
-from .positions import IN_ATTENTION, Disentangled, PassPositions, PositionScheme, sinusoidal_embedding
+from .positions import (
+    IN_ATTENTION,
+    Disentangled,
+    Frame,
+    PassPositions,
+    PositionScheme,
+    relative_frame,
+    sinusoidal_embedding,
+)
 
 # where these lived before the attention package: tests, precision.py and families still import them from here
 __all__ = ["Embeddings", "Block", "SharedLayers", "Encoder", "Attention", "FeedForward", "Packing", "PassInputs",
@@ -253,6 +261,11 @@ class Encoder(nn.Module):
         self.pass_positions = self.pass_positions or self.relative is not None
         self.dense = DepthWeights(2 * config.num_layers) if config.denseformer else None  # DenseFormer
         self.reversible = config.reversible  # RevNet's two halves (_run_reversible)
+        # positions = "transformer-xl" on one stream (GPT): the pass's positions.Frame, whose sinusoid every layer
+        # projects with its own W_r, u and v; the table dropped out as Transformer-XL drops pos_emb (XLNet, two
+        # streams, builds its own frame and never reads this)
+        self.frame_dropout = Dropout(config.hidden_dropout) if config.positions == "transformer-xl" else None
+        self.width = config.hidden_size
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
                 query_positions: Tensor | None = None, tokens: Tensor | None = None,
@@ -276,7 +289,8 @@ class Encoder(nn.Module):
 
         Positions acting inside attention (rotary, t5, alibi; self.positions) are those of the columns, 0..L-1,
         as the embeddings' absolute positions are; with a cache, each token's absolute position as the cache
-        records it (cached keys included).
+        records it (cached keys included). positions = "transformer-xl" (GPT) hands every layer the pass's Frame over
+        the same positions, and runs on the padded layout (no packing).
 
         `memory` (Transformer-XL's segment recurrence, training and scoring): one (B, M, H) tensor per layer, that
         layer's input over the M tokens before `h`, prepended to its keys/values (read through the layer's norm
@@ -293,21 +307,25 @@ class Encoder(nn.Module):
         # a static cache's rows always have a real key, and its step must not branch on values (cache.py)
         mask, dead = (mask, None) if cache is not None and cache.static else guard_empty_rows(mask)
         self._check(h, mask, kv, query_positions, tokens, cache)
-        positions = None
+        positions = frame = None
         if cache is not None:
-            if self.pass_positions:
+            if self.pass_positions or self.frame_dropout is not None:
                 queries, keys = cache.position_columns()
-                mask, positions = self._pass_positions(mask, queries, keys, h.dtype, cached=True)
-            return self._run(h, PassInputs(mask, dead, cache=cache, positions=positions), output_hidden_states)
+                frame = self._frame(queries, keys)
+                if self.pass_positions:
+                    mask, positions = self._pass_positions(mask, queries, keys, h.dtype, cached=True)
+            return self._run(h, PassInputs(mask, dead, cache=cache, positions=positions, frame=frame),
+                             output_hidden_states)
+        columns = torch.arange(mask.shape[-1], device=h.device)[None]
         if self.pass_positions:
-            columns = torch.arange(mask.shape[-1], device=h.device)[None]
             mask, positions = self._pass_positions(mask, columns, columns, h.dtype)
+        frame = self._frame(columns, columns)
         packing = None
-        if tokens is not None:
+        if tokens is not None and frame is None:  # relative-position attention runs on the padded layout
             packing = Packing(tokens)
             h, kv = packing.pack(h), None if kv is None else packing.pack(kv)  # the real tokens only
         inputs = PassInputs(mask, dead, keys_values=self._project_keys_values(kv) or None, packing=packing,
-                            positions=positions)
+                            positions=positions, frame=frame)
         return self._run(h, inputs, output_hidden_states, query_positions)
 
     def _check(self, h: Tensor, mask: Tensor, kv: Tensor | None, query_positions: Tensor | None,
@@ -375,10 +393,10 @@ class Encoder(nn.Module):
                              f"memory + segment keys ({M + L}, got {mask.shape[-1]})")
         mask, dead = guard_empty_rows(mask)
         positions = None
+        keys = torch.arange(M + L, device=h.device)[None]
         if self.pass_positions:
-            keys = torch.arange(M + L, device=h.device)[None]
             mask, positions = self._pass_positions(mask, keys[:, M:], keys, h.dtype)
-        inputs = PassInputs(mask, dead, positions=positions)
+        inputs = PassInputs(mask, dead, positions=positions, frame=self._frame(keys[:, M:], keys))
         states = [h] if output_hidden_states else None
         for index, layer in enumerate(self.layers):
             kv = torch.cat([memory[index].to(h.dtype), h], dim=1)
@@ -427,7 +445,9 @@ class Encoder(nn.Module):
         cut = PassInputs(inputs.mask.expand(B, -1, -1, -1)[at][:, :, None],
                          None if dead is None else dead.expand(B, -1, -1, -1)[at][:, :, None],
                          kv=h if inputs.keys_values is None else None, keys_values=inputs.keys_values,
-                         positions=None if inputs.positions is None else inputs.positions.rows(query_positions))
+                         positions=None if inputs.positions is None else inputs.positions.rows(query_positions),
+                         frame=None if inputs.frame is None else
+                         Frame(inputs.frame.table, inputs.frame.index.expand(B, -1, -1, -1)[at][:, :, None]))
         return h[rows, query_positions][:, None], cut
 
     def _long_mask(self, mask: Tensor, cache: KVCache | None, query_positions: Tensor | None) -> Tensor | BandedMask:
@@ -447,6 +467,13 @@ class Encoder(nn.Module):
             mask, rotary = self.positions.prepare(mask, queries, keys, dtype, new_key_positions=queries if cached else None)
         relative = None if self.relative is None else self.relative.prepare(queries, keys)
         return mask, PassPositions(queries, keys, rotary, relative)
+
+    def _frame(self, queries: Tensor, keys: Tensor) -> Frame | None:
+        """positions = "transformer-xl" (one stream): the pass's Frame for the query and key positions, (1 or B, Lq)
+        and (1 or B, Lk) integers (memory keys and cached keys at their own positions); None under other schemes."""
+        if self.frame_dropout is None:
+            return None
+        return relative_frame(queries, keys, self.width, dropout=self.frame_dropout)
 
     def _finish(self, h: Tensor, states: list[Tensor] | None,
                 packing: Packing | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:

@@ -263,10 +263,10 @@ class ModelConfig:
         if xl and self.positions != "transformer-xl":
             raise ValueError(f"family {self.family} needs positions = 'transformer-xl' (its two streams have no "
                              f"absolute positions), got {self.positions!r}")
-        if not xl and self.positions == "transformer-xl":
-            two_streams = " / ".join(n for n in family_names() if rules(n).two_streams)
-            raise ValueError(f"positions = 'transformer-xl' is built for family {two_streams} only so far (two "
-                             f"streams), not {self.family!r}")
+        if not xl and self.positions == "transformer-xl" and not family.xl_positions:
+            takers = " / ".join(n for n in family_names() if rules(n).two_streams or rules(n).xl_positions)
+            raise ValueError(f"positions = 'transformer-xl' is built for family {takers} only so far, not "
+                             f"{self.family!r}")
         if self.norm not in NORMS:
             raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
         if self.norm_placement not in NORM_PLACEMENTS:
@@ -278,6 +278,9 @@ class ModelConfig:
         if self.attention == "lsra":
             if xl:
                 raise ValueError(f"attention = 'lsra' is built for the single-stream families, not family {self.family}")
+            if self.positions == "transformer-xl":
+                raise ValueError("attention = 'lsra' is not built with positions = 'transformer-xl' (its convolution "
+                                 "branch has no relative-position term)")
             if self.head_dim % 2:
                 raise ValueError(f"attention = 'lsra' splits every head's channels in two: hidden_size / num_heads "
                                  f"must be even, got {self.head_dim}")
@@ -292,11 +295,13 @@ class ModelConfig:
         if self.attention not in ("dot", "lsra"):
             clash = [name for name, on in ((f"family {self.family}", xl),
                                            ("positions = 'rotary'", self.positions == "rotary"),
+                                           ("positions = 'transformer-xl'", self.positions == "transformer-xl"),
                                            ("talking_heads", self.talking_heads), ("key_size", self.key_size))
                      if on]
             if clash:
                 raise ValueError(f"attention = {self.attention!r} has no queries and keys: not with {clash[0]}")
         long_clash = [n for n, on in ((f"family {self.family}", xl),
+                                      ("positions = 'transformer-xl'", self.positions == "transformer-xl"),
                                       (f"attention = {self.attention!r}", self.attention != "dot"),
                                       ("talking_heads", self.talking_heads)) if on and self.long.enabled]
         if long_clash:

@@ -64,8 +64,8 @@ def grow(model: MaskplayModel, layers: int | None = None, hidden: int | None = N
                          "convolution halves): grow its depth only")
     if cfg.denseformer:
         raise ValueError("grow does not grow denseformer's depth weights yet: leave denseformer off")
-    if k > 1 and (cfg.positions == "disentangled" or not cfg.norm_affine):
-        what = "positions = 'disentangled' (its relative table)" if cfg.positions == "disentangled" else \
+    if k > 1 and (cfg.positions in ("disentangled", "transformer-xl") or not cfg.norm_affine):
+        what = f"positions = {cfg.positions!r} (its relative table)" if cfg.norm_affine else \
             "norm_affine = false (the LM head's norm has no gain to divide by the factor)"
         raise ValueError(f"grow does not widen {what}: grow its depth only")
     causal_lm = [f"{name} = {getattr(cfg, name)!r}" for name, default in CAUSAL_LM_SWITCHES.items()

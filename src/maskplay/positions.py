@@ -2,7 +2,8 @@
 
 - "learned": a learned absolute table added to the token embeddings (BERT, T-TA, GPT; backbone.Embeddings).
 - "transformer-xl": no absolute positions at all; every attention layer adds a term that depends on the
-  distance between query and key (Dai et al. 2019, the scheme XLNet uses), through a fixed sinusoid of the
+  distance between query and key (Dai et al. 2019, the scheme XLNet uses, and GPT's Transformer-XL: its Frame then
+  built by backbone.Encoder, its layers without the segment term), through a fixed sinusoid of the
   distance that the layer projects with its own weights, and two learned biases per layer, u (content) and
   v (position):  score(i, j) = (q_i + u) . k_j + (q_i + v) . W_r R(pos_i - pos_j)  [+ segment term].
 
@@ -104,25 +105,29 @@ def relative_frame(query_positions: Tensor, key_positions: Tensor, width: int, c
 
 class RelativePositions(nn.Module):
     """One layer's Transformer-XL position term (HuggingFace XLNet's r, r_w_bias, r_r_bias, r_s_bias and
-    seg_embed). Its parameters are those of the layer that owns it."""
+    seg_embed). Its parameters are those of the layer that owns it. `segments`: XLNet's relative segment term
+    (r_s_bias, seg_embed); a single-stream family (GPT) has no segments, so its layers have W_r, u and v only, as
+    Transformer-XL's (whose untie_r = true gives each layer its own u and v, as here)."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, segments: bool = True) -> None:
         super().__init__()
         heads, size = config.num_heads, config.key_width  # scores are q . k: the query/key width
         self.heads, self.size = heads, size
         self.project = nn.Linear(config.hidden_size, heads * size, bias=False)  # W_r
         self.content_bias = nn.Parameter(torch.zeros(heads, size))  # u
         self.position_bias = nn.Parameter(torch.zeros(heads, size))  # v
-        self.segment_bias = nn.Parameter(torch.zeros(heads, size))
-        self.segment_embed = nn.Parameter(torch.zeros(2, heads, size))  # same segment, different segment
+        self.segment_bias = nn.Parameter(torch.zeros(heads, size)) if segments else None
+        # same segment, different segment
+        self.segment_embed = nn.Parameter(torch.zeros(2, heads, size)) if segments else None
 
     def no_weight_decay(self) -> list[nn.Parameter]:
         """u, v and the segment bias are biases (HuggingFace's r_w_bias, r_r_bias, r_s_bias: names with "bias")."""
-        return [self.content_bias, self.position_bias, self.segment_bias]
+        return [p for p in (self.content_bias, self.position_bias, self.segment_bias) if p is not None]
 
     def reset_parameters(self, std: float) -> None:
         for p in (self.content_bias, self.position_bias, self.segment_bias, self.segment_embed):
-            nn.init.normal_(p, std=std)
+            if p is not None:
+                nn.init.normal_(p, std=std)
 
     def forward(self, q: Tensor, frame: Frame) -> tuple[Tensor, Tensor]:
         """q (B, heads, Lq, size), unscaled. Returns the queries to use against the content keys (q + u) and
@@ -134,6 +139,8 @@ class RelativePositions(nn.Module):
         index = frame.index.expand(B, h, Lq, -1)
         term = by_distance.gather(-1, index)
         if frame.segments_differ is not None:
+            if self.segment_bias is None or self.segment_embed is None:
+                raise ValueError("segments need the relative segment term, which only a two-stream family has")
             seg = (q + self.segment_bias[:, None].to(q.dtype)) @ self.segment_embed.to(q.dtype).permute(1, 2, 0)
             term = term + torch.where(frame.segments_differ, seg[..., 1:2], seg[..., 0:1])
         return q + self.content_bias[:, None].to(q.dtype), term * scale

@@ -12,6 +12,7 @@ class FamilyRules(Protocol):
 
     family: ClassVar[str]
     two_streams: ClassVar[bool]  # XLNet's content + query streams: Transformer-XL positions, no single-stream kinds
+    xl_positions: ClassVar[bool]  # one stream that may take positions = "transformer-xl" too (GPT, Transformer-XL's)
 
     @classmethod
     def check_config(cls, config: Any) -> None: ...  # a ModelConfig (not imported: config.py imports this module)

@@ -13,6 +13,7 @@ from ..dropout import dropout
 from ..norms import make_norm
 from ..positions import RelativePositions, attend_with_term
 from ..quant import Int8Linear, concatenated_int8
+from ..registry import rules
 from .adaptive_span import AdaptiveSpan
 from .inputs import PassInputs
 from .long import BandedMask, span_mask
@@ -41,7 +42,8 @@ class Attention(nn.Module):
         self.out = nn.Linear(h, h, bias=bias)
         self.dropout_p = config.attention_dropout
         # the layer's own relative-position weights, where positions enter attention rather than the embeddings
-        self.relative = RelativePositions(config) if config.positions == "transformer-xl" else None
+        self.relative = RelativePositions(config, segments=rules(config.family).two_streams) \
+            if config.positions == "transformer-xl" else None
         # an attention kind with its own softmax (variants.py); None = SDPA
         self.kernel = TalkingHeads(config.num_heads) if config.talking_heads else None
         # a learned soft span per head (adaptive span, [model.long]; long.py)

@@ -46,8 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overflow", choices=[Overflow.ERROR.value, Overflow.WINDOW.value, Overflow.MEMORY.value],
                    default=Overflow.ERROR.value,
                    help="a sentence longer than the model: error; window = score it in overlapping windows (every "
-                        "family); memory = XLNet causal only: consecutive segments, each reading the Transformer-XL "
-                        "memory of the text before it")
+                        "family); memory = XLNet's causal score, or a GPT with relative positions (transformer-xl, alibi, "
+                        "t5, rotary, none): consecutive segments, each reading the Transformer-XL memory of the text "
+                        "before it")
     p.add_argument("--memory-tokens", type=non_negative_int, default=None, metavar="N",
                    help="--overflow memory: how many tokens of memory each segment reads (default: xlnet.mem_len "
                         "when the model sets one, else 3x the segment length); 0 = none")

@@ -8,12 +8,14 @@ look a family up by name there and ask it, so no module outside families/ compar
     rule                          attribute / method                 default
     ----------------------------  ---------------------------------  --------------------------------------
     config rules                  check_config(config), two_streams  none; one stream
+                                  xl_positions                       no transformer-xl on one stream
     left-to-right (T5 buckets,    causal                             False
       windows, minicons' class)
     scoring                       score_methods (first = auto),      PLL; the head at the position itself
                                   score_positions(runner, ...),
                                   pll_hidden(runner, ...),
-                                  masked_lm(), memory_length()
+                                  masked_lm(), memory_length(),
+                                  memory_pass(runner, ...)
     fine-tuning / embedding       default_pooling, pair_segments,    "first"; no segments; forward as is
                                   downstream_kwargs(types),
                                   embedding_kwargs(diagonal_mask),
@@ -58,6 +60,7 @@ from ..registry import FAMILIES, family_names, register
 class MaskplayModel(ModelBase):
     family: ClassVar[str] = ""
     two_streams: ClassVar[bool] = False
+    xl_positions: ClassVar[bool] = False  # its one stream may take positions = "transformer-xl" (the encoder's frame)
     causal: ClassVar[bool] = False
     score_methods: ClassVar[tuple[str, ...]] = ("pll", "pll-word")  # maskplay.score.Method values; first = auto
     masked_lm_method: ClassVar[str | None] = None  # minicons' MaskedLMScorer default, where not the first method
@@ -145,6 +148,15 @@ class MaskplayModel(ModelBase):
     def memory_length(self) -> int | None:
         """Tokens of Transformer-XL memory scoring may carry between segments (None: this family has none)."""
         return None
+
+    def memory_pass(self, runner: Any, ids: Tensor, attention_mask: Tensor, mems: list[Tensor],
+                    memory_tokens: int) -> tuple[Tensor, list[Tensor], int]:
+        """One segment of scoring with memory (score/long.py, overflow='memory'), right-padded rows: the outputs
+        (B, L, H) the head reads, each layer's memory for the next segment (the caller cuts it to memory_tokens)
+        and the shift s, output p predicting the token at p + s. The default: a two-stream family's query stream
+        left to right (forward's left_to_right view), output p predicting token p (s = 0)."""
+        out = runner.forward(ids, attention_mask=attention_mask, left_to_right=True, mems=mems)
+        return out.last_hidden_state, out.mems, 0
 
     # ---- fine-tuning and embedding ------------------------------------------------------------------------
 

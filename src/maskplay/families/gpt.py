@@ -24,6 +24,7 @@ class GPT(MaskplayModel):
     default_pooling = "last"  # the only token that has read the whole input
     growable = True
     trains_with_memory = True
+    xl_positions = True  # Transformer-XL's own positions (Dai et al. 2019): a causal stream under its relative term
     predicted_fraction = 1.0
     masks_shown = (MaskPicture("gpt", "GPT: causal", lambda segments, rank: left_to_right()),)
     hf_code = {"mask": "causal", "causal_mask": "causal", "query_stream": False, "segments": "none"}
@@ -69,14 +70,34 @@ class GPT(MaskplayModel):
     def check_memory(cls, config: ModelConfig) -> None:
         """Transformer-XL memory needs positions that are distances (its keys sit before the segment's start):
         positions acting inside attention, and plain q . k attention on one stream."""
-        if config.positions not in ("alibi", "t5", "rotary", "none"):
-            raise ValueError(f"memory (run.memory_length) needs relative positions: positions = 'alibi', 't5', "
-                             f"'rotary' or 'none', not {config.positions!r} (absolute positions restart every segment)")
+        if config.positions not in ("transformer-xl", "alibi", "t5", "rotary", "none"):
+            raise ValueError(f"Transformer-XL memory (run.memory_length, overflow='memory') needs relative positions: "
+                             f"positions = 'transformer-xl', 'alibi', 't5', 'rotary' or 'none', not {config.positions!r} "
+                             "(absolute positions restart every segment)")
         clash = [name for name, on in (("model.long", config.long.enabled), ("denseformer", config.denseformer),
                                        ("reversible", config.reversible),
                                        (f"attention = {config.attention!r}", config.attention != "dot")) if on]
         if clash:
             raise ValueError(f"memory (run.memory_length) runs plain q . k attention layers: not with {clash[0]}")
+
+    def memory_length(self) -> int | None:
+        """Scoring with memory (overflow='memory') where the config has it (check_memory): no cap of its own (0)."""
+        try:
+            self.check_memory(self.config)
+        except ValueError:
+            return None
+        return 0
+
+    def memory_pass(self, runner: Any, ids: Tensor, attention_mask: Tensor, mems: list[Tensor],
+                    memory_tokens: int) -> tuple[Tensor, list[Tensor], int]:
+        """Output p predicts token p + 1 (s = 1). A right-padded row (a text's shorter last segment) runs with its
+        padding as tokens: under the causal mask no real position reads a later one, so the real positions'
+        outputs are those without it (and that row's memory, which holds it, is never carried: its text ends)."""
+        everything = torch.ones_like(attention_mask)
+        if not memory_tokens:
+            return runner.forward(ids, attention_mask=everything).last_hidden_state, [], 1
+        out = runner.forward(ids, attention_mask=everything, mems=mems, memory_length=memory_tokens)
+        return out.last_hidden_state, out.mems, 1
 
     def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
                         targets: Tensor, boundaries_first: bool = False) -> Tensor:

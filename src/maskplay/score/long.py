@@ -1,4 +1,7 @@
-"""Texts longer than the model's window: Transformer-XL memory for XLNet's causal score (overflow="memory").
+"""Texts longer than the model's window: Transformer-XL memory for XLNet's causal score and for a GPT with
+relative positions (overflow="memory"; each family's memory_pass runs a segment: XLNet's query stream at position
+p predicts token p, GPT's output at p token p + 1, so a GPT segment's first piece is predicted by the last output of
+the segment before, as scripts/memory_study.py reads a text). Described below for XLNet.
 
 A text of n pieces is the token stream [SOS] p_0 ... p_{n-1} [EOS], cut into consecutive segments of
 `segment_tokens` tokens (the last one shorter). Segment k runs XLNet's left-to-right view (its query stream at
@@ -26,6 +29,8 @@ from typing import Any
 
 import torch
 
+from ..families import family_class
+from ..registry import family_names
 from .passes import Method, Overflow, Runner, _progress, chunks, pad_rows
 from .text import Encoded
 
@@ -66,12 +71,16 @@ def memory_segments(ids: list[int], sos: int | None, eos: int, segment_tokens: i
 def check_memory(model: Any, method: Method, max_position: int, segment_tokens: int | None,
                  memory_tokens: int | None) -> tuple[int, int]:
     """(segment_tokens, memory_tokens) for overflow='memory', defaults filled in; one-line errors otherwise."""
+    if model.trains_with_memory:
+        type(model).check_memory(model.config)  # a config of such a family without memory says why, in one line
     mem_len = model.memory_length()  # None: a family without Transformer-XL memory
     if mem_len is None:
-        raise ValueError(f"overflow='memory' carries Transformer-XL memory from segment to segment, which only XLNet "
-                         f"has; this model is {model.family!r}: use overflow='window' (sliding windows)")
+        takers = ", ".join(n for n in family_names() if family_class(n).trains_with_memory)
+        raise ValueError(f"overflow='memory' carries Transformer-XL memory from segment to segment, which only "
+                         f"families {takers} have; this model is {model.family!r}: use overflow='window' (sliding "
+                         "windows)")
     if method is not Method.CAUSAL:
-        raise ValueError(f"overflow='memory' scores with XLNet's method 'causal' (each piece from the text before "
+        raise ValueError(f"overflow='memory' scores with method 'causal' (each piece from the text before "
                          f"it); method {method.value!r} reads more than the text before a piece, which memory of earlier "
                          "segments cannot give: use overflow='window'")
     segment = max_position if segment_tokens is None else segment_tokens
@@ -108,20 +117,28 @@ def memory_log_probs(runner: Runner, texts: list[tuple[int, Encoded]], segment_t
     found: list[tuple[tuple[int, int], Any]] = []
     for batch in _progress(list(chunks(order, batch_size)), progress, "scoring with memory"):
         mems = [torch.zeros(len(batch), 0, cfg.hidden_size, device=device)] * cfg.num_layers
+        carry = None  # the previous segment's last `shift` outputs: they predict this segment's first tokens
         for step in range(len(plans[batch[0]])):
             active = [k for k in batch if len(plans[k]) > step]  # a prefix of the batch: sorted by segments
             segs = [plans[k][step] for k in active]
             ids, attn = pad_rows([s.ids for s in segs], cfg.pad_token_id, device)
-            out = runner.forward(ids, attention_mask=attn, left_to_right=True,
-                                 mems=[m[:len(active)] for m in mems])
+            hidden, new_mems, shift = model.memory_pass(runner, ids, attn, [m[:len(active)] for m in mems],
+                                                        memory_tokens)
+            if shift and not sos:
+                raise ValueError("a stream without [SOS] leaves its first piece nothing to be predicted from under a "
+                                 "next-token model")
+            # output p predicts token p + shift: row p + shift of [carry; hidden] predicts token p
+            before = hidden.new_zeros(len(active), shift, hidden.shape[-1]) if carry is None else carry[:len(active)]
+            predictors = torch.cat([before, hidden], dim=1)
             rows, cols, keys = [], [], []
             for row, (k, seg) in enumerate(zip(active, segs, strict=True)):
                 rows.extend([row] * len(seg.scored))
                 cols.extend(seg.position(j) for j in seg.scored)
                 keys.extend((texts[k][0], j) for j in seg.scored)
             rows_t, cols_t = torch.tensor(rows, device=device), torch.tensor(cols, device=device)
-            values = runner.log_probs(out.last_hidden_state[rows_t, cols_t], ids[rows_t, cols_t]).tolist()
+            values = runner.log_probs(predictors[rows_t, cols_t], ids[rows_t, cols_t]).tolist()
             found.extend(zip(keys, values, strict=True))
-            # each layer's content input over the memory and this segment, cut to the last memory_tokens
-            mems = [m[:, m.shape[1] - min(memory_tokens, m.shape[1]):] for m in out.mems]
+            carry = hidden[:, hidden.shape[1] - shift:]  # every row still running had a full segment
+            # each layer's input over the memory and this segment, cut to the last memory_tokens
+            mems = [m[:, m.shape[1] - min(memory_tokens, m.shape[1]):] for m in new_mems]
     return found, {texts[k][0]: len(plans[k]) for k in range(len(texts))}

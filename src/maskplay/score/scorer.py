@@ -159,11 +159,12 @@ class Scorer:
                  overflow: Overflow | str = Overflow.ERROR, precision: Precision | str = Precision.fp32,
                  progress: bool = False, segment_tokens: int | None = None,
                  memory_tokens: int | None = None, max_length: int | None = None, temperature: float = 1.0) -> None:
-        """overflow='memory' (XLNet, method causal; maskplay.score.long): a text of more than `segment_tokens`
-        tokens with [SOS]/[EOS] (default: the model's max_position) is scored in consecutive segments of that many
-        tokens, each reading the memory of the last `memory_tokens` tokens before it (default: xlnet.mem_len when
-        the model sets one, else 3 segments). `max_length`: tokens per pass with [SOS]/[EOS] (default and most: the
-        model's max_position); a longer text goes to `overflow` (windows of max_length - 2 pieces)."""
+        """overflow='memory' (XLNet's method causal, or a GPT with relative positions; maskplay.score.long): a text
+        of more than `segment_tokens` tokens with [SOS]/[EOS] (default: the model's max_position) is scored in
+        consecutive segments of that many tokens, each reading the memory of the last `memory_tokens` tokens before
+        it (default: xlnet.mem_len when the model sets one, else 3 segments). `max_length`: tokens per pass with
+        [SOS]/[EOS] (default and most: the model's max_position); a longer text goes to `overflow` (windows of
+        max_length - 2 pieces)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if not (temperature > 0 and math.isfinite(temperature)):
