@@ -289,7 +289,7 @@ class ModelConfig:
         self._check_gpt_bert_switches(xl)
         self._check_reversible(xl)
         self._check_relative_buckets()
-        self._check_causal_lm_switches(xl)
+        check_causal_lm_switches(self, xl)
         if self.lsra_kernel < 1 or self.lsra_kernel % 2 == 0:
             raise ValueError(f"lsra_kernel must be an odd kernel size >= 1 (centred on the query), got {self.lsra_kernel}")
         if self.attention not in ("dot", "lsra"):
@@ -366,36 +366,6 @@ class ModelConfig:
             raise ValueError(f"relative_buckets ({self.relative_buckets}) must be >= 2 and relative_max_distance "
                              f"({self.relative_max_distance}) above relative_buckets / 2 + 1: the log buckets "
                              "span the distances between the two")
-
-    def _check_causal_lm_switches(self, xl: bool) -> None:
-        """The combinations the causal-LM switches refuse, each a one-line error."""
-        if self.lm_head not in LM_HEADS:
-            raise ValueError(f"lm_head must be one of {LM_HEADS}, got {self.lm_head!r}")
-        changed = [name for name, default in CAUSAL_LM_SWITCHES.items() if getattr(self, name) != default]
-        if xl and changed:
-            raise ValueError(f"{changed[0]} is built for the single-stream families, not family {self.family}")
-        kv = self.num_kv_heads
-        if kv is not None:
-            if kv < 1 or self.num_heads % kv:
-                raise ValueError(f"num_kv_heads must divide num_heads ({self.num_heads}), got {kv}")
-            clash = [n for n, on in ((f"attention = {self.attention!r}", self.attention != "dot"),
-                                     ("positions = 'disentangled'", self.positions == "disentangled")) if on]
-            if clash:
-                raise ValueError(f"num_kv_heads (grouped-query attention) needs q . k attention: not with {clash[0]}")
-        if self.parallel_residual and (self.norm_placement != "pre" or self.denseformer):
-            raise ValueError("parallel_residual sums both sub-layers on one pre-norm residual: it needs "
-                             "norm_placement = 'pre' and not denseformer")
-        if (self.rotary_fraction != 1.0 or self.rotary_base != 10000.0) and self.positions != "rotary":
-            raise ValueError(f"rotary_fraction and rotary_base need positions = 'rotary', got {self.positions!r}")
-        if not (0 < self.rotary_fraction <= 1 and self.rotary_base > 0 and math.isfinite(self.rotary_base)):
-            raise ValueError(f"rotary_fraction must be in (0, 1] and rotary_base a finite number > 0, got "
-                             f"{self.rotary_fraction} and {self.rotary_base}")
-        if self.rotary_fraction != 1.0 and (self.rotary_width < 2 or self.rotary_width % 2):
-            raise ValueError(f"rotary_fraction {self.rotary_fraction} rotates {self.rotary_width} of the "
-                             f"{self.key_width} query/key dimensions per head: it must be an even number >= 2")
-        if self.lm_head != "mlm" and (self.head_norm or self.embedding_width != self.hidden_size):
-            raise ValueError(f"lm_head = {self.lm_head!r} reads the last hidden state as it is: not with head_norm or "
-                             "an embedding_size other than hidden_size")
 
     def architecture_changes(self) -> list[str]:
         """The architecture switches (docs/SWITCHES.md) set away from the family's own, as "name = value":
@@ -490,6 +460,38 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position=64,
                  vocab_size=100),
 }
+
+
+def check_causal_lm_switches(config: ModelConfig, xl: bool) -> None:
+    """The combinations the causal-LM switches refuse, each a one-line error."""
+    if config.lm_head not in LM_HEADS:
+        raise ValueError(f"lm_head must be one of {LM_HEADS}, got {config.lm_head!r}")
+    changed = [name for name, default in CAUSAL_LM_SWITCHES.items() if getattr(config, name) != default]
+    if xl and changed:
+        raise ValueError(f"{changed[0]} is built for the single-stream families, not family {config.family}")
+    kv = config.num_kv_heads
+    if kv is not None:
+        if kv < 1 or config.num_heads % kv:
+            raise ValueError(f"num_kv_heads must divide num_heads ({config.num_heads}), got {kv}")
+        clash = [n for n, on in ((f"attention = {config.attention!r}", config.attention != "dot"),
+                                 ("positions = 'disentangled'", config.positions == "disentangled")) if on]
+        if clash:
+            raise ValueError(f"num_kv_heads (grouped-query attention) needs q . k attention: not with {clash[0]}")
+    if config.parallel_residual and (config.norm_placement != "pre" or config.denseformer):
+        raise ValueError("parallel_residual sums both sub-layers on one pre-norm residual: it needs "
+                         "norm_placement = 'pre' and not denseformer")
+    if (config.rotary_fraction != 1.0 or config.rotary_base != 10000.0) and config.positions != "rotary":
+        raise ValueError(f"rotary_fraction and rotary_base need positions = 'rotary', got {config.positions!r}")
+    if not (0 < config.rotary_fraction <= 1 and config.rotary_base > 0 and math.isfinite(config.rotary_base)):
+        raise ValueError(f"rotary_fraction must be in (0, 1] and rotary_base a finite number > 0, got "
+                         f"{config.rotary_fraction} and {config.rotary_base}")
+    if config.rotary_fraction != 1.0 and (config.rotary_width < 2 or config.rotary_width % 2):
+        raise ValueError(f"rotary_fraction {config.rotary_fraction} rotates {config.rotary_width} of the "
+                         f"{config.key_width} query/key dimensions per head: it must be an even number >= 2")
+    if config.lm_head != "mlm" and (config.head_norm or config.embedding_width != config.hidden_size):
+        raise ValueError(f"lm_head = {config.lm_head!r} reads the last hidden state as it is: not with head_norm or "
+                         "an embedding_size other than hidden_size")
+
 
 
 def preset(name: str, family: str = "tta", **overrides: Any) -> ModelConfig:
