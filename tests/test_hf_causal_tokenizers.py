@@ -98,6 +98,16 @@ def test_maskplay_score_dir_equals_huggingface(build, tmp_path, capsys):
     assert [s.log_prob for s in scores] == pytest.approx(want, abs=1e-4)
 
 
+def test_convert_from_hf_then_score_the_maskplay_directory(tmp_path, capsys):
+    """`convert --from-hf` copies tokenizer_config.json beside tokenizer.json: the maskplay directory scores too."""
+    gpt2_dir(tmp_path / "hf")
+    want = naive(tmp_path / "hf", SENTENCES)
+    assert main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "mp")]) == 0
+    assert "copied tokenizer.json, tokenizer_config.json" in capsys.readouterr().out
+    scores = Scorer.from_pretrained(tmp_path / "mp", precision="fp32").score(SENTENCES)
+    assert [s.log_prob for s in scores] == pytest.approx(want, abs=1e-4)
+
+
 def test_gpt2_roles_fall_back_to_the_end_token(tmp_path):
     """GPT-2 has <|endoftext|> only: every role is it, and it is a special id (as the converter's config says)."""
     eot = gpt2_dir(tmp_path)

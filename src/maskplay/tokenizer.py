@@ -239,7 +239,8 @@ HF_ROLES = {"sos": "bos", "eos": "eos", "pad": "pad", "unk": "unk", "mask": "mas
 
 def hf_roles(directory: Path, vocab: dict[str, int]) -> dict[str, int] | None:
     """The special-token ids a HuggingFace directory gives its tokenizer.json: tokenizer_config.json's tokens
-    (`"bos_token": "<s>"` or an AddedToken object), then config.json's ids (bos / eos / pad; a list: its first).
+    (`"bos_token": "<s>"` or an AddedToken object), then config.json's ids (bos / eos / pad; a list: its first; in
+    a maskplay config.json beside a tokenizer_config.json, as `convert --from-hf` writes them: sos / eos / pad).
     None when neither file is HuggingFace's (a maskplay directory: its tokenizer keeps maskplay's names only)."""
     roles: dict[str, int] = {}
     hf = False
@@ -252,10 +253,11 @@ def hf_roles(directory: Path, vocab: dict[str, int]) -> dict[str, int] | None:
             if isinstance(token, str) and token in vocab:
                 roles[role] = vocab[token]
     data = _json_object(directory / "config.json")
-    if data is not None and ("model_type" in data or "architectures" in data):
+    hf_config = data is not None and ("model_type" in data or "architectures" in data)
+    if data is not None and (hf or hf_config):  # maskplay's config.json (`convert --from-hf`'s): sos_token_id ...
         hf = True
         for role in ("sos", "eos", "pad"):
-            value = data.get(f"{HF_ROLES[role]}_token_id")
+            value = data.get(f"{HF_ROLES[role] if hf_config else role}_token_id")
             value = value[0] if isinstance(value, list) and value else value
             if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(vocab):
                 roles.setdefault(role, value)
