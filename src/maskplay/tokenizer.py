@@ -1,7 +1,13 @@
 """Uncased WordPiece tokenizers, or cased byte-level BPE ones (GPT-BERT's), built with HuggingFace `tokenizers`,
 with maskplay's special tokens at ids 0-6.
 
-Every sentence is encoded as `[SOS] pieces [EOS]` ([CLS] ... [SEP] with a BERT vocabulary)."""
+Every sentence is encoded as `[SOS] pieces [EOS]` ([CLS] ... [SEP] with a BERT vocabulary).
+
+A HuggingFace directory's tokenizer.json (a causal LM's: GPT-2's byte-level BPE with `<|endoftext|>` only, LLaMA's
+`<s>` / `</s>` / `<unk>`, Qwen's `<|im_start|>` ...) names its roles in tokenizer_config.json (`bos_token`, ...) and
+config.json (`bos_token_id`, ...): those fill the roles maskplay's names do not find, [SOS] being the bos token (a
+sentence is scored after it, as HuggingFace scores a causal LM with its bos prepended). What is still missing falls
+back as the causal converter's config does (families/hf/causal.py): start <-> end, pad / unk / mask / sep -> end."""
 
 from __future__ import annotations
 
@@ -29,25 +35,63 @@ class SpecialIds:
     sep: int = -1  # between a source and a target: [SEP] when the vocabulary has it, else the end token
 
 
+def _find(vocab: dict[str, int], *names: str, source: str = "", required: bool = True) -> int | None:
+    for name in names:
+        if name in vocab:
+            return vocab[name]
+    if required:
+        raise ValueError(f"tokenizer {source or '(in memory)'} has none of the special tokens {names}")
+    return None
+
+
+def _special_ids(backend: HFTokenizer, roles: dict[str, int], source: str) -> SpecialIds:
+    """A HuggingFace tokenizer's roles: maskplay's names first, then `roles`, then the end token (the start token
+    when there is no end token); a tokenizer with neither is refused by name."""
+    vocab = backend.get_vocab()
+
+    def find(role: str, *names: str) -> int | None:
+        found = _find(vocab, *names, required=False)
+        return found if found is not None else roles.get(role)
+
+    sos, eos = find("sos", "[SOS]", "[CLS]", "<s>"), find("eos", "[EOS]", "[SEP]", "</s>")
+    if sos is None and eos is None:
+        raise ValueError(f"tokenizer {source or '(in memory)'} has no start or end token: none of [SOS] [CLS] <s> "
+                         "[EOS] [SEP] </s>, and tokenizer_config.json / config.json name no bos or eos token")
+    sos = sos if sos is not None else eos
+    eos = eos if eos is not None else sos
+    assert sos is not None and eos is not None
+
+    def or_end(value: int | None) -> int:
+        return eos if value is None else value
+
+    ids = dict(pad=or_end(find("pad", "[PAD]", "<pad>")), unk=or_end(find("unk", "[UNK]", "<unk>")),
+               mask=or_end(find("mask", "[MASK]", "<mask>")), sep=or_end(_find(vocab, "[SEP]", "[EOS]", "</s>",
+                                                                              required=False)))
+    named = {vocab[t] for t in (*SPECIAL_TOKENS, *ROBERTA_SPECIALS) if t in vocab}
+    return SpecialIds(sos=sos, eos=eos, all=tuple(sorted({*named, *_added_specials(backend), sos, eos, *ids.values()})),
+                      **ids)
+
+
+def _added_specials(backend: HFTokenizer) -> set[int]:
+    """Ids of the tokens a tokenizer.json marks special in its added_tokens (<|endoftext|>, <|im_start|>, ...)."""
+    return {i for i, token in backend.get_added_tokens_decoder().items() if token.special}
+
+
 class Tokenizer:
     """A thin wrapper that knows where the specials are and frames every sentence with start/end."""
 
-    def __init__(self, backend: HFTokenizer, source: str = "") -> None:
+    def __init__(self, backend: HFTokenizer, source: str = "", roles: dict[str, int] | None = None) -> None:
+        """roles: ids by role (sos, eos, pad, unk, mask) read from a HuggingFace directory (hf_roles), filling
+        those the special-token names do not find; with them, what is still missing falls back to the end token."""
         self.backend = backend
         self.source = source
         vocab = backend.get_vocab()
-
-        def find(*names: str) -> int:
-            for name in names:
-                if name in vocab:
-                    return vocab[name]
-            raise ValueError(f"tokenizer {source or '(in memory)'} has none of the special tokens {names}")
-
-        self.special = SpecialIds(
-            pad=find("[PAD]", "<pad>"), eos=find("[EOS]", "[SEP]", "</s>"), unk=find("[UNK]", "<unk>"),
-            sos=find("[SOS]", "[CLS]", "<s>"), mask=find("[MASK]", "<mask>"),
+        self.special = _special_ids(backend, roles, source) if roles is not None else SpecialIds(
+            pad=_find(vocab, "[PAD]", "<pad>", source=source), eos=_find(vocab, "[EOS]", "[SEP]", "</s>", source=source),
+            unk=_find(vocab, "[UNK]", "<unk>", source=source), sos=_find(vocab, "[SOS]", "[CLS]", "<s>", source=source),
+            mask=_find(vocab, "[MASK]", "<mask>", source=source),
             all=tuple(sorted(vocab[t] for t in (*SPECIAL_TOKENS, *ROBERTA_SPECIALS) if t in vocab)),
-            sep=find("[SEP]", "[EOS]", "</s>"),
+            sep=_find(vocab, "[SEP]", "[EOS]", "</s>", source=source),
         )
         backend.no_padding()
         backend.no_truncation()
@@ -178,11 +222,53 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         raise FileNotFoundError(f"tokenizer {path} not found")
     if path.suffix == ".json":
         try:
-            return Tokenizer(HFTokenizer.from_file(str(path)), source=str(path))
+            backend = HFTokenizer.from_file(str(path))
         except Exception as err:  # the tokenizers library raises a bare Exception on bad JSON
             try:
                 json.loads(path.read_bytes().decode("utf-8"))
             except ValueError as bad:  # JSON syntax (with its line and column) or not UTF-8: named with the file
                 raise ValueError(f"{path}: not readable JSON (truncated or damaged?): {bad}") from None
             raise ValueError(f"{path}: not a tokenizers JSON file: {err}") from None
+        return Tokenizer(backend, source=str(path), roles=hf_roles(path.parent, backend.get_vocab()))
     return Tokenizer(wordpiece_from_vocab(path), source=str(path))
+
+
+# maskplay role -> HuggingFace's name for it (tokenizer_config.json's `{name}_token`, config.json's `{name}_token_id`)
+HF_ROLES = {"sos": "bos", "eos": "eos", "pad": "pad", "unk": "unk", "mask": "mask"}
+
+
+def hf_roles(directory: Path, vocab: dict[str, int]) -> dict[str, int] | None:
+    """The special-token ids a HuggingFace directory gives its tokenizer.json: tokenizer_config.json's tokens
+    (`"bos_token": "<s>"` or an AddedToken object), then config.json's ids (bos / eos / pad; a list: its first; in
+    a maskplay config.json beside a tokenizer_config.json, as `convert --from-hf` writes them: sos / eos / pad).
+    None when neither file is HuggingFace's (a maskplay directory: its tokenizer keeps maskplay's names only)."""
+    roles: dict[str, int] = {}
+    hf = False
+    data = _json_object(directory / "tokenizer_config.json")
+    if data is not None:
+        hf = True
+        for role, name in HF_ROLES.items():
+            token = data.get(f"{name}_token")
+            token = token.get("content") if isinstance(token, dict) else token
+            if isinstance(token, str) and token in vocab:
+                roles[role] = vocab[token]
+    data = _json_object(directory / "config.json")
+    hf_config = data is not None and ("model_type" in data or "architectures" in data)
+    if data is not None and (hf or hf_config):  # maskplay's config.json (`convert --from-hf`'s): sos_token_id ...
+        hf = True
+        for role in ("sos", "eos", "pad"):
+            value = data.get(f"{HF_ROLES[role] if hf_config else role}_token_id")
+            value = value[0] if isinstance(value, list) and value else value
+            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(vocab):
+                roles.setdefault(role, value)
+    return roles if hf else None
+
+
+def _json_object(path: Path) -> dict | None:
+    """A JSON file's object, or None (absent, unreadable: the role files are optional, config.json is read and its
+    errors named by the model's loading)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -28,6 +28,8 @@ CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 TOKENIZER = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     families = ", ".join(converted_families())  # the families with a HuggingFace twin (families/hf)
@@ -95,12 +97,15 @@ def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Pa
         model.save_pretrained(tmp)
         if tokenizer.is_file():
             shutil.copy2(tokenizer, tmp / TOKENIZER)
+            if (hf_dir / TOKENIZER_CONFIG).is_file():  # a causal LM's roles (bos, ...: maskplay.tokenizer.hf_roles)
+                shutil.copy2(hf_dir / TOKENIZER_CONFIG, tmp / TOKENIZER_CONFIG)
 
     _write_dirs([(out, write)])
     what = describe_conversion(architecture, model, paired=generator is not None)
     lines = [f"wrote {out}: {what}, {model.num_parameters():,} parameters"]
     if tokenizer.is_file():
-        lines.append(f"copied {TOKENIZER}")
+        copied = [TOKENIZER] + ([TOKENIZER_CONFIG] if (hf_dir / TOKENIZER_CONFIG).is_file() else [])
+        lines.append(f"copied {', '.join(copied)}")
     else:
         lines.append(f"{hf_dir} has no {TOKENIZER}: add one to {out} before scoring with it (maskplay tokenizer "
                      "builds one from a vocab.txt)")
