@@ -36,7 +36,10 @@ def _to_hf(source: Path, out: Path) -> int:
     if not source.is_dir():
         raise FileNotFoundError(f"fine-tuned model directory {source} not found")
     config, state = finetuned_to_hf_sequence_classification(FineTuned.from_pretrained(source))
-    cc._write_dirs([(out, cc._hf_writer(config, state, source / cc.TOKENIZER))])
+    files = {cc.CONFIG: json.dumps(config, indent=2, sort_keys=True) + "\n"}
+    if (source / cc.TOKENIZER).is_file():
+        files[cc.TOKENIZER] = (source / cc.TOKENIZER).read_text(encoding="utf-8")
+    cc._write_dirs([(out, cc._hf_writer(files, state))])
     print(f"wrote {out}: {config['architectures'][0]}")
     return 0
 
