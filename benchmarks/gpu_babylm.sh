@@ -20,6 +20,10 @@
 # BLIMP_LIMIT (pairs per paradigm; default all), MARK_SCALE (the checkpoint marks times this; dry runs), and the
 # limits PREP_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, EVAL_LIMIT (seconds), NUM_WORKERS (data loader processes, 4), NPROC
 # (GPUs to train on, 1).
+# What runs fast on the GPU without a knob: pinned host memory for every micro-batch (data.pin_memory, on by default
+# on CUDA) and DataLoader workers prefetching the steps (NUM_WORKERS); in the benchmark, SDPA told is_causal (GPT) or
+# no mask (unpadded BERT) so that flash can run (its JSON's "attention" says per case). The recipes' disentangled
+# position bias keeps a masked SDPA call in training (docs/BENCHMARKS.md, "Training on a GPU").
 # The time, on one H100 (planned, not yet measured): environment 5 s, data 30 s, benchmark <= 150 s, then per family
 # about 15 s to start, TRAIN_SECONDS of training, its model exports and BLiMP-dev (<= 75 s): about 9 minutes.
 set -u

@@ -13,6 +13,10 @@ family's mask allows, as the model does on its own):
   (its architecture: disentangled positions, GEGLU, ...; its LAMB; its run.compile), which benchmarks/gpu_babylm.sh
   plans its training budgets from.
 
+Each of maskplay's cases also records what its attention hands SDPA ("attention": sdpa_forms): GPT's causal mask
+goes as is_causal and BERT's unpadded batches without a mask (masks.sdpa_kind), so SDPA's flash kernels can run;
+T-TA's no-diagonal mask, GPT-BERT's mixed-mode batches and the recipes' disentangled position bias still pass a mask.
+
 Reports tokens/s, the ratio to the family's HuggingFace twin, MFU (model FLOPs of maskplay.flops per second over the
 bf16 dense peak: 989 TFLOP/s for an H100 or H200 SXM, else this device's measured matmul peak) and the peak memory
 (torch.cuda.max_memory_allocated; on a CPU the process's resident-set growth), as JSON (--out), written after every
@@ -148,7 +152,10 @@ class Cases:
             return forward(**{k: v.to(self.device, non_blocking=True) for k, v in batch.items()}).loss
 
         flops = shape.batch * shape.seq_len * family_training_flops_per_token(model.config, shape.seq_len)
-        return train_step(model, list(model.parameters()), loss_of, self.batches(shape), self.fused, opt), flops
+        probe = model.training_batch(self.batches(shape)[0], mask, generator=torch.Generator().manual_seed(0))
+        forms = sdpa_forms(lambda: model(**{k: v.to(self.device) for k, v in probe.items()}))
+        step = train_step(model, list(model.parameters()), loss_of, self.batches(shape), self.fused, opt)
+        return step, flops, {"attention": forms}
 
     def hf_gpt2(self, shape: Shape) -> tuple[Callable[[], None], float]:
         import transformers
@@ -237,6 +244,29 @@ class Cases:
         return out
 
 
+def sdpa_forms(forward: Callable[[], object]) -> list[str]:
+    """What the model's attention hands SDPA in one forward pass (uncompiled, no gradient): "is_causal" and "no mask"
+    let the flash kernels run; "bool mask" (T-TA's no-diagonal, GPT-BERT's per-row modes, padding) and "float mask"
+    (a position bias: disentangled, ALiBi, T5) take the memory-efficient or the math kernel; none at all:
+    "written out" (attention dropout, talking heads)."""
+    seen: set[str] = set()
+    real = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        mask = kwargs.get("attn_mask")
+        seen.add("is_causal" if kwargs.get("is_causal") else "no mask" if mask is None
+                 else "bool mask" if mask.dtype == torch.bool else "float mask")
+        return real(*args, **kwargs)
+
+    F.scaled_dot_product_attention = spy
+    try:
+        with torch.no_grad():
+            forward()
+    finally:
+        F.scaled_dot_product_attention = real
+    return sorted(seen) or ["written out"]
+
+
 def time_case(step: Callable[[], None], device: torch.device, warmup: int, steps: int) -> tuple[float, float, float]:
     """(seconds per step, seconds of warm-up (compiling included), peak memory in MB)."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -286,7 +316,8 @@ def run_case(name: str, shape: Shape, build: Callable, args: argparse.Namespace,
              peak: float) -> dict:
     row: dict = {"case": name, "shape": vars(shape)}
     try:
-        step, flops = build()
+        step, flops, *extra = build()  # ours add what their attention hands SDPA (sdpa_forms)
+        row.update(*extra)
         seconds, warm, memory = time_case(step, device, args.warmup, args.steps)
     except ImportError as err:
         return {**row, "skipped": f"{err.name or err} is not installed"}

@@ -269,9 +269,10 @@ class Encoder(nn.Module):
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
                 query_positions: Tensor | None = None, tokens: Tensor | None = None,
-                cache: KVCache | None = None,
-                memory: Sequence[Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
-        """`mask` is a (B, 1, Lq, Lk) bool tensor, True = may attend, built once per batch. `kv`, when given,
+                cache: KVCache | None = None, memory: Sequence[Tensor] | None = None,
+                mask_kind: str | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        """`mask` is a (B, 1, Lq, Lk) bool tensor, True = may attend, built once per batch; `mask_kind` what the
+        family knows of it (masks.sdpa_kind; kept only where nothing here changes the mask). `kv`, when given,
         is the key/value source of every layer (T-TA's embedding output); each layer projects it with its own
         weights, all layers in one matmul.
 
@@ -320,12 +321,15 @@ class Encoder(nn.Module):
         if self.pass_positions:
             mask, positions = self._pass_positions(mask, columns, columns, h.dtype)
         frame = self._frame(columns, columns)
+        # a window, a position bias in the mask or Transformer-XL's relative term: SDPA needs the mask
+        if self.long is not None or mask.dtype != torch.bool or frame is not None:
+            mask_kind = None
         packing = None
         if tokens is not None and frame is None:  # relative-position attention runs on the padded layout
             packing = Packing(tokens)
             h, kv = packing.pack(h), None if kv is None else packing.pack(kv)  # the real tokens only
         inputs = PassInputs(mask, dead, keys_values=self._project_keys_values(kv) or None, packing=packing,
-                            positions=positions, frame=frame)
+                            positions=positions, frame=frame, mask_kind=mask_kind)
         return self._run(h, inputs, output_hidden_states, query_positions)
 
     def _check(self, h: Tensor, mask: Tensor, kv: Tensor | None, query_positions: Tensor | None,

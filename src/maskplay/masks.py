@@ -39,14 +39,37 @@ def or_masks(*mods: MaskMod) -> MaskMod:
     return mod
 
 
+def _every_key(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+    return torch.ones_like(q - kv, dtype=torch.bool)
+
+
+def _left_to_right(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+    return kv <= q
+
+
 def bidirectional() -> MaskMod:
-    """Every query sees every key (BERT, ELECTRA)."""
-    return lambda b, h, q, kv: torch.ones_like(q - kv, dtype=torch.bool)
+    """Every query sees every key (BERT, ELECTRA). One function object, so that sdpa_kind recognises it."""
+    return _every_key
 
 
 def causal() -> MaskMod:
-    """Query i sees keys j <= i (GPT)."""
-    return lambda b, h, q, kv: kv <= q
+    """Query i sees keys j <= i (GPT). One function object, so that sdpa_kind recognises it."""
+    return _left_to_right
+
+
+def sdpa_kind(structure: MaskMod, attention_mask: Tensor, training: bool) -> str | None:
+    """What attention may tell SDPA instead of handing it the materialised mask of `structure` AND the padding
+    (attention.inputs.PassInputs.mask_kind), decided once per batch: "full" for bidirectional() with no padding in
+    the batch (no mask at all), "causal" for causal() with no padding (is_causal=True), or, while training, with
+    right padding only: a real query then reads only real keys before it under either mask, so every real
+    position's output, the loss and the gradients are the same, and only the outputs at padding positions (read by
+    no loss) differ. None for anything else: the mask is used as it is. Both let SDPA's flash kernels run."""
+    if structure is not _every_key and structure is not _left_to_right:
+        return None
+    if bool(attention_mask.all()):
+        return "full" if structure is _every_key else "causal"
+    right_padded = not bool((attention_mask[:, 1:] & ~attention_mask[:, :-1]).any())
+    return "causal" if structure is _left_to_right and training and right_padded else None
 
 
 def no_diagonal() -> MaskMod:

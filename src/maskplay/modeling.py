@@ -18,7 +18,7 @@ from .backbone import Embeddings, Encoder
 from .config import ModelConfig
 from .files import atomic_path
 from .heads import make_lm_head
-from .masks import MaskMod, and_masks, materialize, padding
+from .masks import MaskMod, and_masks, materialize, padding, sdpa_kind
 from .model_dir import CONFIG_NAME, WEIGHTS_NAME, read_weights, write_model_manifest
 from .outputs import ModelOutput
 from .positions import Disentangled, RelativePositions
@@ -73,11 +73,14 @@ class ModelBase(nn.Module):
         (Encoder.forward's): keys that every query of the segment sees, before its own."""
         B, L = input_ids.shape
         mask = materialize(and_masks(structure, padding(attention_mask)), B, L, device=input_ids.device)
+        kind = None
         if memory is not None and memory[0].shape[1]:
             seen = mask.new_ones(1, 1, 1, memory[0].shape[1]).expand(B, 1, L, -1)
             mask = torch.cat([seen, mask.expand(B, -1, -1, -1)], dim=-1)
+        else:  # SDPA told "causal" or "full" instead of the mask where that is exact (once per batch, here)
+            kind = sdpa_kind(structure, attention_mask, self.training)
         return self.encoder(self.embed(input_ids, token_type_ids), mask, output_hidden_states=output_hidden_states,
-                            query_positions=query_positions, memory=memory,
+                            query_positions=query_positions, memory=memory, mask_kind=kind,
                             tokens=None if memory is not None else self._real_tokens(attention_mask, query_positions))
 
     def embed(self, input_ids: Tensor, token_type_ids: Tensor | None = None,

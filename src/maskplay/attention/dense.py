@@ -99,7 +99,7 @@ class Attention(nn.Module):
             # at short lengths (explicit_pays)
             a = written_out(q, k, v, mask, self.dropout_p if self.training else 0.0)
         else:
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            a = sdpa_known(q, k, v, mask, inputs.mask_kind if self.span is None else None)
         if dead_rows is not None:
             a = a.masked_fill(dead_rows, 0.0)
         return self.output(a.transpose(1, 2).reshape(B, Lq, -1), h)
@@ -175,6 +175,17 @@ def written_out(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p:
         scores = scores.masked_fill_(~mask, float("-inf")) if mask.dtype == torch.bool else scores.add_(mask)
     probs = scores.softmax(dim=-1)
     return (dropout(probs, dropout_p, True) if dropout_p > 0 else probs) @ v
+
+
+def sdpa_known(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kind: str | None) -> Tensor:
+    """SDPA under the pass's mask, told its kind where the pass knows it (inputs.PassInputs.mask_kind): no mask for
+    "full", is_causal for "causal" (as many queries as keys), either of which lets the flash kernels run on a GPU
+    where a materialised mask rules them out; otherwise the mask itself."""
+    if kind == "full":
+        return F.scaled_dot_product_attention(q, k, v)
+    if kind == "causal" and q.shape[-2] == k.shape[-2]:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 def split_heads(x: Tensor, heads: int) -> Tensor:

@@ -32,7 +32,10 @@ class PassInputs:
     kv and keys_values hold the real tokens only, (N, C). `cache`: self-attention appends the new tokens' keys/values
     at the layer's index and attends to all of them; `mask` is then (B, 1, Lnew, Lcached + Lnew). `frame`: the
     relative positions (exactly when the layers have relative-position weights). `positions`: the query/key positions
-    and rotary tables (positions.PassPositions)."""
+    and rotary tables (positions.PassPositions). `mask_kind`: "causal" or "full" where the pass knows that `mask` is,
+    at every position a loss reads, exactly the causal or the all-true mask (masks.sdpa_kind; boolean, square, no
+    bias folded in): plain SDPA is then called with is_causal or no mask (dense.sdpa_known), which lets its flash
+    kernels run."""
 
     mask: Tensor | BandedMask
     dead_rows: Tensor | None = None
@@ -42,3 +45,4 @@ class PassInputs:
     cache: KeyValueStore | None = None
     frame: Frame | None = None
     positions: PassPositions | None = None
+    mask_kind: str | None = None

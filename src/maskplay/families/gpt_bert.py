@@ -37,6 +37,14 @@ def row_modes(causal_rows: Tensor) -> MaskMod:
     return lambda b, h, q, kv: (kv <= q) | ~causal_rows[b]
 
 
+def batch_modes(causal_rows: Tensor) -> MaskMod:
+    """row_modes, as causal() or bidirectional() where every row has the one mode (SDPA may then run without the
+    mask: masks.sdpa_kind)."""
+    if bool(causal_rows.all()):
+        return causal()
+    return row_modes(causal_rows) if bool(causal_rows.any()) else bidirectional()
+
+
 class GPTBert(MaskplayModel):
     family = "gpt-bert"
     score_methods = ("causal", "pll", "pll-word", "fused")
@@ -91,7 +99,7 @@ class GPTBert(MaskplayModel):
         if causal_rows is None:
             causal_rows = torch.full((input_ids.shape[0],), causal, dtype=torch.bool, device=input_ids.device)
         query_positions = self._query_positions(query_positions, labels)
-        h, states = self.encode_under(row_modes(causal_rows), input_ids, attention_mask,
+        h, states = self.encode_under(batch_modes(causal_rows), input_ids, attention_mask,
                                       output_hidden_states=output_hidden_states, query_positions=query_positions)
         if labels is None:
             return self.output(h, None, states)

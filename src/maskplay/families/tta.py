@@ -11,7 +11,7 @@ from typing import Any
 from torch import Tensor
 
 from ..dropout import Dropout
-from ..masks import MaskPicture, and_masks, bidirectional, materialize, no_diagonal, padding
+from ..masks import MaskPicture, and_masks, bidirectional, materialize, no_diagonal, padding, sdpa_kind
 from ..outputs import ModelOutput
 from .base import MaskplayModel
 
@@ -52,5 +52,6 @@ class TTA(MaskplayModel):
         mask = materialize(and_masks(structure, padding(attention_mask)), B, L, device=input_ids.device)
         query_positions = self._query_positions(query_positions, labels)
         h, states = self.encoder(h, mask, kv=x, output_hidden_states=output_hidden_states,
-                                 query_positions=query_positions, tokens=self._real_tokens(attention_mask, query_positions))
+                                 query_positions=query_positions, tokens=self._real_tokens(attention_mask, query_positions),
+                                 mask_kind=sdpa_kind(structure, attention_mask, self.training))
         return self.output(h, labels, states)

@@ -30,6 +30,19 @@ Forward = Callable[..., Any]
 CountTargets = Callable[[MaskplayModel, dict[str, Tensor]], int]
 
 
+def pins(config: TrainConfig, device: torch.device) -> bool:
+    """Whether micro-batches go to the device through page-locked memory: data.pin_memory, on a CUDA device."""
+    return config.data.pin_memory and device.type == "cuda"
+
+
+def to_device(batch: dict[str, Any], device: torch.device, pin: bool) -> dict[str, Any]:
+    """The family's batch (CPU tensors) on `device`; with `pin`, copied from page-locked memory, which runs
+    asynchronously, so that the CPU prepares the next micro-batch while the GPU still computes this one (from
+    pageable memory the copy first waits for every kernel queued before it)."""
+    return {k: (v.pin_memory() if pin and v.device.type == "cpu" else v).to(device, non_blocking=True)
+            for k, v in batch.items()}
+
+
 class NonFinite(Exception):
     """The loss or the gradient of a step is nan or inf; raised before the optimizer steps."""
 
@@ -57,6 +70,7 @@ class Stepper:
         self.model, self.model_config = model, model_config
         self.optimizer, self.generator, self.precision = optimizer, generator, precision
         self.forward, self.count_targets = forward, count_targets
+        self.pin = pins(config, d.device)
         self.ddp = None
         if d.enabled:
             from torch.nn.parallel import DistributedDataParallel
@@ -120,7 +134,7 @@ class Stepper:
         the memory its predecessor at index `micro` left and leaves its own."""
         self.model.set_training_progress(step / self.config.optim.max_steps)  # an objective that changes over training
         batch: dict[str, Any] = self.model.training_batch(ids, mask, generator=self.generator)  # device-independent
-        batch = {k: v.to(self.d.device, non_blocking=True) for k, v in batch.items()}
+        batch = to_device(batch, self.d.device, self.pin)
         if self.memory is not None:
             batch.update(mems=self.memory.get(micro), memory_length=self.memory.length)
         module = self.ddp if self.ddp is not None else self.model
