@@ -32,7 +32,7 @@ def register(cls: Any) -> None:
 
 
 def family_names() -> tuple[str, ...]:
-    """The registered families, in registration order (the built-in six first)."""
+    """The registered families, in registration order (the built-in seven first)."""
     return tuple(FAMILIES)
 
 

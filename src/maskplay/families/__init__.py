@@ -1,6 +1,6 @@
 # ruff: noqa: I001 - the import order is the registration order, the order every list of families is given in
 """The families: one module each over the one backbone, every rule a family decides in its class (the
-contract: base.py). Importing this package registers the built-in six."""
+contract: base.py). Importing this package registers the built-in seven."""
 
 from .base import MaskplayModel, build_model, families, family_class
 from .tta import TTA
