@@ -17,17 +17,10 @@ from ..families.hf import (
     converted_families,
     describe_conversion,
 )
-from ..families.hf.directory import read_hf_dir, read_weights, special_ids
+from ..families.hf.directory import TOKENIZER, read_hf_dir, special_ids
 
-# the names cli/finetune_convert.py (and read_hf_dir's users) know them by, from before they moved to
-# families/hf/directory.py, where MaskplayModel.from_pretrained reads HuggingFace directories too
-_read_weights, _special_ids = read_weights, special_ids
 __all__ = ["add_parser", "convert_from_hf", "convert_to_hf", "read_hf_dir", "run"]
 
-CONFIG = "config.json"
-WEIGHTS = "model.safetensors"
-WEIGHTS_INDEX = "model.safetensors.index.json"
-TOKENIZER = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
@@ -88,7 +81,7 @@ def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Pa
         if gen_architecture != "ElectraForMaskedLM":
             raise ValueError(f"--generator {generator_dir} holds a {gen_architecture}, not an ElectraForMaskedLM")
         generator = (gen_config, gen_state)
-    ids, note = _special_ids(hf_dir, hf_config.vocab_size)
+    ids, note = special_ids(hf_dir, hf_config.vocab_size)
     model = from_hf(architecture, (hf_config, state), generator, special_ids=ids)
     notes = [note] if note else []
     tokenizer = hf_dir / TOKENIZER
@@ -148,29 +141,10 @@ def convert_to_hf(model_dir: str | Path, out: str | Path, generator_out: str | P
 
 
 def _hf_writer(files: dict[str, str], state: dict[str, Tensor]) -> Callable[[Path], None]:
-    def write(tmp: Path) -> None:
-        from safetensors.torch import save_file
+    """A writer for _write_dirs: `files` and the weights, every file readable (export.hf.write_into)."""
+    from ..export.hf import write_into
 
-        from ..export.hf import readable
-
-        for name, text in files.items():
-            (tmp / name).write_text(text, encoding="utf-8")
-        save_file(_unshared(state), str(tmp / WEIGHTS), metadata={"format": "pt"})
-        readable(tmp)  # safetensors writes its file 0600
-
-    return write
-
-
-def _unshared(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """safetensors refuses two names for one storage (a tied decoder and its word embeddings): clone repeats."""
-    seen: set[int] = set()
-    out = {}
-    for key, value in state.items():
-        value = value.detach().cpu()
-        pointer = value.untyped_storage().data_ptr()
-        out[key] = value.clone().contiguous() if pointer in seen else value.contiguous()
-        seen.add(pointer)
-    return out
+    return lambda tmp: write_into(tmp, files, state)
 
 
 # ---- writing ----------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def _to_hf(source: Path, out: Path) -> int:
+    from ..families.hf.directory import CONFIG, TOKENIZER
     from ..finetune import FineTuned
     from ..finetune_convert import finetuned_to_hf_sequence_classification
     from . import convert as cc
@@ -36,9 +37,9 @@ def _to_hf(source: Path, out: Path) -> int:
     if not source.is_dir():
         raise FileNotFoundError(f"fine-tuned model directory {source} not found")
     config, state = finetuned_to_hf_sequence_classification(FineTuned.from_pretrained(source))
-    files = {cc.CONFIG: json.dumps(config, indent=2, sort_keys=True) + "\n"}
-    if (source / cc.TOKENIZER).is_file():
-        files[cc.TOKENIZER] = (source / cc.TOKENIZER).read_text(encoding="utf-8")
+    files = {CONFIG: json.dumps(config, indent=2, sort_keys=True) + "\n"}
+    if (source / TOKENIZER).is_file():
+        files[TOKENIZER] = (source / TOKENIZER).read_text(encoding="utf-8")
     cc._write_dirs([(out, cc._hf_writer(files, state))])
     print(f"wrote {out}: {config['architectures'][0]}")
     return 0
@@ -46,35 +47,36 @@ def _to_hf(source: Path, out: Path) -> int:
 
 def _from_hf(source: Path, out: Path) -> int:
     from ..families.hf import SEQUENCE_ARCHITECTURES, check_hf_types, hf_config
+    from ..families.hf.directory import CONFIG, TOKENIZER, read_weights, special_ids
     from ..finetune_convert import finetuned_from_hf_sequence_classification
     from . import convert as cc
 
     cc._check_new(out, [source])
-    if not (source / cc.CONFIG).is_file():
-        raise FileNotFoundError(f"{source / cc.CONFIG} not found: a HuggingFace model directory needs config.json")
+    if not (source / CONFIG).is_file():
+        raise FileNotFoundError(f"{source / CONFIG} not found: a HuggingFace model directory needs config.json")
     try:
-        data = json.loads((source / cc.CONFIG).read_text())
+        data = json.loads((source / CONFIG).read_text())
     except json.JSONDecodeError as err:
-        raise ValueError(f"{source / cc.CONFIG}: invalid JSON: {err}") from None
+        raise ValueError(f"{source / CONFIG}: invalid JSON: {err}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{source / cc.CONFIG}: expected a JSON object")
-    check_hf_types(data, str(source / cc.CONFIG))
+        raise ValueError(f"{source / CONFIG}: expected a JSON object")
+    check_hf_types(data, str(source / CONFIG))
     named = [a for a in data.get("architectures") or [] if a in SEQUENCE_ARCHITECTURES]
     if not named:
-        raise ValueError(f"{source / cc.CONFIG}: architectures {data.get('architectures')} names none of "
+        raise ValueError(f"{source / CONFIG}: architectures {data.get('architectures')} names none of "
                          f"{list(SEQUENCE_ARCHITECTURES)}")
-    config = hf_config(named[0], data, str(source / cc.CONFIG))
-    ids, note = cc._special_ids(source, config.vocab_size)
-    model = finetuned_from_hf_sequence_classification(named[0], config, cc._read_weights(source), special_ids=ids,
-                                                      source=str(source / cc.CONFIG))
-    tokenizer = source / cc.TOKENIZER
+    config = hf_config(named[0], data, str(source / CONFIG))
+    ids, note = special_ids(source, config.vocab_size)
+    model = finetuned_from_hf_sequence_classification(named[0], config, read_weights(source), special_ids=ids,
+                                                      source=str(source / CONFIG))
+    tokenizer = source / TOKENIZER
 
     def write(tmp: Path) -> None:
         import shutil
 
         model.save_pretrained(tmp)
         if tokenizer.is_file():
-            shutil.copy2(tokenizer, tmp / cc.TOKENIZER)
+            shutil.copy2(tokenizer, tmp / TOKENIZER)
 
     cc._write_dirs([(out, write)])
     print(f"wrote {out}: a fine-tuned {model.config.family} ({model.head_config.objective}, "
