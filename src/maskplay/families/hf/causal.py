@@ -108,11 +108,13 @@ def map_keys(state: dict[str, Tensor], rename: Callable[[str, Tensor], Renamed |
     return out
 
 
-def check_tied_head(state: dict[str, Tensor], head: str, word: str, tied: bool) -> None:
-    """A tied head's weight, when the checkpoint writes it out, must be the word embeddings."""
+def without_tied_head(state: dict[str, Tensor], head: str, word: str, tied: bool) -> dict[str, Tensor]:
+    """`state` without the head's weight when the head is tied (the word embeddings serve as it). That weight, when
+    the checkpoint writes it out, must be the word embeddings."""
     value = state.get(head)
     if tied and value is not None and (value.shape != state[word].shape or not torch.equal(value, state[word])):
         raise ValueError(f"{head} differs from the word embeddings ({word}) though tie_word_embeddings is true")
+    return {k: v for k, v in state.items() if k != head} if tied else state
 
 
 class CausalConverter(HFConverter):

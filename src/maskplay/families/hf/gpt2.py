@@ -10,7 +10,7 @@ from typing import Any
 from torch import Tensor
 
 from ...config import ModelConfig
-from .causal import CausalConverter, Renamed, activation, causal_config, check_tied_head, layer_key, map_keys, strip_prefix
+from .causal import CausalConverter, Renamed, activation, causal_config, layer_key, map_keys, strip_prefix, without_tied_head
 
 GPT2_DEFAULTS: dict[str, Any] = {
     "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None,
@@ -74,10 +74,7 @@ class GPT2Converter(CausalConverter):
 
     def convert_state(self, hf_config: Any, state: dict[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
         state = strip_prefix(state, "transformer.")
-        tied = config.lm_head == "tied"
-        check_tied_head(state, "lm_head.weight", "wte.weight", tied)
-        if tied:
-            state = {k: v for k, v in state.items() if k != "lm_head.weight"}
+        state = without_tied_head(state, "lm_head.weight", "wte.weight", config.lm_head == "tied")
         return map_keys(state, _rename)
 
 

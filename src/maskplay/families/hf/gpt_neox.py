@@ -16,11 +16,11 @@ from .causal import (
     Renamed,
     activation,
     causal_config,
-    check_tied_head,
     layer_key,
     map_keys,
     rope,
     strip_prefix,
+    without_tied_head,
 )
 
 GPT_NEOX_DEFAULTS: dict[str, Any] = {
@@ -88,10 +88,7 @@ class GPTNeoXConverter(CausalConverter):
 
     def convert_state(self, hf_config: Any, state: dict[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
         state = strip_prefix(state, "gpt_neox.")
-        tied = config.lm_head == "tied"
-        check_tied_head(state, "embed_out.weight", "embed_in.weight", tied)
-        if tied:
-            state = {k: v for k, v in state.items() if k != "embed_out.weight"}
+        state = without_tied_head(state, "embed_out.weight", "embed_in.weight", config.lm_head == "tied")
         return map_keys(state, _renamer(config.num_heads))
 
 

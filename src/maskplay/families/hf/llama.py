@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from ...config import ModelConfig
-from .causal import CausalConverter, Renamed, causal_config, check_tied_head, layer_key, map_keys, rope, strip_prefix
+from .causal import CausalConverter, Renamed, causal_config, layer_key, map_keys, rope, strip_prefix, without_tied_head
 
 LLAMA_DEFAULTS: dict[str, Any] = {
     "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
@@ -94,10 +94,7 @@ def convert_llama_state(state: dict[str, Tensor], config: ModelConfig, zero_out_
     """A LlamaForCausalLM / Qwen2ForCausalLM state dict -> gpt's. `zero_out_bias`: Qwen2's output projection has no
     bias where its query/key/value projections have one; maskplay's attention_bias covers all four, so it gets zeros."""
     state = strip_prefix(state, "model.")
-    tied = config.lm_head == "tied"
-    check_tied_head(state, "lm_head.weight", "embed_tokens.weight", tied)
-    if tied:
-        state = {k: v for k, v in state.items() if k != "lm_head.weight"}
+    state = without_tied_head(state, "lm_head.weight", "embed_tokens.weight", config.lm_head == "tied")
     out = join_gated(map_keys(state, _rename), config.num_layers)
     if zero_out_bias:
         for index in range(config.num_layers):

@@ -15,7 +15,7 @@ from typing import Any
 from torch import Tensor
 
 from ...config import ModelConfig
-from .causal import CausalConverter, Renamed, activation, causal_config, check_tied_head, layer_key, map_keys, strip_prefix
+from .causal import CausalConverter, Renamed, activation, causal_config, layer_key, map_keys, strip_prefix, without_tied_head
 
 OPT_POSITION_OFFSET = 2
 OPT_DEFAULTS: dict[str, Any] = {
@@ -78,8 +78,7 @@ class OPTConverter(CausalConverter):
 
     def convert_state(self, hf_config: Any, state: dict[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
         state = strip_prefix(strip_prefix(state, "model."), "decoder.")
-        check_tied_head(state, "lm_head.weight", "embed_tokens.weight", True)
-        return map_keys({k: v for k, v in state.items() if k != "lm_head.weight"}, _rename)
+        return map_keys(without_tied_head(state, "lm_head.weight", "embed_tokens.weight", True), _rename)
 
 
 OPT = OPTConverter()
