@@ -322,3 +322,15 @@ def test_gpt_neox_config_of_older_transformers(tmp_path):
     ids, _ = right_padded()
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, hf(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_a_tied_head_that_differs_from_the_word_embeddings_is_refused():
+    from maskplay.families.hf.causal import without_tied_head
+
+    word = torch.randn(5, 3)
+    state = {"wte.weight": word, "lm_head.weight": word.clone()}
+    assert set(without_tied_head(state, "lm_head.weight", "wte.weight", True)) == {"wte.weight"}
+    assert set(without_tied_head(state, "lm_head.weight", "wte.weight", False)) == {"wte.weight", "lm_head.weight"}
+    state["lm_head.weight"] = word + 1
+    with pytest.raises(ValueError, match="lm_head.weight differs from the word embeddings"):
+        without_tied_head(state, "lm_head.weight", "wte.weight", True)
