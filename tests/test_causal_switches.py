@@ -17,16 +17,11 @@ from maskplay.config import CAUSAL_LM_SWITCHES, ModelConfig
 from maskplay.families import build_model
 from maskplay.generation import generate
 from maskplay.positions import rotary_angles, rotate_half
+from tests.test_arch_switches import model_of
 
 
 def tiny(family: str = "gpt", seed: int = 0, **overrides):
-    torch.manual_seed(seed)
-    model = build_model(preset("tiny", family=family, **overrides))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.25)
-    return model.eval()
+    return model_of(family, seed, **overrides)
 
 
 def causal_mask(n: int) -> torch.Tensor:
