@@ -321,8 +321,7 @@ class Encoder(nn.Module):
         if self.pass_positions:
             mask, positions = self._pass_positions(mask, columns, columns, h.dtype)
         frame = self._frame(columns, columns)
-        # a window, a position bias in the mask or Transformer-XL's relative term: SDPA needs the mask
-        if self.long is not None or mask.dtype != torch.bool or frame is not None:
+        if self.long is not None or mask.dtype != torch.bool:  # a window or a position bias in the mask
             mask_kind = None
         packing = None
         if tokens is not None and frame is None:  # relative-position attention runs on the padded layout
