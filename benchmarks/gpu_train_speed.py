@@ -128,7 +128,7 @@ class Cases:
 
     def ours(self, shape: Shape, family: str, recipe: bool = False) -> tuple[Callable[[], None], float]:
         """With `recipe`, what `maskplay pretrain` runs for the family's strict-small config: its architecture,
-        its optimizer (LAMB) and its run.compile (off), minus the data loading."""
+        its optimizer (LAMB) and its run.compile (or --recipe-compile), minus the data loading."""
         torch.manual_seed(0)
         config = model_config(shape, family, recipe)
         model = build_model(config).to(self.device).train()
@@ -142,7 +142,8 @@ class Cases:
 
             train_config = load_train_config(REPO / "configs" / "babylm" / f"strict-small-{family}.toml")
             opt = build_optimizer(model, train_config.optim)
-            forward = torch.compile(forward) if train_config.run.compile else forward
+            compiled = {"config": train_config.run.compile, "on": True, "off": False}[self.args.recipe_compile]
+            forward = torch.compile(forward) if compiled else forward
         else:
             forward = self.maybe_compile(forward)
 
@@ -233,12 +234,12 @@ class Cases:
         b = s["babylm"]
         if "babylm" in chosen and self.args.recipe:
             out += [(f"babylm {f} recipe", b, lambda f=f: self.ours(b, f, recipe=True)) for f in self.args.families]
-        if "gpt2-small" in chosen:
+        if "gpt2-small" in chosen and not self.args.recipe_only:
             g = s["gpt2-small"]
             out += [("gpt2-small gpt", g, lambda: self.ours(g, "gpt")),
                     ("gpt2-small HF gpt2", g, lambda: self.hf_gpt2(g)),
                     ("gpt2-small litgpt", g, lambda: self.litgpt(g))]
-        if "babylm" in chosen:
+        if "babylm" in chosen and not self.args.recipe_only:
             out += [("babylm HF gpt2", b, lambda: self.hf_gpt2(b)), ("babylm HF bert", b, lambda: self.hf_bert(b))]
             out += [(f"babylm {f}", b, lambda f=f: self.ours(b, f)) for f in self.args.families]
         return out
@@ -351,6 +352,9 @@ def main() -> None:
     p.add_argument("--shapes", nargs="+", default=["gpt2-small", "babylm"], choices=["gpt2-small", "babylm"])
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     p.add_argument("--recipe", action="store_true", help="also time each family at its strict-small architecture")
+    p.add_argument("--recipe-only", action="store_true", help="time the --recipe cases alone")
+    p.add_argument("--recipe-compile", default="config", choices=["config", "on", "off"],
+                   help="the recipe cases under torch.compile: as their config's run.compile says, or on, or off")
     p.add_argument("--compile", default="auto", choices=["auto", "on", "off"], help="auto: on for cuda")
     p.add_argument("--warmup", type=int, default=3, help="steps before timing (compiling happens here)")
     p.add_argument("--steps", type=int, default=10, help="timed steps per case")

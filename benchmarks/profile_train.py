@@ -46,7 +46,10 @@ def main() -> None:
                                   f"optim.warmup_steps={warmup}",
                                   "run.eval_every=1000000", "run.save_every=1000000", "run.log_every=10",
                                   "run.progress=false", "run.tensorboard=false", *args.set])
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available() and "cuda" in " ".join(args.set):  # run.device=cuda: the kernels' time too
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as prof:
             train(config)
         metrics = [json.loads(line) for line in Path(tmp, "run", "metrics.jsonl").read_text().splitlines()]
         model_config = json.loads(Path(tmp, "run", "model_config.json").read_text())
@@ -64,6 +67,9 @@ def main() -> None:
              f"-> {rate * flops / 1e9:.1f} GFLOP/s; matmul peak (2048^3, {torch.get_num_threads()} threads): bf16 "
              f"{peaks['bf16'] / 1e9:.0f}, fp32 {peaks['fp32'] / 1e9:.0f} GFLOP/s; MFU {rate * flops / peaks['bf16']:.1%} "
              f"of bf16, {rate * flops / peaks['fp32']:.1%} of fp32", "", table]
+    if len(activities) > 1:  # on a GPU: is the step the kernels' time or the host's launching them?
+        lines += ["", "by the device's own time:", prof.key_averages().table(
+            sort_by="self_device_time_total", row_limit=args.rows, max_name_column_width=48)]
     print("\n".join(lines))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

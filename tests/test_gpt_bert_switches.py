@@ -473,3 +473,25 @@ def test_the_default_model_is_unchanged_by_the_switches_existing():
     names = {n for n, _ in model.named_parameters()}
     assert not any(("gate" in n or "inner_norm" in n or "relative" in n or "dense.alphas" in n or "pre_norm" in n
                     or "out_norm" in n) for n in names)
+
+
+def test_denseformer_sum_and_its_gradients_are_the_multiply_add_loops():
+    """DepthWeights' one-kernel weighted sum (and its hand-written backward) against the plain loop of
+    multiply-adds autograd differentiates itself, in float64; gradcheck checks the backward numerically too."""
+    from maskplay.backbone import DepthWeights, _WeightedSum
+
+    torch.manual_seed(0)
+    dense = DepthWeights(3).double()
+    with torch.no_grad():
+        dense.alphas[2].copy_(torch.randn(4, dtype=torch.float64))
+    states = [torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True) for _ in range(4)]
+    got = dense(states, 2)
+    want = sum(a * x for a, x in zip(dense.alphas[2], states, strict=True))
+    torch.testing.assert_close(got, want)
+    upstream = torch.randn_like(got)
+    grads = torch.autograd.grad(got, [dense.alphas[2], *states], upstream)
+    oracle = torch.autograd.grad(want, [dense.alphas[2], *states], upstream)
+    for g, o in zip(grads, oracle, strict=True):
+        torch.testing.assert_close(g, o)
+    alpha = dense.alphas[2].detach().clone().requires_grad_()
+    assert torch.autograd.gradcheck(_WeightedSum.apply, (alpha, *states))

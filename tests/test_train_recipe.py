@@ -313,3 +313,26 @@ def test_gpt_bert_recipe_config_uses_the_options():
     assert (d.batch_ramp, d.batch_ramp_start, d.max_length, d.length_at, d.length_to) == (1.0, 0.25, 128,
                                                                                           [0.7, 0.9], [256, 512])
     assert d.pack and scheduled(cfg)
+
+
+def test_lamb_on_all_tensors_at_once_is_the_per_tensor_loop():
+    """The default foreach update (torch._foreach_*) against foreach=False, the loop one tensor at a time: a
+    decayed group with the trust ratio, a plain-Adam group, a parameter with no gradient, ten steps."""
+    def run(foreach: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        ws = [torch.nn.Parameter(torch.randn(*shape)) for shape in [(5, 3), (7,), (2, 2, 4), (3,)]]
+        opt = Lamb([{"params": ws[:2], "weight_decay": 0.1}, {"params": ws[2:], "weight_decay": 0.0}],
+                   lr=0.01, betas=(0.9, 0.98), foreach=foreach)
+        for _ in range(10):
+            loss = sum(((w - 0.5) ** 2 * (i + 1)).sum() for i, w in enumerate(ws[:3]))  # ws[3] gets no gradient
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return [w.detach().clone() for w in ws] + [opt.state[w]["exp_avg_sq"] for w in ws[:3]]
+
+    together, one_by_one = run(True), run(False)
+    for a, b in zip(together, one_by_one, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    torch.manual_seed(0)
+    start = torch.randn(5, 3)
+    assert (together[0] - start).abs().min() > 0  # both moved every weight: the comparison is not of two no-ops

@@ -206,13 +206,31 @@ class DepthWeights(nn.Module):
         return list(self.alphas)
 
     def forward(self, states: list[Tensor], n: int) -> Tensor:
-        """The weighted sum after sub-layer n of `states` (x_0..x_{n+1}), one multiply-add per state (no stacked
-        copy of them is kept for the backward pass)."""
-        alpha = self.alphas[n].to(states[-1].dtype)
-        x = states[-1] * alpha[-1]
-        for j in range(len(states) - 1):
-            x = torch.addcmul(x, states[j], alpha[j])
-        return x
+        """The weighted sum after sub-layer n of `states` (x_0..x_{n+1})."""
+        return _WeightedSum.apply(self.alphas[n].to(states[-1].dtype), *states)
+
+
+class _WeightedSum(torch.autograd.Function):
+    """sum_j alpha[j] x_j as one matrix-vector product over the states stacked for the moment, and its backward as
+    three kernels (stack, matrix-vector, outer product). A loop of multiply-adds launched ~200 kernels a sub-layer
+    in the forward and backward passes of a 12-layer model, two thirds of a GPT-BERT recipe's training step's
+    kernels (docs/BENCHMARKS.md, "Training on a GPU"); the stack is freed after each pass, the states are saved by
+    reference as the loop saved them, so the memory a step keeps is the same. In the states' own precision (not
+    autocast's: the residual stream stays as wide as it is)."""
+
+    @staticmethod
+    def forward(ctx, alpha: Tensor, *states: Tensor) -> Tensor:  # noqa: ANN001
+        ctx.save_for_backward(alpha, *states)
+        with torch.autocast(states[0].device.type, enabled=False):
+            return torch.tensordot(alpha, torch.stack(states), dims=1)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
+        alpha, *states = ctx.saved_tensors
+        with torch.autocast(grad.device.type, enabled=False):
+            grad_alpha = torch.stack(states).flatten(1).mv(grad.flatten()) if ctx.needs_input_grad[0] else None
+            shares = torch.outer(alpha, grad.flatten()).view(len(states), *grad.shape)
+        return (grad_alpha, *shares.unbind(0))
 
 
 class SharedLayers(nn.Module):

@@ -126,13 +126,20 @@ class ModelBase(nn.Module):
                              "truncate or split the input")
         if input_ids.dtype not in (torch.long, torch.int, torch.int32, torch.int16, torch.uint8):
             raise ValueError(f"input_ids must be integer token ids, got dtype {input_ids.dtype}")
+        if self.training and (input_ids.device.type != "cpu" or torch.compiler.is_compiling()):
+            # reading the ids' range back stalls a GPU at every step (and breaks a compiled graph); training
+            # batches come from a prepared corpus whose vocabulary the trainer checked against the model's
+            return self._mask_of(input_ids, attention_mask)
         lo, hi = int(input_ids.min()), int(input_ids.max())
         if lo < 0 or hi >= cfg.vocab_size:
             bad = lo if lo < 0 else hi
             raise ValueError(f"token id {bad} is out of range for a vocabulary of {cfg.vocab_size} "
                              f"(ids seen: {lo}..{hi})")
+        return self._mask_of(input_ids, attention_mask)
+
+    def _mask_of(self, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
         if attention_mask is None:
-            return input_ids != cfg.pad_token_id
+            return input_ids != self.config.pad_token_id
         if attention_mask.shape != input_ids.shape:
             raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} differs from input_ids "
                              f"shape {tuple(input_ids.shape)}")
