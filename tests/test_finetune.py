@@ -83,7 +83,7 @@ def test_end_to_end_loss_falls_best_dev_kept_and_round_trip(tok, tmp_path):
 
 
 def test_early_stopping_keeps_the_best_evaluation(tok, monkeypatch):
-    import maskplay.finetune as ft
+    import maskplay.finetune.loop as ft
 
     sequence = iter([0.1, 0.5, 0.3, 0.2, 0.9, 0.9])
     states = []
