@@ -1,5 +1,6 @@
-"""The fine-tuning loop: AdamW with linear warmup and decay (maskplay.train.schedule), the dev metric after every
-epoch (or eval_every steps), early stopping, and the weights of the best dev evaluation kept."""
+"""The fine-tuning loop: AdamW with linear warmup and decay (maskplay.train.schedule), each step
+train.update.apply_update (the core SimCSE shares; why the pretraining loop keeps its own is written there), the dev
+metric after every epoch (or eval_every steps), early stopping, and the weights of the best dev evaluation kept."""
 
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ def finetune(backbone: MaskplayModel, tokenizer: Tokenizer, head: HeadConfig, tr
     steps); the weights of the best dev evaluation are the ones returned."""
     from ..train.config import OptimSection
     from ..train.schedule import build_optimizer, learning_rate
+    from ..train.update import apply_update
 
     options = options or FinetuneOptions()
     metric = options.metric or default_metric(head)
@@ -104,14 +106,8 @@ def finetune(backbone: MaskplayModel, tokenizer: Tokenizer, head: HeadConfig, tr
         for s in range(0, len(order), options.batch_size):
             idx = order[s:s + options.batch_size]
             batch = make_batch([train_rows[k] for k in idx], model.config, head.pair, device)
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, optim)
             loss = model.loss(model(**batch), train_labels[idx].to(device))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if options.clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), options.clip)
-            optimizer.step()
+            apply_update(optimizer, loss, learning_rate(step, optim), model.parameters(), options.clip)
             step += 1
             running.append(float(loss.detach()))
             bar.set_postfix(loss=f"{np.mean(running[-20:]):.4f}")
