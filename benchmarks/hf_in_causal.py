@@ -145,8 +145,8 @@ def timed(fn) -> tuple[float, object]:
 def run(name: str, hf, count: int, repeats: int, bf16: bool = False) -> dict[str, float]:
     from minicons import scorer as minicons_scorer
 
-    from maskplay.cli.convert import read_hf_dir
     from maskplay.families.hf import from_hf
+    from maskplay.families.hf.directory import read_hf_dir
     from maskplay.score import Scorer
 
     with tempfile.TemporaryDirectory() as tmp:
