@@ -1,6 +1,6 @@
 """Generated tokens per second of a maskplay GPT (the key/value cache; the static cache with the decode step
 compiled, `generate(compile=True)`; optionally without a cache) against HuggingFace BertLMHeadModel.generate
-(is_decoder=True) on the same weights (maskplay.convert.gpt_to_hf_bert_lm_head), in one run, the cases interleaved
+(is_decoder=True) on the same weights (maskplay.families.hf.gpt.gpt_to_hf_bert_lm_head), in one run, the cases interleaved
 round by round (benchmarks/common.interleaved; the median is reported).
 
 Greedy decoding of random prompts with no stop token, so every case generates exactly batch x max_new_tokens
@@ -29,9 +29,9 @@ from common import best_time, interleaved, machine, resolve_dtype  # noqa: E402
 
 from maskplay import preset  # noqa: E402
 from maskplay.cli.generate import for_precision  # noqa: E402
-from maskplay.convert import gpt_to_hf_bert_lm_head  # noqa: E402
+from maskplay.decoding import generate  # noqa: E402
 from maskplay.families import build_model
-from maskplay.generation import generate  # noqa: E402
+from maskplay.families.hf.gpt import gpt_to_hf_bert_lm_head  # noqa: E402
 
 
 def make_cases(model, hf, prompts: list[list[int]], ids: torch.Tensor, max_new_tokens: int, uncached: bool,

@@ -1,7 +1,7 @@
 """Causal sentence scoring of HuggingFace causal LMs converted to maskplay (issue 42) against the tools users pick
 instead, on the same weights and the same token ids, in the same run:
 
-- maskplay: `maskplay.convert` of the HuggingFace directory (families/hf), scored by Scorer (method causal:
+- maskplay: `maskplay.families.hf.from_hf` of the HuggingFace directory, scored by Scorer (method causal:
   length-sorted batches, the per-token layers on the real tokens only, the LM head and its log-softmax at the
   scored pieces only, in row chunks);
 - minicons: IncrementalLMScorer(model, tokenizer).sequence_score(batch, bos_token=True, reduction=sum), its users'
@@ -145,8 +145,8 @@ def timed(fn) -> tuple[float, object]:
 def run(name: str, hf, count: int, repeats: int, bf16: bool = False) -> dict[str, float]:
     from minicons import scorer as minicons_scorer
 
-    from maskplay.cli.convert import read_hf_dir
     from maskplay.families.hf import from_hf
+    from maskplay.families.hf.directory import read_hf_dir
     from maskplay.score import Scorer
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -55,8 +55,9 @@ from common import interleaved, machine, matmul_peak, resolve_dtype  # noqa: E40
 
 from maskplay import preset  # noqa: E402
 from maskplay.allocator import keep_freed_memory  # noqa: E402
-from maskplay.convert import gpt_to_hf_bert_lm_head, maskplay_to_hf_bert  # noqa: E402
 from maskplay.families import build_model
+from maskplay.families.hf.bert import maskplay_to_hf_bert  # noqa: E402
+from maskplay.families.hf.gpt import gpt_to_hf_bert_lm_head  # noqa: E402
 from maskplay.flops import scoring_flops  # noqa: E402
 from maskplay.precision import Precision  # noqa: E402
 from maskplay.score import Embedder, Scorer  # noqa: E402
@@ -225,7 +226,7 @@ def main() -> None:
         max_position_embeddings=cfg.max_position, type_vocab_size=1, layer_norm_eps=cfg.layer_norm_eps,
         pad_token_id=cfg.pad_token_id, attn_implementation="sdpa")
     hf = transformers.BertForMaskedLM(hf_config).eval()
-    from maskplay.convert import to_hf
+    from maskplay.families.hf import to_hf
 
     xlnet = build_model(preset("tta-paper", family="xlnet", **ids)).eval()
     (xl_config, xl_state), = to_hf(xlnet)

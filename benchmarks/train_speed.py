@@ -201,7 +201,7 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
     def hf_xlnet_case(precision: str) -> Callable[[], object]:
         import transformers
 
-        from maskplay.convert_xlnet import hf_xlnet_config_dict
+        from maskplay.families.hf.xlnet import hf_xlnet_config_dict
 
         cfg = preset(args.preset, family="xlnet", vocab_size=vocab)
         torch.manual_seed(0)

@@ -542,7 +542,7 @@ def test_bad_values_are_one_line_errors(fields, message):
 
 
 def test_a_switched_model_does_not_convert_to_huggingface():
-    from maskplay.convert import to_hf
+    from maskplay.families.hf import to_hf
 
     with pytest.raises(ValueError, match="key_size = 4"):
         to_hf(model_of("bert", key_size=4))

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from maskplay import preset
 from maskplay.attention.inputs import PassInputs
 from maskplay.config import CAUSAL_LM_SWITCHES, ModelConfig
+from maskplay.decoding import generate
 from maskplay.families import build_model
-from maskplay.generation import generate
 from maskplay.positions import rotary_angles, rotate_half
 from tests.test_arch_switches import model_of
 
@@ -199,7 +199,7 @@ def test_bad_values_are_one_line_errors(fields, message):
 
 
 def test_a_switched_model_does_not_convert_to_huggingface_bert():
-    from maskplay.convert import to_hf
+    from maskplay.families.hf import to_hf
 
     with pytest.raises(ValueError, match="num_kv_heads = 2"):
         to_hf(tiny(num_kv_heads=2))

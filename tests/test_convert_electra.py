@@ -13,18 +13,16 @@ from safetensors.torch import load_file  # noqa: E402
 
 from maskplay import BertMLM, MaskplayModel  # noqa: E402
 from maskplay.cli import main  # noqa: E402
-from maskplay.convert import (  # noqa: E402
+from maskplay.families import Electra  # noqa: E402
+from maskplay.families.hf import from_hf, hf_electra_config, to_hf  # noqa: E402
+from maskplay.families.hf.electra import (  # noqa: E402
     config_from_hf_electra,
-    from_hf,
-    hf_electra_config,
     hf_electra_discriminator_to_maskplay,
     hf_electra_generator_to_maskplay,
     maskplay_to_hf_electra,
     maskplay_to_hf_electra_discriminator,
     maskplay_to_hf_electra_generator,
-    to_hf,
 )
-from maskplay.families import Electra  # noqa: E402
 
 VOCAB = 120
 

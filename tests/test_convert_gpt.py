@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 
 from maskplay import GPT, MaskplayModel, preset  # noqa: E402
 from maskplay.cli import main  # noqa: E402
-from maskplay.convert import (  # noqa: E402
+from maskplay.families.hf.gpt import (  # noqa: E402
     config_from_hf_bert_lm_head,
     gpt_from_hf_bert_lm_head,
     gpt_to_hf_bert_lm_head,

@@ -14,9 +14,9 @@ from safetensors.torch import save_file  # noqa: E402
 
 from maskplay import MaskplayModel  # noqa: E402
 from maskplay.cli import main  # noqa: E402
-from maskplay.convert import from_hf, to_hf  # noqa: E402
-from maskplay.convert_xlnet import config_from_hf_xlnet, hf_xlnet_to_maskplay, maskplay_to_hf_xlnet  # noqa: E402
 from maskplay.families import XLNet  # noqa: E402
+from maskplay.families.hf import from_hf, to_hf  # noqa: E402
+from maskplay.families.hf.xlnet import config_from_hf_xlnet, hf_xlnet_to_maskplay, maskplay_to_hf_xlnet  # noqa: E402
 from maskplay.masks import from_perm_mask, to_perm_mask  # noqa: E402
 
 VOCAB, L, B = 60, 9, 3

@@ -20,10 +20,10 @@ transformers = pytest.importorskip("transformers")
 
 from maskplay import preset  # noqa: E402
 from maskplay.cli import main  # noqa: E402
+from maskplay.decoding import generate  # noqa: E402
 from maskplay.export import export_to_hf  # noqa: E402
 from maskplay.export.card import dev_results  # noqa: E402
 from maskplay.families import MaskplayModel, build_model  # noqa: E402
-from maskplay.generation import generate  # noqa: E402
 from maskplay.model_dir import resolve_model_dir  # noqa: E402
 from maskplay.tokenizer import load_tokenizer  # noqa: E402
 

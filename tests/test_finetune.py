@@ -83,7 +83,7 @@ def test_end_to_end_loss_falls_best_dev_kept_and_round_trip(tok, tmp_path):
 
 
 def test_early_stopping_keeps_the_best_evaluation(tok, monkeypatch):
-    import maskplay.finetune as ft
+    import maskplay.finetune.loop as ft
 
     sequence = iter([0.1, 0.5, 0.3, 0.2, 0.9, 0.9])
     states = []
@@ -334,7 +334,7 @@ def _hf_inputs(config):
                                                   ("ElectraForSequenceClassification", 2)])
 def test_hf_sequence_classification_parity_both_ways(architecture, labels):
     transformers = pytest.importorskip("transformers")
-    from maskplay.convert import finetuned_from_hf_sequence_classification, finetuned_to_hf_sequence_classification
+    from maskplay.finetune_convert import finetuned_from_hf_sequence_classification, finetuned_to_hf_sequence_classification
 
     common = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                   max_position_embeddings=64, num_labels=labels)
@@ -365,7 +365,7 @@ def test_hf_sequence_classification_parity_both_ways(architecture, labels):
 
 
 def test_hf_export_only_for_matching_heads(tok):
-    from maskplay.convert import finetuned_to_hf_sequence_classification
+    from maskplay.finetune_convert import finetuned_to_hf_sequence_classification
 
     for family, head, pooling, message in [("bert", "linear", "first", "--head bert --pooling first"),
                                            ("electra", "electra", "mean", "--head electra --pooling first"),

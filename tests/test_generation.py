@@ -15,7 +15,8 @@ from torch import Tensor
 from maskplay import GPT, BertMLM, preset
 from maskplay.cache import KVCache
 from maskplay.cli import main
-from maskplay.generation import filter_logits, forward_cached, generate, generating_families, last_real
+from maskplay.decoding import filter_logits, generate, generating_families
+from maskplay.generation_hooks import forward_cached, last_real
 from maskplay.masks import and_masks, materialize, padding, prefix_lm
 from tests.test_score_support import one_thread, save_model_dir, small_tokenizer, tiny  # noqa: F401 (autouse fixture)
 

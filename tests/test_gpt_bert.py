@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from maskplay import GPT, BertMLM
+from maskplay.decoding import generate
 from maskplay.families.gpt_bert import GPTBert, span_mask
-from maskplay.generation import generate
 from maskplay.modeling import IGNORE_INDEX
 from maskplay.score import Scorer
 from tests.test_leak import jacobian_norms

@@ -424,7 +424,7 @@ def test_packing_and_last_layer_rows_with_depth_weights_away_from_the_identity(f
 @pytest.mark.parametrize("switch", ["disentangled", "denseformer", "gpt-bert"])
 @pytest.mark.parametrize("padding_side", ["left", "right"])
 def test_cached_generation_equals_the_uncached_path(switch, padding_side, tmp_path):
-    from maskplay.generation import generate
+    from maskplay.decoding import generate
     from tests.test_generation import prompts_of
     from tests.test_score_support import small_tokenizer
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from maskplay import preset
+from maskplay.decoding import generate, generating_families
 from maskplay.families import build_model
-from maskplay.generation import generate, generating_families
 from maskplay.precision import forward_in
 from maskplay.registry import FAMILIES
 from maskplay.score import Scorer

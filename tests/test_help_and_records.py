@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from maskplay.cli import build_parser
+from maskplay.decoding import generating_families
 from maskplay.families import families
 from maskplay.families.hf import converted_families
-from maskplay.generation import generating_families
 from maskplay.registry import family_names
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,9 +14,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from maskplay.cli import main  # noqa: E402
-from maskplay.cli.convert import read_hf_dir  # noqa: E402
 from maskplay.families import GPT, MaskplayModel  # noqa: E402
 from maskplay.families.hf import from_hf  # noqa: E402
+from maskplay.families.hf.directory import read_hf_dir  # noqa: E402
 from maskplay.score import Scorer  # noqa: E402
 from maskplay.tokenizer import Tokenizer, wordpiece_from_vocab  # noqa: E402
 

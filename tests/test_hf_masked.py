@@ -110,8 +110,8 @@ def test_missing_weight_is_named_by_its_huggingface_name(converted, tmp_path):
 def test_debertas_detection_head_is_left_out_as_huggingface_leaves_it(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from maskplay.cli.convert import read_hf_dir
     from maskplay.families.hf import from_hf
+    from maskplay.families.hf.directory import read_hf_dir
 
     build, _ = CASES["deberta-v3"]
     randomised(build()).save_pretrained(tmp_path / "hf")
@@ -124,7 +124,7 @@ def test_debertas_detection_head_is_left_out_as_huggingface_leaves_it(tmp_path):
 
 
 def test_architecture_is_recognised_without_architectures(converted, tmp_path):
-    from maskplay.cli.convert import read_hf_dir
+    from maskplay.families.hf.directory import read_hf_dir
 
     hf, *_, hf_dir = converted
     data = json.loads((hf_dir / "config.json").read_text())
@@ -158,8 +158,8 @@ def test_what_cannot_be_exact_is_refused_in_one_line(tmp_path):
 def test_an_unknown_architecture_lists_the_registry(tmp_path):
     """ModernBERT is refused (docs/CONVERT.md: per-layer local/global attention with two rotary bases); the list
     of what converts is the registry's, so every registered converter shows."""
-    from maskplay.cli.convert import read_hf_dir
     from maskplay.families.hf import architectures
+    from maskplay.families.hf.directory import read_hf_dir
 
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["ModernBertForMaskedLM"],
                                                       "model_type": "modernbert"}))

@@ -6,7 +6,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from maskplay import BertMLM  # noqa: E402
-from maskplay.convert import config_from_hf_bert, hf_bert_to_maskplay, maskplay_to_hf_bert  # noqa: E402
+from maskplay.families.hf.bert import config_from_hf_bert, hf_bert_to_maskplay, maskplay_to_hf_bert  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from maskplay import preset
+from maskplay.decoding import generate
 from maskplay.families import build_model
-from maskplay.generation import generate
 from maskplay.model_dir import resolve_model_dir
 from maskplay.score import Scorer
 from maskplay.score.passes import Overflow

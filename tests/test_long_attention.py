@@ -14,8 +14,8 @@ import torch
 from maskplay import MaskplayModel, preset
 from maskplay.attention.long import LongAttention, clamp_spans, learned_spans, span_penalty
 from maskplay.config import LongAttentionConfig, ModelConfig, apply_overrides
-from maskplay.convert import to_hf
 from maskplay.families import build_model
+from maskplay.families.hf import to_hf
 from maskplay.train import load_train_config, train
 from maskplay.train.config import ModelSection, TrainConfig
 from tests.conftest import padded_batch
@@ -174,7 +174,7 @@ def test_gpt_cached_steps_under_a_window_equal_the_full_forward(pattern):
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])
 def test_generation_with_and_without_cache_agree_under_a_window(padding_side):
-    from maskplay.generation import generate
+    from maskplay.decoding import generate
 
     gpt = long_model("gpt", "globals", positions="alibi")
     g = torch.Generator().manual_seed(0)

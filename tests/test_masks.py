@@ -5,7 +5,7 @@ import torch
 from torch.nn.functional import scaled_dot_product_attention
 
 from maskplay import masks
-from maskplay.backbone import guard_empty_rows
+from maskplay.attention.dense import guard_empty_rows
 
 
 def naive(rule, B, L):

@@ -449,7 +449,7 @@ def test_bad_combinations_are_one_line_errors(fields, message):
 
 
 def test_converting_a_non_default_architecture_to_huggingface_is_an_error():
-    from maskplay.convert import to_hf
+    from maskplay.families.hf import to_hf
 
     with pytest.raises(ValueError, match="positions = 'rotary'"):
         to_hf(model_of("bert", "rotary"))

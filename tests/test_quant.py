@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from maskplay.backbone import FeedForward
+from maskplay.feedforward import FeedForward
 from maskplay.precision import quantize_int8
 from maskplay.quant import ONEDNN_INT8, Int8Linear, quantize_activations
 

@@ -103,7 +103,7 @@ def test_bert_auto_is_pll(tok):
 
 def test_pll_matches_huggingface_naive_pll(tok):
     transformers = pytest.importorskip("transformers")
-    from maskplay.convert import maskplay_to_hf_bert
+    from maskplay.families.hf.bert import maskplay_to_hf_bert
 
     model = tiny("bert", tok, type_vocab_size=1)
     cfg = model.config

@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("fastapi", reason="maskplay serve needs the serve extra: pip install 'maskplay[serve]'")
 httpx = pytest.importorskip("httpx", reason="the serve tests need httpx (the serve extra)")
 
-from maskplay.generation import generate  # noqa: E402
+from maskplay.decoding import generate  # noqa: E402
 from maskplay.score import Embedder, Scorer, load_model_dir  # noqa: E402
 from maskplay.serve.batching import Batcher, QueueFull  # noqa: E402
 

@@ -15,8 +15,8 @@ from maskplay.families import MaskplayModel
 from maskplay.score.embed import Embedder
 from maskplay.simcse import (
     SimcseOptions,
+    budgeted_learning_rate,
     encode_batch,
-    learning_rate,
     sentence_embeddings,
     set_dropout,
     simcse_batch_loss,
@@ -106,12 +106,12 @@ def test_training_embedding_is_the_one_embed_reads(tok, family, pooling, diagona
 
 def test_learning_rate_schedule():
     options = SimcseOptions(lr=1.0, warmup_steps=2)
-    assert learning_rate(0, 0.0, options, 12) == 0.5 and learning_rate(1, 0.0, options, 12) == 1.0
-    assert learning_rate(7, 0.0, options, 12) == pytest.approx(0.5)
+    assert budgeted_learning_rate(0, 0.0, options, 12) == 0.5 and budgeted_learning_rate(1, 0.0, options, 12) == 1.0
+    assert budgeted_learning_rate(7, 0.0, options, 12) == pytest.approx(0.5)
     timed = SimcseOptions(lr=1.0, minutes=1.0)
-    assert learning_rate(5, 45.0, timed, None) == pytest.approx(0.25)  # decays with the time budget
-    assert learning_rate(5, 45.0, timed, 10) == pytest.approx(0.25)  # the nearer end wins
-    assert learning_rate(8, 0.0, timed, 10) == pytest.approx(0.2)
+    assert budgeted_learning_rate(5, 45.0, timed, None) == pytest.approx(0.25)  # decays with the time budget
+    assert budgeted_learning_rate(5, 45.0, timed, 10) == pytest.approx(0.25)  # the nearer end wins
+    assert budgeted_learning_rate(8, 0.0, timed, 10) == pytest.approx(0.2)
 
 
 def test_train_simcse_changes_the_encoder_and_only_it(tok):

@@ -6,8 +6,8 @@ import torch
 
 from maskplay import preset
 from maskplay.cache import KVCache, StaticKVCache
+from maskplay.decoding import generate, generating_families
 from maskplay.families import build_model
-from maskplay.generation import generate, generating_families
 from maskplay.static_decode import CAPACITY_STEP, static_step
 
 PROMPTS = [[3, 10, 11, 12, 13, 14], [3, 20, 21], [3, 40, 41, 42, 43, 44, 45, 46, 47]]

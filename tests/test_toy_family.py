@@ -14,9 +14,9 @@ import torch
 
 from maskplay import preset
 from maskplay.cli import main
+from maskplay.decoding import generate
 from maskplay.families import MaskplayModel, build_model
 from maskplay.finetune import DEFAULT_POOLING, Example, FinetuneOptions, HeadConfig, finetune
-from maskplay.generation import generate
 from maskplay.masks import MaskPicture
 from maskplay.modeling import IGNORE_INDEX
 from maskplay.registry import FAMILIES, family_names

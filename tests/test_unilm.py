@@ -113,7 +113,7 @@ def test_a_bert_checkpoint_loads_as_it_is(tmp_path):
 
 def test_forward_equals_huggingface_bert_given_the_same_mask():
     transformers = pytest.importorskip("transformers")
-    from maskplay.convert import config_from_hf_bert, hf_bert_to_maskplay
+    from maskplay.families.hf.bert import config_from_hf_bert, hf_bert_to_maskplay
 
     torch.manual_seed(0)
     cfg = transformers.BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -40,7 +40,7 @@ def test_causal_is_the_left_to_right_chain_rule(tok):
 
 def _huggingface(model):
     transformers = pytest.importorskip("transformers")
-    from maskplay.convert import to_hf
+    from maskplay.families.hf import to_hf
 
     (config, state), = to_hf(model)
     hf = transformers.XLNetLMHeadModel(transformers.XLNetConfig(**config)).eval()

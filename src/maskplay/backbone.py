@@ -16,7 +16,7 @@ from typing import TypeVar
 import torch
 from torch import Tensor, nn
 
-from .attention.dense import Attention, fused_linear, guard_empty_rows, wide_linear
+from .attention.dense import fused_linear, guard_empty_rows
 from .attention.inputs import PassInputs
 from .attention.long import BandedMask, LongAttention
 from .attention.packing import Packing
@@ -25,7 +25,7 @@ from .attention.select import make_attention
 from .cache import KVCache
 from .config import ModelConfig
 from .dropout import Dropout
-from .feedforward import FeedForward, make_feedforward
+from .feedforward import make_feedforward
 from .norms import deepnorm_alpha, make_norm
 from .positions import (
     IN_ATTENTION,
@@ -36,10 +36,6 @@ from .positions import (
     relative_frame,
     sinusoidal_embedding,
 )
-
-# where these lived before the attention package: tests, precision.py and families still import them from here
-__all__ = ["Embeddings", "Block", "SharedLayers", "Encoder", "Attention", "FeedForward", "Packing", "PassInputs",
-           "fused_linear", "wide_linear", "guard_empty_rows", "DepthWeights"]
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ imports it, the core never does. What each request means (docs/LM_EVAL.md):
 - loglikelihood_rolling(text): the same with an empty context: exactly maskplay.score.Scorer's sentence log-prob.
   A text longer than the model is scored in windows (Overflow.WINDOW: each piece once, causal families in the
   window that gives it the most left context, the others in the one where it sits most centred).
-- generate_until(context, gen_kwargs): maskplay.generation.generate (families whose can_generate is true), the
+- generate_until(context, gen_kwargs): maskplay.decoding.generate (families whose can_generate is true), the
   output cut at the first `until` string; max_gen_toks, do_sample, temperature, top_k, top_p honoured.
 """
 
@@ -41,9 +41,9 @@ try:
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError("maskplay's lm-eval backend needs lm-eval: pip install 'maskplay[lm-eval]'") from err
 
+from .decoding import can_generate, generate, require_generative
 from .devices import resolve_device
 from .families import MaskplayModel
-from .generation import can_generate, generate, require_generative
 from .score.passes import Method, Overflow, Runner, Segment, make_segments
 from .score.scorer import Scorer, load_model_dir
 from .score.text import Encoded, encode_texts
@@ -210,7 +210,7 @@ class MaskplayLM(LM):
     # ---- generation ---------------------------------------------------------------------------------------
 
     def generate_texts(self, contexts: Sequence[str], gen_kwargs: dict[str, Any]) -> list[str]:
-        """maskplay.generation.generate on each context with lm-eval's gen_kwargs, each output cut at `until`."""
+        """maskplay.decoding.generate on each context with lm-eval's gen_kwargs, each output cut at `until`."""
         options = self._generation_options(gen_kwargs)
         until = options.pop("until")
         with warnings.catch_warnings():

@@ -54,7 +54,7 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     bf16, see score.passes.Runner). The original model is untouched."""
     import copy
 
-    from .backbone import FeedForward
+    from .feedforward import FeedForward
     from .quant import Int8Linear
 
     if next(model.parameters()).device.type != "cpu":

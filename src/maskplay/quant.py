@@ -170,7 +170,7 @@ class Int8Linear(nn.Module):
 
 
 def concatenated_int8(x: Tensor, layers: Sequence[Int8Linear]) -> Tensor:
-    """torch.cat([layer(x) for layer in layers], -1) in one matmul (backbone.wide_linear for int8 layers): the
+    """torch.cat([layer(x) for layer in layers], -1) in one matmul (attention.dense.wide_linear for int8 layers): the
     concatenation is built on first use and kept on the first layer (an int8 model is never modified, so it
     cannot go stale)."""
     cache = layers[0].__dict__.setdefault("_concatenated", {})

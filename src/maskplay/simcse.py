@@ -18,7 +18,10 @@ saved unchanged, so the output is a normal model directory of the same family.
 
 Training sentences: the shared Wikipedia (WikiExtractor output) split with maskplay.data.sentences, or any corpus
 maskplay.data.readers reads; sentences of at least `min_words` words, shuffled with the seed, cut to `max_length`
-pieces with [SOS]/[EOS] (32 in the paper)."""
+pieces with [SOS]/[EOS] (32 in the paper).
+
+Each step is train.update.apply_update, the core fine-tuning shares (why the pretraining loop keeps its own is
+written there); the rate is train.schedule.learning_rate's, with a wall-clock budget as a second clock."""
 
 from __future__ import annotations
 
@@ -205,17 +208,23 @@ class SimcseResult:
     stopped_by: str = ""
 
 
-def learning_rate(step: int, elapsed: float, options: SimcseOptions, total_steps: int | None) -> float:
-    """Linear warmup, then linear decay to 0 at the end of the run: at max_steps or at the time budget, whichever
-    is nearer (so a run given only --minutes still ends its decay, as Cramming's budgeted schedule does)."""
-    if step < options.warmup_steps:
-        return options.lr * (step + 1) / options.warmup_steps
-    progress = 0.0
-    if total_steps is not None:
-        progress = (step - options.warmup_steps) / max(1, total_steps - options.warmup_steps)
-    if options.minutes is not None:
-        progress = max(progress, elapsed / (options.minutes * 60))
-    return options.lr * max(0.0, 1.0 - progress)
+def budgeted_learning_rate(step: int, elapsed: float, options: SimcseOptions, total_steps: int | None) -> float:
+    """train.schedule.learning_rate (linear warmup, then linear decay to 0 at total_steps) with the wall-clock
+    budget as a second clock: the decay ends at max_steps or at the time budget, whichever is nearer (so a run given
+    only --minutes, total_steps None, still ends its decay, as Cramming's budgeted schedule does)."""
+    from .train.config import OptimSection
+    from .train.schedule import learning_rate
+
+    warmup = options.warmup_steps
+    if step < warmup or total_steps is not None:
+        # a run no longer than its warmup: the decay's one step after it (the rate's value at the run's end)
+        rate = learning_rate(step, OptimSection(lr=options.lr, warmup_steps=warmup,
+                                                max_steps=max(total_steps or 0, warmup + 1)))
+    else:
+        rate = options.lr
+    if step < warmup or options.minutes is None:
+        return rate
+    return min(rate, options.lr * max(0.0, 1.0 - elapsed / (options.minutes * 60)))
 
 
 def train_simcse(model: MaskplayModel, tokenizer: Tokenizer, sentences: Sequence[str],
@@ -226,6 +235,7 @@ def train_simcse(model: MaskplayModel, tokenizer: Tokenizer, sentences: Sequence
     progress=False shows none. The loss every log_every steps goes into the result's history. Stops at
     max_steps, at the time budget, or after one pass when neither is given."""
     from .train.schedule import parameter_groups
+    from .train.update import apply_update
 
     options = options or SimcseOptions()
     options.check()
@@ -260,18 +270,12 @@ def train_simcse(model: MaskplayModel, tokenizer: Tokenizer, sentences: Sequence
         batch = [sentences[k] for k in order[cursor:cursor + options.batch_size]]
         cursor += options.batch_size
         ids, mask = encode_batch(tokenizer, batch, model.config, options.max_length, device)
-        lr = learning_rate(step, elapsed, options, total)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        lr = budgeted_learning_rate(step, elapsed, options, total)
         loss = simcse_batch_loss(model, ids, mask, options.temperature, options.pooling, options.diagonal_mask,
                                  options.precision)
         if not torch.isfinite(loss):
             raise ValueError(f"step {step}: the SimCSE loss is {float(loss)}; try a lower --lr or --precision fp32")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if options.clip is not None:
-            torch.nn.utils.clip_grad_norm_(trainable, options.clip)
-        optimizer.step()
+        apply_update(optimizer, loss, lr, trainable, options.clip)
         step += 1
         seen += len(batch)
         losses.append(float(loss.detach()))
@@ -288,7 +292,7 @@ def train_simcse(model: MaskplayModel, tokenizer: Tokenizer, sentences: Sequence
     model.eval()
     if losses and (not history or history[-1]["step"] != step):
         history.append({"step": step, "loss": round(float(np.mean(losses[-options.log_every:])), 5),
-                        "lr": learning_rate(step, time.monotonic() - start, options, total),
+                        "lr": budgeted_learning_rate(step, time.monotonic() - start, options, total),
                         "seconds": round(time.monotonic() - start, 1)})
     return SimcseResult(steps=step, seconds=time.monotonic() - start, sentences_seen=seen, history=history,
                         stopped_by=stopped_by)

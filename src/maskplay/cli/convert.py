@@ -19,7 +19,7 @@ from ..families.hf import (
 )
 from ..families.hf.directory import TOKENIZER, read_hf_dir, special_ids
 
-__all__ = ["add_parser", "convert_from_hf", "convert_to_hf", "read_hf_dir", "run"]
+__all__ = ["add_parser", "convert_from_hf", "convert_to_hf", "run"]
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
 

@@ -54,11 +54,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _head(args: argparse.Namespace, family: str, train: list) -> object:
-    from ..finetune import DEFAULT_POOLING, HeadConfig, _is_float, class_names
+    from ..finetune import DEFAULT_POOLING, HeadConfig, class_names, is_number
 
     labels = [ex.label for ex in train]
     if args.task == "pairs":
-        objective = "regress" if any(not (_is_float(v) and float(v).is_integer()) for v in labels) else "classify"
+        objective = "regress" if any(not (is_number(v) and float(v).is_integer()) for v in labels) else "classify"
     else:
         objective = args.task
     pair = args.task == "pairs" or train[0].pair is not None

@@ -1,5 +1,5 @@
 """`maskplay finetune-convert`: a fine-tuned model to HuggingFace Bert/ElectraForSequenceClassification and
-back (the converters of maskplay.convert; the directory handling of `maskplay convert`)."""
+back (the converters of maskplay.finetune_convert; the directory handling of `maskplay convert`)."""
 
 from __future__ import annotations
 

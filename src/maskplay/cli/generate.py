@@ -8,7 +8,7 @@ import sys
 import warnings
 from typing import Any
 
-from ..generation import (
+from ..decoding import (
     STRATEGIES,
     GenerationOutput,
     default_stop_ids,

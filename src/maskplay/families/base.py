@@ -206,9 +206,9 @@ class MaskplayModel(ModelBase):
     # ---- loading ------------------------------------------------------------------------------------------
 
     def generate(self, inputs: Any, **options: Any) -> Any:
-        """Continue texts or token ids: maskplay.generation.generate (greedy, beam search, sampling; a key/value
+        """Continue texts or token ids: maskplay.decoding.generate (greedy, beam search, sampling; a key/value
         cache). A family that cannot generate raises ValueError naming the families that can."""
-        from ..generation import generate  # a task: imported when asked for, so the families stay below it
+        from ..decoding import generate  # a task: imported when asked for (pyproject.toml lets this one import up)
 
         return generate(self, inputs, **options)
 

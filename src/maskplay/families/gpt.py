@@ -9,7 +9,7 @@ from torch import Tensor
 
 from ..cache import KVCache
 from ..config import ModelConfig
-from ..generation import check_ids, forward_cached, last_real
+from ..generation_hooks import check_ids, forward_cached, last_real
 from ..masks import MaskPicture
 from ..masks import causal as left_to_right
 from ..modeling import IGNORE_INDEX
@@ -108,7 +108,7 @@ class GPT(MaskplayModel):
     def num_targets(self, batch: dict[str, Tensor]) -> int:
         return int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())  # shifted inside forward: position 0 is no target
 
-    # ---- generation hooks (maskplay.generation) ----------------------------------------------------------
+    # ---- generation hooks (maskplay.generation_hooks) --------------------------------------------------------
 
     def prefill(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None) -> tuple[KVCache, Tensor]:

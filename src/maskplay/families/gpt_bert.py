@@ -142,7 +142,7 @@ class GPTBert(MaskplayModel):
         masked = ids.masked_fill((columns >= pos[:, None]) & (columns < end[:, None]), self.config.mask_token_id)
         return runner.forward(masked, attention_mask=attention_mask, query_positions=pos - 1).last_hidden_state[:, 0]
 
-    # ---- generation: the causal mode, exactly GPT's hooks (maskplay.generation) ---------------------------------
+    # ---- generation: the causal mode, exactly GPT's hooks (maskplay.generation_hooks) -------------------------------
 
     prefill = GPT.prefill
     step = GPT.step

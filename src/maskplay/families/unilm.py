@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ..cache import KVCache
-from ..generation import check_ids, forward_cached, last_real
+from ..generation_hooks import check_ids, forward_cached, last_real
 from ..masks import MaskMod, MaskPicture, bidirectional, causal, materialize, prefix_lm, required
 from ..modeling import IGNORE_INDEX
 from ..outputs import ModelOutput
@@ -58,7 +58,7 @@ def structure(kind: int, segment_ids: Tensor) -> MaskMod:
 
 class UniLM(BertMLM):
     family = "unilm"
-    generated_token_type = 1  # generated tokens are target tokens (maskplay.generation)
+    generated_token_type = 1  # generated tokens are target tokens (maskplay.decoding)
     seq2seq_overrides = ("model.unilm.objective=seq2seq",)
     masks_shown = (MaskPicture("unilm", "UniLM: prefix (seq2seq)",
                                lambda segments, rank: prefix_lm(required(segments, "segment_ids", "unilm"))),)
@@ -124,7 +124,7 @@ class UniLM(BertMLM):
         return {"input_ids": corrupted, "attention_mask": attention_mask, "labels": labels,
                 "token_type_ids": segments, "mask_kind": torch.tensor(kind)}
 
-    # ---- generation (maskplay.generation's hooks): the source once, bidirectionally; then token by token --------
+    # ---- generation (maskplay.generation_hooks): the source once, bidirectionally; then token by token --------
 
     def generation_frame(self, tokenizer: object) -> tuple[list[int], list[int]]:
         """A text becomes the prompt `[SOS] text [SEP]`: the separator predicts the first target token."""

@@ -1,5 +1,5 @@
 """The model's work behind the endpoints, through maskplay's library entry points: Scorer (per-piece
-log-probabilities), Embedder (pooled vectors), generation.generate (completions) and, for echo + logprobs, one
+log-probabilities), Embedder (pooled vectors), decoding.generate (completions) and, for echo + logprobs, one
 causal pass whose log-softmax gives every prompt token's log-probability and its top alternatives. Everything here
 runs on the batcher's one model thread, a list of inputs at a time; the tokenizer's checks run before, per request
 (check_text, frame_ids), so that a batch only holds inputs that fit."""
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..generation import Generated, can_generate, default_stop_ids, generate
+from ..decoding import Generated, can_generate, default_stop_ids, generate
 from ..model_dir import resolve_model_dir
 from ..precision import Precision, quantize_int8
 from ..score import Embedder, Method, Pooling, Scorer, SentenceScore, load_model_dir, read_piece_counts
