@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ElectraConfig, ModelConfig
-from ..flops import electra_training_flops_per_token
+from ..flops import layer_flops
 from ..heads import LMHead
 from ..masks import MaskPicture, bidirectional
 from ..modeling import IGNORE_INDEX
@@ -130,7 +130,17 @@ class Electra(MaskplayModel):
 
     @classmethod
     def training_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float:
-        return electra_training_flops_per_token(config, seq_len)
+        """ELECTRA's training step per input token: the discriminator's blocks and its replaced-token head at every
+        token, the generator's blocks at every token and its vocabulary head at mask_prob of them (forward +
+        backward)."""
+        gen = dataclasses.replace(config, family="bert", **config.generator_sizes())
+        e, h = config.embedding_width, config.hidden_size
+        disc_head = 2 * h ** 2 + 2 * h
+        gen_head = 2 * gen.hidden_size * e + 2 * e * config.vocab_size
+        projections = 2 * e * gen.hidden_size * (gen.hidden_size != e) + 2 * e * h * (h != e)
+        forward = (config.num_layers * layer_flops(config, seq_len) + disc_head
+                   + gen.num_layers * layer_flops(gen, seq_len) + config.electra.mask_prob * gen_head + projections)
+        return 3 * forward
 
     def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
                         targets: Tensor, boundaries_first: bool = False) -> Tensor:

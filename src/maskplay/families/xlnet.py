@@ -29,7 +29,7 @@ from ..attention.dense import fused_linear, guard_empty_rows
 from ..attention.inputs import PassInputs
 from ..config import ModelConfig
 from ..dropout import Dropout
-from ..flops import xlnet_training_flops_per_token
+from ..flops import layer_flops
 from ..heads import LMHead
 from ..masks import (
     MaskMod,
@@ -119,8 +119,16 @@ class XLNet(MaskplayModel):
             raise ValueError("family xlnet has no embedding projection: leave embedding_size out")
 
     @classmethod
-    def training_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float:
-        return xlnet_training_flops_per_token(config, seq_len)
+    def training_flops_per_token(cls, config: ModelConfig, seq_len: int, full: bool = False) -> float:
+        """XLNet's training step per input token (forward + backward): the content stream in every layer but the
+        last, the query stream (1/K of the rows, each reading every key) in every layer, the tied head (no
+        transform) at the targets. full=True: what HuggingFace computes (both streams over every position in every
+        layer)."""
+        share = 1.0 / config.xlnet.partial_prediction
+        layer = layer_flops(config, seq_len)
+        content = config.num_layers * layer if full else (config.num_layers - 1) * layer
+        query = config.num_layers * (1.0 if full else share) * layer
+        return 3 * (content + query + share * 2 * config.hidden_size * config.vocab_size)
 
     def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
                         targets: Tensor, boundaries_first: bool = False) -> Tensor:
