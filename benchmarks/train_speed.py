@@ -47,10 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import PeakRSS, interleaved, machine, matmul_peak  # noqa: E402
 
 from maskplay import preset  # noqa: E402
-from maskplay.config import UnilmConfig  # noqa: E402
 from maskplay.families import build_model
 from maskplay.families.bert import mask_tokens  # noqa: E402
-from maskplay.families.xlnet import XLNet  # noqa: E402
+from maskplay.families.electra import generator_sizes  # noqa: E402
+from maskplay.families.unilm import UnilmConfig  # noqa: E402
+from maskplay.families.xlnet import training_flops as xlnet_training_flops  # noqa: E402
 from maskplay.flops import family_training_flops_per_token, training_flops_per_token  # noqa: E402
 from maskplay.masks import partial_targets, to_perm_mask  # noqa: E402
 from maskplay.precision import forward_in  # noqa: E402
@@ -152,7 +153,7 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
         import transformers
 
         cfg = preset(args.preset, family="electra", vocab_size=vocab)
-        gen_sizes = cfg.generator_sizes()
+        gen_sizes = generator_sizes(cfg)
 
         def hf_config(hidden: int, heads: int, ffn: int) -> transformers.ElectraConfig:
             return transformers.ElectraConfig(
@@ -209,7 +210,7 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
 
         step = optimizer_step(model, loss_of)
         # as computed: both streams over every position in every layer, the head at the targets
-        flops[f"HF xlnet {precision}"] = tokens * XLNet.training_flops_per_token(cfg, args.seq_len, full=True)
+        flops[f"HF xlnet {precision}"] = tokens * xlnet_training_flops(cfg, args.seq_len, full=True)
         return step
 
     for precision in args.hf_precisions:

@@ -4,7 +4,7 @@ written out by hand from the paper's description of its step."""
 from __future__ import annotations
 
 from maskplay.config import preset
-from maskplay.families.xlnet import XLNet
+from maskplay.families.xlnet import training_flops
 from maskplay.flops import family_training_flops_per_token, training_flops_per_token
 
 
@@ -18,7 +18,7 @@ def test_xlnet_counts_its_two_streams():
     # the content stream skips the last layer, the query stream runs 1/6 of the rows, the tied head at those rows
     assert family_training_flops_per_token(config, 16) == 3 * (1 * layer + 2 * layer / 6 + 2 * 32 * 100 / 6)
     # HuggingFace: both streams over every row of every layer, the head still at the targets alone
-    assert XLNet.training_flops_per_token(config, 16, full=True) == 3 * (4 * layer + 2 * 32 * 100 / 6)
+    assert training_flops(config, 16, full=True) == 3 * (4 * layer + 2 * 32 * 100 / 6)
 
 
 def test_electra_counts_both_towers():
