@@ -510,9 +510,11 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     sections = family_sections() if issubclass(cls, FamilySections) else {}
-    unknown = sorted(set(data) - names - set(sections))
+    if sections:  # the sections are keys of their own in a file, never a "sections" table
+        names = (names - {"sections"}) | set(sections)
+    unknown = sorted(set(data) - names)
     if unknown:
-        raise ValueError(f"{source}: unknown key(s) {unknown} for {cls.__name__}; known: {sorted(names | set(sections))}")
+        raise ValueError(f"{source}: unknown key(s) {unknown} for {cls.__name__}; known: {sorted(names)}")
     kwargs: dict[str, Any] = {"sections": {}} if sections else {}
     for key, value in data.items():
         if key in sections:
