@@ -57,3 +57,13 @@ def test_bundled_model_config_round_trips(path: Path):
     written = json.loads(path.read_text(encoding="utf-8"))
     out = config.to_dict()
     assert {key: out[key] for key in written} == written
+
+
+def test_the_old_import_of_a_family_section_still_works_with_a_warning():
+    from maskplay.families.electra import ElectraConfig
+
+    with pytest.warns(DeprecationWarning, match="moved to maskplay.families.electra.ElectraConfig"):
+        from maskplay.config import ElectraConfig as old
+    assert old is ElectraConfig
+    with pytest.raises(ImportError):
+        from maskplay.config import NoSuchConfig  # noqa: F401

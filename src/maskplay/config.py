@@ -134,6 +134,17 @@ def sections_as_keywords(cls: type[C]) -> type[C]:
     return cls
 
 
+def __getattr__(name: str) -> Any:
+    """The families' section classes (ElectraConfig, ...) lived here before they moved next to their families:
+    `from maskplay.config import ElectraConfig` still finds them, with a warning naming the new place."""
+    for cls in family_sections().values():
+        if cls.__name__ == name:
+            warnings.warn(f"maskplay.config.{name} has moved to {cls.__module__}.{name}", DeprecationWarning,
+                          stacklevel=2)
+            return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def renamed_values(obj: Any) -> None:
     """Old values of renamed switches (field metadata "renamed") mapped to their new names, with a warning."""
     for f in dataclasses.fields(obj):
