@@ -47,15 +47,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import PeakRSS, interleaved, machine, matmul_peak  # noqa: E402
 
 from maskplay import preset  # noqa: E402
-from maskplay.config import UnilmConfig  # noqa: E402
 from maskplay.families import build_model
 from maskplay.families.bert import mask_tokens  # noqa: E402
-from maskplay.flops import (  # noqa: E402
-    electra_training_flops_per_token,
-    predicted_fraction,
-    training_flops_per_token,
-    xlnet_training_flops_per_token,
-)
+from maskplay.families.electra import generator_sizes  # noqa: E402
+from maskplay.families.unilm import UnilmConfig  # noqa: E402
+from maskplay.families.xlnet import training_flops as xlnet_training_flops  # noqa: E402
+from maskplay.flops import family_training_flops_per_token, training_flops_per_token  # noqa: E402
 from maskplay.masks import partial_targets, to_perm_mask  # noqa: E402
 from maskplay.precision import forward_in  # noqa: E402
 
@@ -106,13 +103,7 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
         step = optimizer_step(
             model, lambda ids: forward_in(model, precision, **model.training_batch(ids, mask, generator=gen)).loss)
         # (the FLOP counts are the default architecture's: a switch's MFU is relative to the work of the default)
-        if family == "electra":
-            flops[name] = tokens * electra_training_flops_per_token(model.config, args.seq_len)
-        elif family == "xlnet":
-            flops[name] = tokens * xlnet_training_flops_per_token(model.config, args.seq_len)
-        else:
-            flops[name] = tokens * training_flops_per_token(
-                model.config, args.seq_len, predicted_fraction(family))
+        flops[name] = tokens * family_training_flops_per_token(model.config, args.seq_len)
         return step
 
     def hf_case(precision: str) -> Callable[[], object]:
@@ -162,7 +153,7 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
         import transformers
 
         cfg = preset(args.preset, family="electra", vocab_size=vocab)
-        gen_sizes = cfg.generator_sizes()
+        gen_sizes = generator_sizes(cfg)
 
         def hf_config(hidden: int, heads: int, ffn: int) -> transformers.ElectraConfig:
             return transformers.ElectraConfig(
@@ -219,7 +210,7 @@ def make_cases(args: argparse.Namespace) -> tuple[dict[str, Callable[[], object]
 
         step = optimizer_step(model, loss_of)
         # as computed: both streams over every position in every layer, the head at the targets
-        flops[f"HF xlnet {precision}"] = tokens * xlnet_training_flops_per_token(cfg, args.seq_len, full=True)
+        flops[f"HF xlnet {precision}"] = tokens * xlnet_training_flops(cfg, args.seq_len, full=True)
         return step
 
     for precision in args.hf_precisions:

@@ -51,20 +51,9 @@ def name(family: str, lr: float, seed: int) -> str:
 def train_flops_per_token(config: dict, seq_len: float) -> float:
     """Training matmul FLOPs per input token at the run's mean sequence length (maskplay.flops)."""
     from maskplay.config import ModelConfig, from_dict
-    from maskplay.flops import (
-        electra_training_flops_per_token,
-        predicted_fraction,
-        training_flops_per_token,
-        xlnet_training_flops_per_token,
-    )
+    from maskplay.flops import family_training_flops_per_token
 
-    cfg = from_dict(ModelConfig, config)
-    length = max(1, round(seq_len))
-    if cfg.family == "electra":
-        return electra_training_flops_per_token(cfg, length)
-    if cfg.family == "xlnet":
-        return xlnet_training_flops_per_token(cfg, length)
-    return training_flops_per_token(cfg, length, predicted_fraction(cfg.family))
+    return family_training_flops_per_token(from_dict(ModelConfig, config), max(1, round(seq_len)))
 
 
 def train_and_eval(family: str, lr: float, seed: int, args: argparse.Namespace) -> Path:

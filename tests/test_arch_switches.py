@@ -50,7 +50,7 @@ SWITCHES = {
                                                            head_norm=True),
     "gpt-bert": dict(positions="disentangled", norm_placement="pre", norm_affine=False, attention_output_norm=True,
                      value_gate=True, ffn="geglu", ffn_bias=False, gelu_tanh=True, ffn_inner_norm=True,
-                     denseformer=True, weight_init="gpt-bert"),
+                     denseformer=True, weight_init="truncated-depth-scaled"),
     "value_gate+attention_output_norm+denseformer+shared": dict(value_gate=True, attention_output_norm=True,
                                                                 denseformer=True, share_layers=True),
     # RevNet's reversible residual (tests/test_reversible.py has its gradients against a naive loop)

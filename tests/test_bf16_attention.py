@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import maskplay.attention.dense as dense
-from maskplay.config import UnilmConfig
+from maskplay.families.unilm import UnilmConfig
 from maskplay.precision import forward_in
 from tests.conftest import padded_batch
 from tests.test_leak import jacobian_norms

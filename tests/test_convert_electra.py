@@ -315,7 +315,7 @@ def test_cli_maskplay_model_round_trip(tmp_path, batch):
     """A maskplay-native ELECTRA (no segment embeddings, maskplay's special-token layout, untied towers) -> HF ->
     maskplay: the same logits, and the special ids read back from the copied tokenizer.json."""
     from maskplay import preset
-    from maskplay.config import ElectraConfig
+    from maskplay.families.electra import ElectraConfig
     from maskplay.tokenizer import SPECIAL_TOKENS, wordpiece_from_vocab
 
     torch.manual_seed(4)

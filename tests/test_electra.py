@@ -14,9 +14,8 @@ import torch.nn.functional as F
 
 from maskplay import MaskplayModel, preset
 from maskplay.cli import main as cli_main
-from maskplay.config import ElectraConfig
 from maskplay.families import BertMLM, Electra, build_model
-from maskplay.families.electra import corrupt, generator_config
+from maskplay.families.electra import ElectraConfig, corrupt, generator_config
 from maskplay.heads import linear_cross_entropy, linear_cross_entropy_and_sample, sample_rows
 from maskplay.modeling import IGNORE_INDEX
 from tests.conftest import padded_batch

@@ -31,7 +31,7 @@ TOKENIZER = resolve_model_dir("tta-mini-wiki") / "tokenizer.json"
 SENTENCES = ["the cat sat on the mat .", "a dog", "history of the city of rome and its empire"]
 GPT_BERT_RECIPE = dict(positions="disentangled", norm_placement="pre", norm_affine=False, attention_output_norm=True,
                        value_gate=True, ffn="geglu", ffn_bias=False, gelu_tanh=True, ffn_inner_norm=True,
-                       denseformer=True, weight_init="gpt-bert", layer_norm_eps=1e-5)
+                       denseformer=True, weight_init="truncated-depth-scaled", layer_norm_eps=1e-5)
 TWO_HOUR = dict(positions="rotary", norm_placement="pre", ffn="swiglu")
 CASES = {
     "tta": ("tta", {}),

@@ -227,8 +227,10 @@ def _config_keys() -> list[str]:
     import dataclasses
 
     from maskplay.config import ModelConfig
+    from maskplay.registry import family_sections
 
-    return [f.name for f in dataclasses.fields(ModelConfig)]
+    # config.json's keys: the fields, and the families' sections in place of `sections`
+    return [f.name for f in dataclasses.fields(ModelConfig) if f.name != "sections"] + list(family_sections())
 
 
 def _check_model_config(data: dict) -> None:

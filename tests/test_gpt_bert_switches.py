@@ -8,6 +8,7 @@ tests/test_arch_switches.py."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -20,13 +21,14 @@ from maskplay.attention.inputs import PassInputs
 from maskplay.config import ModelConfig
 from maskplay.families import build_model
 from maskplay.positions import Disentangled, PassPositions, log_bucket
+from maskplay.train.config import ModelSection
 from tests.conftest import padded_batch
 from tests.test_leak import jacobian_norms
 
 # GPT-BERT's architecture as the gpt-bert family sets it (layer_norm_eps 1e-5 as the authors' small.json)
 GPT_BERT = dict(positions="disentangled", norm_placement="pre", norm_affine=False, attention_output_norm=True,
                 value_gate=True, ffn="geglu", ffn_bias=False, gelu_tanh=True, ffn_inner_norm=True, denseformer=True,
-                weight_init="gpt-bert", layer_norm_eps=1e-5)
+                weight_init="truncated-depth-scaled", layer_norm_eps=1e-5)
 
 SWITCHES = {
     "disentangled": dict(positions="disentangled"),
@@ -37,7 +39,7 @@ SWITCHES = {
     "ffn_inner_norm+gelu_tanh": dict(ffn_inner_norm=True, gelu_tanh=True),
     "denseformer": dict(denseformer=True),
     "head_norm": dict(head_norm=True),
-    "weight_init=gpt-bert": dict(weight_init="gpt-bert"),
+    "weight_init=truncated-depth-scaled": dict(weight_init="truncated-depth-scaled"),
     "gpt-bert": GPT_BERT,
 }
 
@@ -464,6 +466,19 @@ def test_defaults_leave_config_json_as_it_was_and_switches_round_trip(tmp_path):
     config.to_json(tmp_path / "config.json")
     assert ModelConfig.from_json(tmp_path / "config.json") == config
     assert any(change.startswith("denseformer") for change in config.architecture_changes())
+
+
+def test_the_old_name_of_the_truncated_init_is_read_with_a_warning(tmp_path):
+    """weight_init = "gpt-bert" (a family's name for an initialisation) is now "truncated-depth-scaled": old
+    config.json files and TOML configs still load, to the same model."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**preset("tiny", family="gpt").to_dict(), "weight_init": "gpt-bert"}))
+    with pytest.warns(FutureWarning, match="'gpt-bert' is now called 'truncated-depth-scaled'"):
+        old = ModelConfig.from_json(path)
+    assert old == preset("tiny", family="gpt", weight_init="truncated-depth-scaled")
+    with pytest.warns(FutureWarning):
+        section = ModelSection(family="gpt", preset="tiny", weight_init="gpt-bert")
+    assert section.weight_init == "truncated-depth-scaled"
 
 
 def test_the_default_model_is_unchanged_by_the_switches_existing():

@@ -13,7 +13,8 @@ import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "maskplay"
-FAMILY_NAME = re.compile(r"""\bfamily\s*(==|!=|\bin\b|\bnot in\b)|(==|!=)\s*["'](tta|bert|gpt|electra|unilm|xlnet)["']""")
+FAMILY_NAME = re.compile(r"""\bfamily\s*(==|!=|\bin\b|\bnot in\b)|"""
+                         r"""(==|!=)\s*["'](tta|bert|gpt|electra|unilm|xlnet|gpt-bert)["']""")
 
 
 def module_name(path: Path, root: Path, prefix: str) -> str:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from maskplay.cli import main
-from maskplay.config import XlnetConfig
+from maskplay.families.xlnet import XlnetConfig
 from maskplay.score import Embedder, Scorer
 from maskplay.score.long import memory_segments
 from tests.test_score_support import one_thread, save_model_dir, small_tokenizer, tiny  # noqa: F401 (autouse fixture)

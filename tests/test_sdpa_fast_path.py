@@ -82,7 +82,7 @@ def test_fast_path_equals_the_masked_path(tiny_model, family, lengths, kind, mon
 
 @pytest.mark.parametrize("share, kind", [(1.0, "causal"), (0.0, "none"), (0.5, "mask")])
 def test_gpt_bert_whole_batch_modes(tiny_model, share, kind, monkeypatch):
-    from maskplay.config import GptBertConfig
+    from maskplay.families.gpt_bert import GptBertConfig
 
     model = tiny_model("gpt-bert", hidden_dropout=0.0, attention_dropout=0.0,
                        gpt_bert=GptBertConfig(causal_share=share)).train()

@@ -1,11 +1,13 @@
 """The family contract's proof: a family written here, in the test file, with no change to the package - a reverse
 LM that predicts each token from the ones to its right - registers itself by subclassing, then pretrains with the
-real training loop, scores, embeds, fine-tunes and draws its mask through the real library entry points.
-ARCHITECTURE.md's "how to add a family" walks through this file."""
+real training loop, scores, embeds, fine-tunes and draws its mask through the real library entry points. It has a
+setting of its own (ReverseSettings, [model.reverse_test]), read from TOML, --set and config.json like a built-in
+family's. ARCHITECTURE.md's "how to add a family" walks through this file."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,7 @@ import torch
 
 from maskplay import preset
 from maskplay.cli import main
+from maskplay.config import ModelConfig, apply_overrides, from_dict
 from maskplay.decoding import generate
 from maskplay.families import MaskplayModel, build_model
 from maskplay.finetune import DEFAULT_POOLING, Example, FinetuneOptions, HeadConfig, finetune
@@ -22,15 +25,28 @@ from maskplay.modeling import IGNORE_INDEX
 from maskplay.registry import FAMILIES, family_names
 from maskplay.score import Embedder, Scorer
 from maskplay.tokenizer import load_tokenizer
-from maskplay.train import train
+from maskplay.train import load_train_config, train
 from tests.test_train import make_data, small_config
 
 NAME = "reverse-test"
 
 
-def right_of():
-    """Query i may see keys i and to its right: GPT's mask mirrored."""
-    return lambda b, h, q, kv: kv >= q
+def right_of(reach: int | None = None):
+    """Query i may see keys i and to its right (at most `reach` to its right): GPT's mask mirrored."""
+    if reach is None:
+        return lambda b, h, q, kv: kv >= q
+    return lambda b, h, q, kv: (kv >= q) & (kv - q <= reach)
+
+
+@dataclass
+class ReverseSettings:
+    """The toy family's own config section: [model.reverse_test] in a TOML file, "reverse_test" in config.json."""
+
+    reach: int | None = None  # how many tokens to its right a query reads (None: to the end)
+
+    def __post_init__(self) -> None:
+        if self.reach is not None and self.reach < 1:
+            raise ValueError(f"reverse_test.reach must be at least 1 (or left out), got {self.reach}")
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +58,7 @@ def reverse_lm():
         """The output at position i has read tokens i.. and predicts token i - 1."""
 
         family = NAME
+        settings = ReverseSettings
         score_methods = ("one-pass",)  # every piece from one pass, as T-TA and GPT score
         default_pooling = "first"  # [SOS]'s output is the one that has read the whole sentence
         predicted_fraction = 1.0
@@ -49,7 +66,7 @@ def reverse_lm():
 
         def forward(self, input_ids, attention_mask=None, labels=None, output_hidden_states=False):
             attention_mask = self.check_inputs(input_ids, attention_mask)
-            h, states = self.encode_under(right_of(), input_ids, attention_mask,
+            h, states = self.encode_under(right_of(self.config.reverse_test.reach), input_ids, attention_mask,
                                           output_hidden_states=output_hidden_states)
             if labels is None:
                 return self.output(h, None, states)
@@ -73,7 +90,7 @@ def trained(reverse_lm, tmp_path_factory):
     """A few steps of the real pretraining loop on a prepared corpus, then the exported model and its tokenizer."""
     root = tmp_path_factory.mktemp("toy")
     data = make_data(root / "data")
-    result = train(small_config(data, root / "run", family=NAME))
+    result = train(small_config(data, root / "run", "model.reverse_test.reach=5", family=NAME))
     assert result.exit_code == 0 and result.final_dir is not None
     model = MaskplayModel.from_pretrained(result.final_dir).eval()
     return model, load_tokenizer(data / "tokenizer.json"), result
@@ -103,9 +120,44 @@ def test_no_output_reads_a_token_to_its_left(reverse_lm):
         assert seen[i:].all()
 
 
+def test_its_setting_reads_from_toml_and_config_json(reverse_lm, tmp_path):
+    path = tmp_path / "train.toml"
+    path.write_text(f'[model]\nfamily = "{NAME}"\npreset = "tiny"\n\n[model.reverse_test]\nreach = 2\n')
+    section = load_train_config(path).model
+    config = section.build({"vocab_size": 100})
+    assert config.reverse_test == ReverseSettings(reach=2)
+    assert config.to_dict()["reverse_test"] == {"reach": 2}
+    assert from_dict(ModelConfig, config.to_dict()) == config
+    assert apply_overrides(config, ["reverse_test.reach=4"]).reverse_test.reach == 4
+    assert preset("tiny", family="gpt").reverse_test == ReverseSettings()  # every config holds every section
+    path.write_text(f'[model]\nfamily = "{NAME}"\n\n[model.reverse_test]\nreach = 0\n')
+    with pytest.raises(ValueError, match="reverse_test.reach must be at least 1"):
+        load_train_config(path)
+
+
+def test_its_setting_changes_what_it_reads(reverse_lm):
+    """reach = 2, two layers: each layer reads 2 tokens further right, so output i reads tokens i..i + 4, none
+    further right (without the setting, every token to its right)."""
+    torch.manual_seed(0)
+    model = build_model(preset("tiny", family=NAME, hidden_dropout=0.0, attention_dropout=0.0,
+                               reverse_test=ReverseSettings(reach=2))).eval()
+    ids = torch.randint(7, 100, (1, 8))
+    outputs = []  # the embeddings' output, which the gradients below are taken against
+    handle = model.embeddings.register_forward_hook(lambda module, args, out: outputs.append(out))
+    h = model(ids).last_hidden_state
+    handle.remove()
+    (embedded,) = outputs
+    probe = torch.randn(h.shape[-1])
+    for i in range(8):
+        (grad,) = torch.autograd.grad((h[0, i] * probe).sum(), embedded, retain_graph=True)
+        seen = (grad[0].abs().sum(-1) > 0).nonzero().flatten().tolist()
+        assert seen == list(range(i, min(i + 2 * 2 + 1, 8))), f"output {i} reads {seen}"
+
+
 def test_it_pretrains_with_the_training_loop(trained, reverse_lm):
     model, _, result = trained
     assert type(model) is reverse_lm
+    assert model.config.reverse_test.reach == 5  # --set model.reverse_test.reach, through config.json
     assert result.eval_loss is not None and math.isfinite(result.eval_loss)
     assert (Path(result.final_dir) / "model.safetensors").is_file()
 

@@ -4,6 +4,7 @@ export, and the loss falling on real text."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -158,14 +160,36 @@ def test_cli_reports_a_bad_override_by_name(capsys):
     assert "maskplay pretrain: error:" in err and "'data.batchsize'" in err and "batch_size" in err
 
 
-def test_model_section_covers_every_model_field():
-    """A new ModelConfig field must be settable from the training config (or come from the tokenizer)."""
-    settable = {f for f in ModelSection.__dataclass_fields__} - {"family", "preset", "init"}
-    model_fields = set(ModelConfig.__dataclass_fields__) - {"family"}
-    assert model_fields == settable | set(TOKENIZER_FIELDS)
+def test_model_section_is_model_config_field_for_field():
+    """ModelSection is derived from ModelConfig (train.config.model_section_fields), not copied: every ModelConfig
+    field but the tokenizer's is there, in order, a plain field as `| None = None` (the preset's value), a table
+    (the families' sections, [model.long]) as it is; and each reaches the built config from a TOML file."""
+    model_fields = [f for f in dataclasses.fields(ModelConfig) if f.name not in ("family", *TOKENIZER_FIELDS)]
+    section = {f.name: f for f in dataclasses.fields(ModelSection)}
+    assert [name for name in section if name not in ("family", "preset", "init")] == [f.name for f in model_fields]
+    hints, own = typing.get_type_hints(ModelSection), typing.get_type_hints(ModelConfig)
+    for f in model_fields:
+        if f.default_factory is dataclasses.MISSING:
+            assert section[f.name].default is None and hints[f.name] == own[f.name] | None, f.name
     built = ModelSection(family="gpt", preset="tiny", hidden_size=48, hidden_dropout=0.0).build({"vocab_size": 77})
     assert (built.family, built.hidden_size, built.hidden_dropout, built.vocab_size, built.num_layers) == \
         ("gpt", 48, 0.0, 77, 2)
+    assert built.positions == "learned" and built.lm_head == "mlm"  # None: the preset's and the family's own
+
+
+def test_every_model_field_is_settable_from_a_training_config(tmp_path):
+    """A value away from its default, for each ModelConfig field a training config may set, reaches the built
+    ModelConfig through a TOML file (the sections' fields through their [model.<section>] tables)."""
+    path = tmp_path / "model.toml"
+    path.write_text('[model]\nfamily = "electra"\npreset = "tiny"\nhidden_dropout = 0.25\nkey_size = 4\n'
+                    'ffn = "swiglu"\n\n[model.electra]\nmask_prob = 0.3\n\n[model.xlnet]\nmem_len = 3\n\n'
+                    '[model.long]\nwindow = 2\n')
+    built = load_train_config(path).model.build({"vocab_size": 100})
+    assert (built.hidden_dropout, built.key_size, built.ffn) == (0.25, 4, "swiglu")
+    assert (built.electra.mask_prob, built.xlnet.mem_len, built.long.window) == (0.3, 3, 2)
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['electric'\]"):
+        path.write_text('[model]\nfamily = "electra"\n\n[model.electric]\nmask_prob = 0.3\n')
+        load_train_config(path)
 
 
 # ---- schedule, parameter groups, batches ----------------------------------------------------------------------

@@ -11,9 +11,8 @@ import torch
 
 from maskplay import BertMLM, UniLM, preset
 from maskplay.cli import main as cli_main
-from maskplay.config import UnilmConfig
 from maskplay.families import build_model
-from maskplay.families.unilm import MIX, RIGHT_TO_LEFT, SEQ2SEQ, segments_after_separator, structure
+from maskplay.families.unilm import MIX, RIGHT_TO_LEFT, SEQ2SEQ, UnilmConfig, segments_after_separator, structure
 from maskplay.masks import and_masks, materialize, padding
 from maskplay.modeling import IGNORE_INDEX
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from maskplay import masks, preset
-from maskplay.config import XlnetConfig
 from maskplay.families import XLNet
+from maskplay.families.xlnet import XlnetConfig
 from tests.conftest import padded_batch
 
 

@@ -2,126 +2,46 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import json
 import math
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import tomllib
 
-from .registry import family_names, rules
+from .registry import family_names, family_sections, rules
 
-UNILM_OBJECTIVES = ("seq2seq", "mixed")
 POSITION_SCHEMES = ("learned", "sinusoidal", "rotary", "t5", "alibi", "none", "transformer-xl",
                     "disentangled")  # positions.py
-# ModelConfig fields that change the block's architecture away from BERT's (docs/SWITCHES.md)
 NORMS = ("layernorm", "rmsnorm")  # norms.py
 NORM_PLACEMENTS = ("post", "pre", "deepnorm")
 FFNS = ("gelu", "geglu", "swiglu", "relu")  # feedforward.py
 UNGATED = ("gelu", "relu")  # two matrices; the others gate (three)
 ATTENTION_KINDS = ("dot", "synthesizer-random", "synthesizer-dense", "lsra")  # attention/variants.py, attention/lsra.py
-WEIGHT_INITS = ("bert", "gpt-bert")  # modeling.py
+# modeling.py; "truncated-depth-scaled" was called "gpt-bert" (the name of the family whose paper uses it), a name
+# still read, with a warning (renamed values: renamed_values)
+WEIGHT_INITS = ("bert", "truncated-depth-scaled")
 LM_HEADS = ("mlm", "tied", "untied")  # heads.py
-ARCHITECTURE_SWITCHES = ("positions", "key_size", "talking_heads", "norm", "norm_placement", "ffn", "ffn_bias",
-                         "share_layers", "attention", "long", "norm_affine", "attention_output_norm", "ffn_inner_norm",
-                         "gelu_tanh", "value_gate", "denseformer", "head_norm", "weight_init", "reversible",
-                         "num_kv_heads", "parallel_residual", "rotary_fraction", "rotary_base", "embedding_norm",
-                         "lm_head")
-# GPT-BERT's switches (Charpentier & Samuel 2024; docs/SWITCHES.md) and their defaults, today's model: config.json
-# leaves them out while they are at these values, so that it reads as it did before they existed
-GPT_BERT_SWITCHES = {"norm_affine": True, "attention_output_norm": False, "ffn_inner_norm": False, "gelu_tanh": False,
-                     "value_gate": False, "denseformer": False, "head_norm": False, "weight_init": "bert"}
-# ---- issue 42, masked half (HuggingFace masked LMs in: ALBERT's tanh GELU head, DeBERTa-v3's relative buckets);
-# like GPT-BERT's, config.json leaves them out at these defaults
-HF_MASKED_SWITCHES = {"head_gelu_tanh": False, "relative_buckets": 32, "relative_max_distance": 512}
-ARCHITECTURE_SWITCHES = (*ARCHITECTURE_SWITCHES, *HF_MASKED_SWITCHES)
-# the switches HuggingFace's causal LMs need (GPT-2, GPT-NeoX, LLaMA, Qwen2, OPT; docs/SWITCHES.md) and their
-# defaults, today's model: config.json leaves them out at these values, as it does GPT-BERT's
-CAUSAL_LM_SWITCHES = {"num_kv_heads": None, "parallel_residual": False, "rotary_fraction": 1.0,
-                      "rotary_base": 10000.0, "embedding_norm": True, "lm_head": "mlm"}
 
 
-@dataclass
-class UnilmConfig:
-    """UniLM's objective (read only by family="unilm"). seq2seq: fine-tuning on `[SOS] source [SEP] target
-    [EOS]` sequences, each target position predicting the next target token through BERT's own MLM head;
-    mixed: UniLM pretraining, each batch under one of the bidirectional, left-to-right, right-to-left and
-    seq2seq masks (1/3, 1/6, 1/6, 1/3), with BERT's masked-token targets."""
-
-    objective: str = "seq2seq"
-
-    def __post_init__(self) -> None:
-        if self.objective not in UNILM_OBJECTIVES:
-            raise ValueError(f"unilm.objective must be one of {UNILM_OBJECTIVES}, got {self.objective!r}")
-
-
-@dataclass
-class ElectraConfig:
-    """ELECTRA's switches (Clark et al., 2020); read only by family="electra". The defaults are the paper's."""
-
-    mask_prob: float = 0.15  # share of real tokens the generator fills in (the paper's large model: 0.25)
-    generator_hidden_fraction: float = 0.25  # generator hidden/heads/FFN = this x the discriminator's, same depth
-    disc_weight: float = 50.0  # lambda in  loss = generator MLM + lambda * discriminator BCE
-    tie_embeddings: bool = True  # generator and discriminator share the token/position/segment embeddings
-    all_tokens_mlm: bool = False  # the paper's "All-Tokens MLM" ablation instead of replaced-token detection
-    generator: bool = True  # false: a discriminator alone (an export, or HuggingFace ElectraForPreTraining)
-
-    def __post_init__(self) -> None:
-        if not 0 < self.mask_prob < 1:
-            raise ValueError(f"electra.mask_prob must be in (0, 1), got {self.mask_prob}")
-        if not 0 < self.generator_hidden_fraction <= 1:
-            raise ValueError("electra.generator_hidden_fraction must be in (0, 1]: a generator larger than the "
-                             f"discriminator is not ELECTRA, got {self.generator_hidden_fraction}")
-        if not (self.disc_weight >= 0 and math.isfinite(self.disc_weight)):
-            raise ValueError(f"electra.disc_weight must be a finite number >= 0, got {self.disc_weight}")
-
-
-@dataclass
-class XlnetConfig:
-    """XLNet's switches (Yang et al., 2019); read only by family="xlnet"."""
-
-    partial_prediction: int = 6  # K: the last ceil(n/K) tokens of each factorization order are the targets
-    mem_len: int = 0  # segment-level recurrence: content states kept per layer for the next segment (0 = none)
-    clamp_len: int = -1  # relative distances clamped to +-clamp_len (-1: never), as XLNet's clamp_len
-
-    def __post_init__(self) -> None:
-        if self.partial_prediction < 1:
-            raise ValueError(f"xlnet.partial_prediction (K) must be at least 1 (K = 1 predicts every token), "
-                             f"got {self.partial_prediction}")
-        if self.mem_len < 0:
-            raise ValueError(f"xlnet.mem_len must be >= 0 (0 = no memory), got {self.mem_len}")
-
-
-@dataclass
-class GptBertConfig:
-    """GPT-BERT's objective (Charpentier & Samuel 2024, masked next-token prediction); read only by
-    family="gpt-bert". The defaults are the paper's 10 M-word recipe."""
-
-    causal_share: float = 1 / 16  # share of each batch's sequences in causal mode ("1:15"); the rest masked
-    mask_start: float = 0.30  # masked mode's masking rate at the start of training, falling linearly to mask_end
-    mask_end: float = 0.15
-    max_span: int = 3  # masked spans of 1..max_span tokens
-    random_share: float = 0.1  # of the selected spans: replaced by random tokens
-    keep_share: float = 0.1  # of the selected spans: kept as they are (the rest become [MASK])
-    z_loss: float = 1e-4  # weight of mean (log Z)^2 (0: off, and the head never holds the whole logits)
-
-    def __post_init__(self) -> None:
-        for name in ("causal_share", "mask_start", "mask_end", "random_share", "keep_share"):
-            value = getattr(self, name)
-            if not 0 <= value <= 1:
-                raise ValueError(f"gpt_bert.{name} must be in [0, 1], got {value}")
-        if not (self.mask_start > 0 and self.mask_end > 0):
-            raise ValueError("gpt_bert.mask_start and mask_end must be above 0")
-        if self.random_share + self.keep_share > 1:
-            raise ValueError(f"gpt_bert.random_share + keep_share must be at most 1, got "
-                             f"{self.random_share + self.keep_share}")
-        if self.max_span < 1:
-            raise ValueError(f"gpt_bert.max_span must be at least 1, got {self.max_span}")
-        if not (self.z_loss >= 0 and math.isfinite(self.z_loss)):
-            raise ValueError(f"gpt_bert.z_loss must be a finite number >= 0, got {self.z_loss}")
+def _switch(default: Any = dataclasses.MISSING, *, group: str = "architecture", quiet: bool | None = None,
+            renamed: dict[str, str] | None = None, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A ModelConfig field that changes the architecture away from BERT's (docs/SWITCHES.md): the switch lists
+    below are read from this metadata. group: the switches that came together (gpt-bert: Charpentier & Samuel
+    2024's; hf-masked and causal-lm: what HuggingFace's masked and causal LMs need); quiet: config.json leaves it
+    out at its default, so that it reads as it did before the switch existed (every group but the first's);
+    renamed: old values still read, each mapped to its new name with a warning."""
+    metadata = {"switch": group, "quiet": group != "architecture" if quiet is None else quiet,
+                "renamed": renamed or {}}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
@@ -159,8 +79,86 @@ class LongAttentionConfig:
         return self.window is not None or self.adaptive_span
 
 
+class FamilySections:
+    """A config dataclass with a `sections` field: the families' own config sections (each family's `settings`,
+    registry.family_sections), by TOML name. Each reads as if it were a field - config.electra, Config(electra=...)
+    (sections_as_keywords), from_dict, apply_overrides and as_dict - so that files keep their [model.electra]
+    tables while the core names no family's section."""
+
+    sections: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        sections = self.__dict__.get("sections")  # absent while copy/pickle rebuild the object
+        if sections is not None and name in sections:
+            return sections[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _fill_sections(self, source: str = "config") -> None:
+        """Every registered family's section: the one given (a dict is read into it), else its defaults."""
+        known = family_sections()
+        taken = sorted(set(known) & {f.name for f in dataclasses.fields(self)})  # type: ignore[arg-type]
+        if taken:
+            raise ValueError(f"a family's section may not take the name of a {type(self).__name__} field: {taken}")
+        unknown = sorted(set(self.sections) - set(known))
+        if unknown:
+            raise ValueError(f"{source}: unknown section(s) {unknown}; the families' sections: {sorted(known)}")
+        self.sections = {name: _section(cls, self.sections.get(name), f"{source}.{name}")
+                         for name, cls in known.items()}
+
+
+def _section(cls: type, value: Any, source: str) -> Any:
+    if value is None:
+        return cls()
+    if isinstance(value, dict):
+        return from_dict(cls, value, source=source)
+    if not isinstance(value, cls):
+        raise ValueError(f"{source}: expected a table of {cls.__name__} fields, got {type(value).__name__}")
+    return value
+
+
+C = TypeVar("C")
+
+
+def sections_as_keywords(cls: type[C]) -> type[C]:
+    """Let the dataclass `cls` take each family's section as a keyword of its own (ModelConfig(electra=...),
+    dataclasses.replace(config, xlnet=...)), into its `sections`."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, sections: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        named = family_sections()
+        own = {name: kwargs.pop(name) for name in list(kwargs) if name in named}
+        init(self, *args, sections={**(sections or {}), **own}, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    return cls
+
+
+def __getattr__(name: str) -> Any:
+    """The families' section classes (ElectraConfig, ...) lived here before they moved next to their families:
+    `from maskplay.config import ElectraConfig` still finds them, with a warning naming the new place."""
+    for cls in family_sections().values():
+        if cls.__name__ == name:
+            warnings.warn(f"maskplay.config.{name} has moved to {cls.__module__}.{name}", DeprecationWarning,
+                          stacklevel=2)
+            return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def renamed_values(obj: Any) -> None:
+    """Old values of renamed switches (field metadata "renamed") mapped to their new names, with a warning."""
+    for f in dataclasses.fields(obj):
+        old = getattr(obj, f.name)
+        new = f.metadata.get("renamed", {}).get(old) if isinstance(old, str) else None
+        if new is not None:
+            warnings.warn(f"{f.name} = {old!r} is now called {new!r}; the old name will stop being read",
+                          FutureWarning, stacklevel=4)
+            setattr(obj, f.name, new)
+
+
+@sections_as_keywords
 @dataclass
-class ModelConfig:
+class ModelConfig(FamilySections):
     """Everything needed to build one model. Special token ids follow maskplay's vocabulary layout
     ([PAD]=0 [EOS]=1 [UNK]=2 [SOS]=3 [MASK]=4 [CLS]=5 [SEP]=6), the layout of the T-TA paper's vocabulary."""
 
@@ -177,60 +175,68 @@ class ModelConfig:
     embedding_size: int | None = None
     # where positions come from (positions.py, docs/SWITCHES.md): learned | sinusoidal | rotary | t5 | alibi |
     # none | transformer-xl; None = the family's own: "transformer-xl" for xlnet, else "learned"
-    positions: str | None = None
+    positions: str | None = _switch(None)
     # biases on the attention's query/key/value/output projections; None = the family's own (XLNet has none)
     attention_bias: bool | None = None
     # query/key width per head, decoupled from the value width hidden_size / num_heads (Bhojanapalli et al. 2020);
     # None = hidden_size / num_heads
-    key_size: int | None = None
+    key_size: int | None = _switch(None)
     # talking-heads attention (Shazeer et al. 2020): learned head mixing before and after the softmax
-    talking_heads: bool = False
+    talking_heads: bool = _switch(False)
     # the backbone's norm (layernorm | rmsnorm) and where it sits (post: BERT's | pre | deepnorm); norms.py
-    norm: str = "layernorm"
-    norm_placement: str = "post"
+    norm: str = _switch("layernorm")
+    norm_placement: str = _switch("post")
     # the feed-forward layer: gelu (BERT's) | geglu | swiglu (hidden width 2/3 of intermediate_size: ffn_width);
     # ffn_bias: biases on its linear layers
-    ffn: str = "gelu"
-    ffn_bias: bool = True
+    ffn: str = _switch("gelu")
+    ffn_bias: bool = _switch(True)
     # ALBERT's cross-layer sharing: one block's weights in every layer (embedding_size is its other half)
-    share_layers: bool = False
+    share_layers: bool = _switch(False)
     # what makes the attention logits: dot (q . k) | synthesizer-random | synthesizer-dense (attention/variants.py)
     # | lsra: Lite Transformer's long-short range attention, half the channels through a convolution (attention/lsra.py)
-    attention: str = "dot"
+    attention: str = _switch("dot")
     lsra_kernel: int = 7  # the convolution's kernel size (odd; centred on the query), read by attention = "lsra" only
     # GPT-BERT's architecture (Charpentier & Samuel 2024; docs/SWITCHES.md), each off by default. norm_affine = false:
     # every norm of the backbone and the LM head without a learned gain and bias (elementwise_affine=False)
-    norm_affine: bool = True
-    attention_output_norm: bool = False  # a norm on the attention output before its output projection
-    ffn_inner_norm: bool = False  # a norm inside the feed-forward, after the (gated) activation (NormFormer's)
-    gelu_tanh: bool = False  # the feed-forward's GELU in its tanh approximation (GPT-2's, GPT-BERT's GEGLU)
-    value_gate: bool = False  # attention output x GELU(gate), the gate a second projection of the queries' stream
+    norm_affine: bool = _switch(True, group="gpt-bert")
+    # a norm on the attention output before its output projection
+    attention_output_norm: bool = _switch(False, group="gpt-bert")
+    # a norm inside the feed-forward, after the (gated) activation (NormFormer's)
+    ffn_inner_norm: bool = _switch(False, group="gpt-bert")
+    # the feed-forward's GELU in its tanh approximation (GPT-2's, GPT-BERT's GEGLU)
+    gelu_tanh: bool = _switch(False, group="gpt-bert")
+    # attention output x GELU(gate), the gate a second projection of the queries' stream
+    value_gate: bool = _switch(False, group="gpt-bert")
     # DenseFormer: after every sub-layer, x = a weighted sum of the embedding output and every sub-layer output so
     # far, the weights learned, starting at the identity (the plain residual stream)
-    denseformer: bool = False
-    head_norm: bool = False  # a norm in front of the LM head's dense layer (GPT-BERT's head: norm, dense, GELU, norm)
+    denseformer: bool = _switch(False, group="gpt-bert")
+    # a norm in front of the LM head's dense layer (GPT-BERT's head: norm, dense, GELU, norm)
+    head_norm: bool = _switch(False, group="gpt-bert")
     # RevNet's reversible residual (Reformer's; backbone.Encoder): two halves, y1 = x1 + Attn(x2), y2 = x2 + FFN(y1),
     # the output their mean; training recomputes each block in the backward pass instead of keeping its activations
-    reversible: bool = False
-    # bert: normal(initializer_range); gpt-bert: truncated normal, std sqrt(2 / (5 hidden)) at +-2 std, the
-    # feed-forward weights of layer i scaled by sqrt(1 / (2 (i + 1)))
-    weight_init: str = "bert"
+    reversible: bool = _switch(False, quiet=True)
+    # bert: normal(initializer_range); truncated-depth-scaled (GPT-BERT's): truncated normal, std sqrt(2 / (5 hidden))
+    # at +-2 std, the feed-forward weights of layer i scaled by sqrt(1 / (2 (i + 1)))
+    weight_init: str = _switch("bert", group="gpt-bert", renamed={"gpt-bert": "truncated-depth-scaled"})
     # ---- issue 42, masked half (docs/SWITCHES.md). head_gelu_tanh: the LM head's GELU in its tanh approximation
     # (ALBERT's and any HuggingFace hidden_act = "gelu_new" model's head; gelu_tanh is the feed-forward's)
-    head_gelu_tanh: bool = False
+    head_gelu_tanh: bool = _switch(False, group="hf-masked")
     # positions = "disentangled": the relative buckets (2 x relative_buckets - 1 table rows) and the distance the
     # log buckets reach (GPT-BERT's 32 and 512; DeBERTa-v3's position_buckets 256 and max_relative_positions 512)
-    relative_buckets: int = 32
-    relative_max_distance: int = 512
+    relative_buckets: int = _switch(32, group="hf-masked")
+    relative_max_distance: int = _switch(512, group="hf-masked")
     # HuggingFace causal LMs' switches (docs/SWITCHES.md), each off by default. num_kv_heads: grouped-query attention,
     # that many key/value heads shared by num_heads / num_kv_heads query heads each (None: one per query head)
-    num_kv_heads: int | None = None
-    parallel_residual: bool = False  # GPT-NeoX: h + Attn(norm1(h)) + FFN(norm2(h)), one residual (pre-norm only)
-    rotary_fraction: float = 1.0  # positions = "rotary": the share of each head's query/key width rotated (rotary_pct)
-    rotary_base: float = 10000.0  # positions = "rotary": RoPE's base (LLaMA's rope_theta)
-    embedding_norm: bool = True  # the norm after the embeddings (BERT's); GPT-2, GPT-NeoX, LLaMA and OPT have none
+    num_kv_heads: int | None = _switch(None, group="causal-lm")
+    # GPT-NeoX: h + Attn(norm1(h)) + FFN(norm2(h)), one residual (pre-norm only)
+    parallel_residual: bool = _switch(False, group="causal-lm")
+    # positions = "rotary": the share of each head's query/key width rotated (rotary_pct)
+    rotary_fraction: float = _switch(1.0, group="causal-lm")
+    rotary_base: float = _switch(10000.0, group="causal-lm")  # positions = "rotary": RoPE's base (LLaMA's rope_theta)
+    # the norm after the embeddings (BERT's); GPT-2, GPT-NeoX, LLaMA and OPT have none
+    embedding_norm: bool = _switch(True, group="causal-lm")
     # the LM head: mlm (BERT's: Dense, GELU, LayerNorm, tied decoder + bias) | tied (h E^T) | untied (h W^T, W its own)
-    lm_head: str = "mlm"
+    lm_head: str = _switch("mlm", group="causal-lm")
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     # masked-LM families (bert, unilm): the share of real tokens selected for prediction (BERT's 0.15; Wettig et
@@ -245,13 +251,15 @@ class ModelConfig:
     mask_token_id: int = 4
     sep_token_id: int | None = None  # between source and target (UniLM, seq2seq data); None = eos_token_id
     special_token_ids: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4, 5, 6])
-    electra: ElectraConfig = field(default_factory=ElectraConfig)
-    unilm: UnilmConfig = field(default_factory=UnilmConfig)
-    xlnet: XlnetConfig = field(default_factory=XlnetConfig)
-    gpt_bert: GptBertConfig = field(default_factory=GptBertConfig)
-    long: LongAttentionConfig = field(default_factory=LongAttentionConfig)  # [model.long]: long-text attention
+    # the families' own sections ([model.electra], ...: each family's `settings`, declared in its file), by their
+    # TOML names; config.electra reads one and ModelConfig(electra=...) sets one, as if each were a field
+    sections: dict[str, Any] = field(default_factory=dict)
+    # [model.long]: long-text attention
+    long: LongAttentionConfig = _switch(default_factory=LongAttentionConfig, quiet=True)
 
     def __post_init__(self) -> None:
+        self._fill_sections()
+        renamed_values(self)
         family = rules(self.family)
         xl = family.two_streams
         if self.positions is None:
@@ -410,28 +418,13 @@ class ModelConfig:
     def embedding_width(self) -> int:
         return self.embedding_size if self.embedding_size is not None else self.hidden_size
 
-    def generator_sizes(self) -> dict[str, int]:
-        """ELECTRA's generator: hidden size, heads and FFN width scaled by electra.generator_hidden_fraction, as
-        the official code's get_generator_config does (heads keep their width)."""
-        f = self.electra.generator_hidden_fraction
-        hidden = int(round(self.hidden_size * f))
-        heads = max(1, int(round(self.num_heads * f)))
-        if hidden < 1 or hidden % heads:
-            raise ValueError(f"electra.generator_hidden_fraction={f} gives a generator of hidden size {hidden} with "
-                             f"{heads} heads (hidden_size {self.hidden_size} x {f}); choose a fraction that divides it")
-        return {"hidden_size": hidden, "num_heads": heads,
-                "intermediate_size": max(1, int(round(self.intermediate_size * f)))}
-
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        if self.long == LongAttentionConfig():  # off: config.json stays as it was before [model.long] existed
-            del data["long"]
-        # the same for these switches
-        for name, default in {**GPT_BERT_SWITCHES, **HF_MASKED_SWITCHES, **CAUSAL_LM_SWITCHES}.items():
-            if data[name] == default:
+        """config.json: every field and family section, less the quiet switches at their defaults (so that it
+        reads as it did before they existed)."""
+        data = as_dict(self)
+        for name, default in QUIET_SWITCHES.items():
+            if getattr(self, name) == default:
                 del data[name]
-        if not self.reversible:  # and for reversible
-            del data["reversible"]
         return data
 
     def to_json(self, path: str | Path) -> None:
@@ -440,6 +433,25 @@ class ModelConfig:
     @classmethod
     def from_json(cls, path: str | Path) -> ModelConfig:
         return from_dict(cls, json.loads(Path(path).read_text()), source=str(path))
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def switches(group: str | None = None) -> dict[str, Any]:
+    """The architecture switches (ModelConfig's fields made with _switch; one group's where given) and their
+    defaults, in field order."""
+    return {f.name: _default(f) for f in dataclasses.fields(ModelConfig)
+            if "switch" in f.metadata and group in (None, f.metadata["switch"])}
+
+
+ARCHITECTURE_SWITCHES = tuple(switches())
+GPT_BERT_SWITCHES = switches("gpt-bert")  # Charpentier & Samuel 2024's (docs/SWITCHES.md)
+HF_MASKED_SWITCHES = switches("hf-masked")  # ALBERT's tanh GELU head, DeBERTa-v3's relative buckets
+CAUSAL_LM_SWITCHES = switches("causal-lm")  # GPT-2, GPT-NeoX, LLaMA, Qwen2, OPT
+# config.json leaves these out at their defaults (every group but the plain architecture's; reversible; long)
+QUIET_SWITCHES = {f.name: _default(f) for f in dataclasses.fields(ModelConfig) if f.metadata.get("quiet")}
 
 
 # Architectures only; the vocabulary size comes from the tokenizer a model is trained with.
@@ -508,11 +520,17 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
     """Build a (possibly nested) dataclass from a dict, rejecting unknown keys by name."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    sections = family_sections() if issubclass(cls, FamilySections) else {}
+    if sections:  # the sections are keys of their own in a file, never a "sections" table
+        names = (names - {"sections"}) | set(sections)
     unknown = sorted(set(data) - names)
     if unknown:
         raise ValueError(f"{source}: unknown key(s) {unknown} for {cls.__name__}; known: {sorted(names)}")
-    kwargs = {}
+    kwargs: dict[str, Any] = {"sections": {}} if sections else {}
     for key, value in data.items():
+        if key in sections:
+            kwargs["sections"][key] = _section(sections[key], value, f"{source}.{key}")
+            continue
         hint = hints[key]
         if dataclasses.is_dataclass(hint) and not isinstance(value, hint):
             if not isinstance(value, dict):
@@ -598,14 +616,34 @@ def apply_overrides(obj: T, overrides: list[str]) -> T:
 
 def _set(obj: Any, path: list[str], text: str, dotted: str) -> Any:
     names = {f.name for f in dataclasses.fields(obj)}
+    if isinstance(obj, FamilySections):
+        names = (names - {"sections"}) | set(obj.sections)
     head = path[0]
     if head not in names:
         raise ValueError(f"override {dotted!r}: {type(obj).__name__} has no field {head!r}; known: {sorted(names)}")
     if len(path) == 1:
-        value = _coerce(text, typing.get_type_hints(type(obj))[head], dotted)
+        if head not in getattr(obj, "sections", {}):
+            value = _coerce(text, typing.get_type_hints(type(obj))[head], dotted)
+        else:
+            raise ValueError(f"override {dotted!r}: {head} is a section; set one of its fields ({dotted}.NAME=...)")
     else:
         value = _set(getattr(obj, head), path[1:], text, dotted)
     return dataclasses.replace(obj, **{head: value})
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """dataclasses.asdict, with the families' sections (FamilySections) written where `sections` is declared, each
+    under its own name, as files have them."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == "sections" and isinstance(obj, FamilySections):
+            out.update({name: as_dict(section) for name, section in value.items()})
+        elif dataclasses.is_dataclass(value):
+            out[f.name] = as_dict(value)
+        else:
+            out[f.name] = copy.deepcopy(value)
+    return out
 
 
 def load_toml(cls: type[T], path: str | Path) -> T:

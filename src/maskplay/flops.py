@@ -10,39 +10,12 @@ from .registry import rules
 def forward_flops_per_token(config: ModelConfig, seq_len: int, predicted_fraction: float = 1.0) -> float:
     """Forward FLOPs per input token: blocks over every token (dense attention over `seq_len` keys), the
     LM head (transform + tied decoder) over the predicted fraction of tokens."""
-    return config.num_layers * _layer_flops(config, seq_len) + predicted_fraction * _head_flops(config)
+    return config.num_layers * layer_flops(config, seq_len) + predicted_fraction * head_flops(config)
 
 
 def training_flops_per_token(config: ModelConfig, seq_len: int, predicted_fraction: float = 1.0) -> float:
     """Forward + backward (twice the forward) per input token."""
     return 3 * forward_flops_per_token(config, seq_len, predicted_fraction)
-
-
-def xlnet_training_flops_per_token(config: ModelConfig, seq_len: int, full: bool = False) -> float:
-    """XLNet's training step per input token (forward + backward): the content stream in every layer but the
-    last, the query stream (1/K of the rows, each reading every key) in every layer, the tied head (no transform)
-    at the targets. full=True: what HuggingFace computes (both streams over every position in every layer)."""
-    share = 1.0 / config.xlnet.partial_prediction
-    layer = _layer_flops(config, seq_len)
-    content = config.num_layers * layer if full else (config.num_layers - 1) * layer
-    query = config.num_layers * (1.0 if full else share) * layer
-    return 3 * (content + query + share * 2 * config.hidden_size * config.vocab_size)
-
-
-def electra_training_flops_per_token(config: ModelConfig, seq_len: int) -> float:
-    """ELECTRA's training step per input token: the discriminator's blocks and its replaced-token head at every
-    token, the generator's blocks at every token and its vocabulary head at mask_prob of them (forward +
-    backward)."""
-    from dataclasses import replace
-
-    gen = replace(config, family="bert", **config.generator_sizes())
-    e = config.embedding_width
-    disc_head = 2 * config.hidden_size ** 2 + 2 * config.hidden_size
-    gen_head = 2 * gen.hidden_size * e + 2 * e * config.vocab_size
-    projections = 2 * e * gen.hidden_size * (gen.hidden_size != e) + 2 * e * config.hidden_size * (config.hidden_size != e)
-    forward = (config.num_layers * _layer_flops(config, seq_len) + disc_head + gen.num_layers * _layer_flops(gen, seq_len)
-               + config.electra.mask_prob * gen_head + projections)
-    return 3 * forward
 
 
 def predicted_fraction(family: str) -> float:
@@ -52,19 +25,22 @@ def predicted_fraction(family: str) -> float:
 
 
 def family_training_flops_per_token(config: ModelConfig, seq_len: int) -> float:
-    """A training step per input token for the config's family: its own count where it has one (ELECTRA's two
-    towers, XLNet's two streams), else the one-tower formula at its predicted fraction."""
+    """A training step per input token for the config's family: its own count where it has one (its
+    training_flops_per_token: ELECTRA's two towers, XLNet's two streams, each in its family's file), else the
+    one-tower formula at its predicted fraction."""
     family = rules(config.family)
     own = family.training_flops_per_token(config, seq_len)
     return own if own is not None else training_flops_per_token(config, seq_len, family.predicted_fraction)
 
 
-def _layer_flops(config: ModelConfig, seq_len: int) -> float:
+def layer_flops(config: ModelConfig, seq_len: int) -> float:
+    """One block's forward FLOPs per token: Q, K, V, output projections, dense attention over seq_len keys, FFN."""
     h, f = config.hidden_size, config.intermediate_size
     return 8 * h * h + 4 * h * f + 4 * seq_len * h
 
 
-def _head_flops(config: ModelConfig) -> float:
+def head_flops(config: ModelConfig) -> float:
+    """BERT's LM head per predicted token: the transform and the tied decoder."""
     return 2 * config.hidden_size ** 2 + 2 * config.hidden_size * config.vocab_size
 
 
@@ -85,23 +61,23 @@ def scoring_flops(config: ModelConfig, lengths: list[int], method: str) -> float
     h, f, n_layers = config.hidden_size, config.intermediate_size, config.num_layers
     for n in lengths:
         L = n + 2
-        body = n_layers * L * _layer_flops(config, L)
+        body = n_layers * L * layer_flops(config, L)
         if method == "one-pass":
-            total += body + n * _head_flops(config)
+            total += body + n * head_flops(config)
         elif method == "one-pass-full":
-            total += body + L * _head_flops(config)
+            total += body + L * head_flops(config)
         elif method == "encode":
             total += body
         elif method == "two-stream":
-            total += (2 * n_layers - 1) * L * _layer_flops(config, L) + n * _head_flops(config)
+            total += (2 * n_layers - 1) * L * layer_flops(config, L) + n * head_flops(config)
         elif method == "two-stream-full":
-            total += 2 * body + L * _head_flops(config)
+            total += 2 * body + L * head_flops(config)
         elif method == "pll-naive":
-            total += n * (body + L * _head_flops(config))
+            total += n * (body + L * head_flops(config))
         elif method == "pll":
-            lower = (n_layers - 1) * L * _layer_flops(config, L)
+            lower = (n_layers - 1) * L * layer_flops(config, L)
             last = L * 4 * h * h + (4 * h * h + 4 * h * f + 4 * L * h)  # K, V everywhere; the rest at one query
-            total += n * (lower + last + _head_flops(config))
+            total += n * (lower + last + head_flops(config))
         else:
             raise ValueError(f"unknown method {method!r}")
     return total

@@ -48,7 +48,7 @@ class ModelBase(nn.Module):
         self.encoder = Encoder(config, causal=causal)
         self.head = self.make_head(config)
         self.apply(self._init_weights)
-        if config.weight_init == "gpt-bert":
+        if config.weight_init == "truncated-depth-scaled":
             scale_feed_forward_init_(self.encoder)
         if config.norm_placement == "deepnorm":
             from .norms import deepnorm_init_
@@ -90,9 +90,10 @@ class ModelBase(nn.Module):
         return x if self.embeddings_project is None else self.embeddings_project(x)
 
     def _init_weights(self, module: nn.Module) -> None:
-        """BERT's: normal(initializer_range) weights and embeddings, zero biases; weight_init = "gpt-bert": truncated
-        normal, std sqrt(2 / (5 hidden)), at +-2 std (GPT-BERT's, whose feed-forward scaling follows the apply)."""
-        truncated = self.config.weight_init == "gpt-bert"
+        """BERT's: normal(initializer_range) weights and embeddings, zero biases; weight_init =
+        "truncated-depth-scaled": truncated normal, std sqrt(2 / (5 hidden)), at +-2 std (GPT-BERT's, whose
+        feed-forward scaling follows the apply)."""
+        truncated = self.config.weight_init == "truncated-depth-scaled"
         std = math.sqrt(2.0 / (5.0 * self.config.hidden_size)) if truncated else self.config.initializer_range
         if isinstance(module, (nn.Linear, nn.Embedding)):
             if truncated:

@@ -13,6 +13,7 @@ class FamilyRules(Protocol):
     family: ClassVar[str]
     two_streams: ClassVar[bool]  # XLNet's content + query streams: Transformer-XL positions, no single-stream kinds
     xl_positions: ClassVar[bool]  # one stream that may take positions = "transformer-xl" too (GPT, Transformer-XL's)
+    settings: ClassVar[type | None]  # the family's own config section, a dataclass ([model.<section_name>])
 
     @classmethod
     def check_config(cls, config: Any) -> None: ...  # a ModelConfig (not imported: config.py imports this module)
@@ -34,6 +35,17 @@ def register(cls: Any) -> None:
 def family_names() -> tuple[str, ...]:
     """The registered families, in registration order (the built-in seven first)."""
     return tuple(FAMILIES)
+
+
+def section_name(family: str) -> str:
+    """The TOML / JSON name of a family's own config section: its name as an identifier ("gpt-bert": gpt_bert)."""
+    return family.replace("-", "_")
+
+
+def family_sections() -> dict[str, type]:
+    """The registered families' own config sections (a family's `settings`) by section name, in registration
+    order: what ModelConfig holds besides its fields (config.FamilySections)."""
+    return {section_name(name): cls.settings for name, cls in FAMILIES.items() if getattr(cls, "settings", None)}
 
 
 def rules(name: str) -> FamilyRules:

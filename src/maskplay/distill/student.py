@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..config import ElectraConfig, GptBertConfig, ModelConfig, UnilmConfig, XlnetConfig
+from ..config import ModelConfig
 from ..families import MaskplayModel
 
 
@@ -26,8 +26,7 @@ def student_config(teacher: MaskplayModel, tokenizer_fields: dict[str, Any]) -> 
     # a two-stream teacher's relative positions and bias-free attention are its own: the T-TA takes its defaults
     two = type(teacher).two_streams
     try:
-        return dataclasses.replace(cfg, family="tta", electra=ElectraConfig(), unilm=UnilmConfig(), xlnet=XlnetConfig(),
-                                   gpt_bert=GptBertConfig(), positions=None if two else cfg.positions,
+        return dataclasses.replace(cfg, family="tta", sections={}, positions=None if two else cfg.positions,
                                    attention_bias=None if two else cfg.attention_bias, **tokenizer_fields)
     except ValueError as err:
         raise ValueError(f"the teacher's architecture cannot be a T-TA ({err}); give the student its own with "

@@ -9,6 +9,9 @@ look a family up by name there and ask it, so no module outside families/ compar
     ----------------------------  ---------------------------------  --------------------------------------
     config rules                  check_config(config), two_streams  none; one stream
                                   xl_positions                       no transformer-xl on one stream
+    own settings                  settings: a dataclass, declared    none
+                                  beside the class ([model.<family>],
+                                  config.<family>)
     left-to-right (T5 buckets,    causal                             False
       windows, minicons' class)
     scoring                       score_methods (first = auto),      PLL; the head at the position itself
@@ -61,6 +64,9 @@ class MaskplayModel(ModelBase):
     family: ClassVar[str] = ""
     two_streams: ClassVar[bool] = False
     xl_positions: ClassVar[bool] = False  # its one stream may take positions = "transformer-xl" (the encoder's frame)
+    # the family's own config section, a dataclass: [model.<family>] in a TOML file, "<family>" in config.json,
+    # config.<family> in code ("-" read as "_": registry.section_name); every ModelConfig holds every family's
+    settings: ClassVar[type | None] = None
     causal: ClassVar[bool] = False
     score_methods: ClassVar[tuple[str, ...]] = ("pll", "pll-word")  # maskplay.score.Method values; first = auto
     masked_lm_method: ClassVar[str | None] = None  # minicons' MaskedLMScorer default, where not the first method

@@ -22,14 +22,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ElectraConfig, ModelConfig
-from ..flops import electra_training_flops_per_token
+from ..config import ModelConfig
+from ..flops import layer_flops
 from ..heads import LMHead
 from ..masks import MaskPicture, bidirectional
 from ..modeling import IGNORE_INDEX
@@ -51,18 +52,53 @@ class ReplacedTokenHead(nn.Module):
         return self.out(F.gelu(self.dense(hidden))).squeeze(-1)
 
 
+def generator_sizes(config: ModelConfig) -> dict[str, int]:
+    """ELECTRA's generator: hidden size, heads and FFN width scaled by electra.generator_hidden_fraction, as
+    the official code's get_generator_config does (heads keep their width)."""
+    f = config.electra.generator_hidden_fraction
+    hidden = int(round(config.hidden_size * f))
+    heads = max(1, int(round(config.num_heads * f)))
+    if hidden < 1 or hidden % heads:
+        raise ValueError(f"electra.generator_hidden_fraction={f} gives a generator of hidden size {hidden} with "
+                         f"{heads} heads (hidden_size {config.hidden_size} x {f}); choose a fraction that divides it")
+    return {"hidden_size": hidden, "num_heads": heads,
+            "intermediate_size": max(1, int(round(config.intermediate_size * f)))}
+
+
 def generator_config(config: ModelConfig) -> ModelConfig:
-    """The generator's BertMLM config: the discriminator's, scaled (ModelConfig.generator_sizes), at the same
+    """The generator's BertMLM config: the discriminator's, scaled (generator_sizes), at the same
     embedding width; with num_kv_heads, the largest number of key/value heads that divides both the discriminator's
     and the generator's heads."""
-    sizes = config.generator_sizes()
+    sizes = generator_sizes(config)
     kv = None if config.num_kv_heads is None else math.gcd(config.num_kv_heads, sizes["num_heads"])
     return dataclasses.replace(config, family="bert", embedding_size=config.embedding_width,
                                electra=ElectraConfig(), num_kv_heads=kv, **sizes)
 
 
+@dataclass
+class ElectraConfig:
+    """ELECTRA's switches (Clark et al., 2020); read only by family="electra". The defaults are the paper's."""
+
+    mask_prob: float = 0.15  # share of real tokens the generator fills in (the paper's large model: 0.25)
+    generator_hidden_fraction: float = 0.25  # generator hidden/heads/FFN = this x the discriminator's, same depth
+    disc_weight: float = 50.0  # lambda in  loss = generator MLM + lambda * discriminator BCE
+    tie_embeddings: bool = True  # generator and discriminator share the token/position/segment embeddings
+    all_tokens_mlm: bool = False  # the paper's "All-Tokens MLM" ablation instead of replaced-token detection
+    generator: bool = True  # false: a discriminator alone (an export, or HuggingFace ElectraForPreTraining)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.mask_prob < 1:
+            raise ValueError(f"electra.mask_prob must be in (0, 1), got {self.mask_prob}")
+        if not 0 < self.generator_hidden_fraction <= 1:
+            raise ValueError("electra.generator_hidden_fraction must be in (0, 1]: a generator larger than the "
+                             f"discriminator is not ELECTRA, got {self.generator_hidden_fraction}")
+        if not (self.disc_weight >= 0 and math.isfinite(self.disc_weight)):
+            raise ValueError(f"electra.disc_weight must be a finite number >= 0, got {self.disc_weight}")
+
+
 class Electra(MaskplayModel):
     family = "electra"
+    settings = ElectraConfig  # [model.electra]
     score_methods = ("discriminator", "pll", "pll-word")
     masked_lm_method = "pll"  # a masked LM means the generator, not the discriminator
     pair_segments = True
@@ -123,14 +159,24 @@ class Electra(MaskplayModel):
 
     @classmethod
     def check_config(cls, config: ModelConfig) -> None:
-        config.generator_sizes()  # raises if the generator cannot be built
+        generator_sizes(config)  # raises if the generator cannot be built
         if config.lm_head != "mlm":  # the discriminator's head is its own; the generator's is BERT's
             raise ValueError(f"lm_head = {config.lm_head!r}: an ELECTRA model's heads are its own (BERT's for the "
                              "generator)")
 
     @classmethod
     def training_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float:
-        return electra_training_flops_per_token(config, seq_len)
+        """ELECTRA's training step per input token: the discriminator's blocks and its replaced-token head at every
+        token, the generator's blocks at every token and its vocabulary head at mask_prob of them (forward +
+        backward)."""
+        gen = dataclasses.replace(config, family="bert", **generator_sizes(config))
+        e, h = config.embedding_width, config.hidden_size
+        disc_head = 2 * h ** 2 + 2 * h
+        gen_head = 2 * gen.hidden_size * e + 2 * e * config.vocab_size
+        projections = 2 * e * gen.hidden_size * (gen.hidden_size != e) + 2 * e * h * (h != e)
+        forward = (config.num_layers * layer_flops(config, seq_len) + disc_head
+                   + gen.num_layers * layer_flops(gen, seq_len) + config.electra.mask_prob * gen_head + projections)
+        return 3 * forward
 
     def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
                         targets: Tensor, boundaries_first: bool = False) -> Tensor:

@@ -18,6 +18,7 @@ family can use (docs/SWITCHES.md); this file holds only what the family decides.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,8 +46,38 @@ def batch_modes(causal_rows: Tensor) -> MaskMod:
     return row_modes(causal_rows) if bool(causal_rows.any()) else bidirectional()
 
 
+@dataclass
+class GptBertConfig:
+    """GPT-BERT's objective (Charpentier & Samuel 2024, masked next-token prediction); read only by
+    family="gpt-bert". The defaults are the paper's 10 M-word recipe."""
+
+    causal_share: float = 1 / 16  # share of each batch's sequences in causal mode ("1:15"); the rest masked
+    mask_start: float = 0.30  # masked mode's masking rate at the start of training, falling linearly to mask_end
+    mask_end: float = 0.15
+    max_span: int = 3  # masked spans of 1..max_span tokens
+    random_share: float = 0.1  # of the selected spans: replaced by random tokens
+    keep_share: float = 0.1  # of the selected spans: kept as they are (the rest become [MASK])
+    z_loss: float = 1e-4  # weight of mean (log Z)^2 (0: off, and the head never holds the whole logits)
+
+    def __post_init__(self) -> None:
+        for name in ("causal_share", "mask_start", "mask_end", "random_share", "keep_share"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ValueError(f"gpt_bert.{name} must be in [0, 1], got {value}")
+        if not (self.mask_start > 0 and self.mask_end > 0):
+            raise ValueError("gpt_bert.mask_start and mask_end must be above 0")
+        if self.random_share + self.keep_share > 1:
+            raise ValueError(f"gpt_bert.random_share + keep_share must be at most 1, got "
+                             f"{self.random_share + self.keep_share}")
+        if self.max_span < 1:
+            raise ValueError(f"gpt_bert.max_span must be at least 1, got {self.max_span}")
+        if not (self.z_loss >= 0 and math.isfinite(self.z_loss)):
+            raise ValueError(f"gpt_bert.z_loss must be a finite number >= 0, got {self.z_loss}")
+
+
 class GPTBert(MaskplayModel):
     family = "gpt-bert"
+    settings = GptBertConfig  # [model.gpt_bert]
     score_methods = ("causal", "pll", "pll-word", "fused")
     masked_lm_method = "pll"  # minicons' masked-LM reading: MNTP's PLL
     default_pooling = "mean"

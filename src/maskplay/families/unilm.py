@@ -16,6 +16,7 @@ Objectives (config.unilm.objective):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -56,8 +57,26 @@ def structure(kind: int, segment_ids: Tensor) -> MaskMod:
     raise ValueError(f"mask_kind must be 0..3 (bidirectional, left-to-right, right-to-left, seq2seq), got {kind}")
 
 
+UNILM_OBJECTIVES = ("seq2seq", "mixed")
+
+
+@dataclass
+class UnilmConfig:
+    """UniLM's objective (read only by family="unilm"). seq2seq: fine-tuning on `[SOS] source [SEP] target
+    [EOS]` sequences, each target position predicting the next target token through BERT's own MLM head;
+    mixed: UniLM pretraining, each batch under one of the bidirectional, left-to-right, right-to-left and
+    seq2seq masks (1/3, 1/6, 1/6, 1/3), with BERT's masked-token targets."""
+
+    objective: str = "seq2seq"
+
+    def __post_init__(self) -> None:
+        if self.objective not in UNILM_OBJECTIVES:
+            raise ValueError(f"unilm.objective must be one of {UNILM_OBJECTIVES}, got {self.objective!r}")
+
+
 class UniLM(BertMLM):
     family = "unilm"
+    settings = UnilmConfig  # [model.unilm]
     generated_token_type = 1  # generated tokens are target tokens (maskplay.decoding)
     seq2seq_overrides = ("model.unilm.objective=seq2seq",)
     masks_shown = (MaskPicture("unilm", "UniLM: prefix (seq2seq)",

@@ -20,6 +20,7 @@ tokens" (pseudo-log-likelihood), HuggingFace's perm_mask (masks.from_perm_mask),
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,7 +30,7 @@ from ..attention.dense import fused_linear, guard_empty_rows
 from ..attention.inputs import PassInputs
 from ..config import ModelConfig
 from ..dropout import Dropout
-from ..flops import xlnet_training_flops_per_token
+from ..flops import layer_flops
 from ..heads import LMHead
 from ..masks import (
     MaskMod,
@@ -81,8 +82,36 @@ class TiedHead(LMHead):
         return hidden
 
 
+def training_flops(config: ModelConfig, seq_len: int, full: bool = False) -> float:
+    """XLNet's training step per input token (forward + backward): the content stream in every layer but the
+    last, the query stream (1/K of the rows, each reading every key) in every layer, the tied head (no transform)
+    at the targets. full=True: what HuggingFace computes (both streams over every position in every layer)."""
+    share = 1.0 / config.xlnet.partial_prediction
+    layer = layer_flops(config, seq_len)
+    content = config.num_layers * layer if full else (config.num_layers - 1) * layer
+    query = config.num_layers * (1.0 if full else share) * layer
+    return 3 * (content + query + share * 2 * config.hidden_size * config.vocab_size)
+
+
+@dataclass
+class XlnetConfig:
+    """XLNet's switches (Yang et al., 2019); read only by family="xlnet"."""
+
+    partial_prediction: int = 6  # K: the last ceil(n/K) tokens of each factorization order are the targets
+    mem_len: int = 0  # segment-level recurrence: content states kept per layer for the next segment (0 = none)
+    clamp_len: int = -1  # relative distances clamped to +-clamp_len (-1: never), as XLNet's clamp_len
+
+    def __post_init__(self) -> None:
+        if self.partial_prediction < 1:
+            raise ValueError(f"xlnet.partial_prediction (K) must be at least 1 (K = 1 predicts every token), "
+                             f"got {self.partial_prediction}")
+        if self.mem_len < 0:
+            raise ValueError(f"xlnet.mem_len must be >= 0 (0 = no memory), got {self.mem_len}")
+
+
 class XLNet(MaskplayModel):
     family = "xlnet"
+    settings = XlnetConfig  # [model.xlnet]
     two_streams = True
     score_methods = ("causal", "pll", "pll-word", "causal-boundaries")
     masked_lm_method = "pll"  # minicons' masked LM reading: its PLL, not its causal score
@@ -118,9 +147,7 @@ class XLNet(MaskplayModel):
         if config.embedding_size not in (None, config.hidden_size):
             raise ValueError("family xlnet has no embedding projection: leave embedding_size out")
 
-    @classmethod
-    def training_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float:
-        return xlnet_training_flops_per_token(config, seq_len)
+    training_flops_per_token = staticmethod(training_flops)  # the two streams' count (the contract's hook)
 
     def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
                         targets: Tensor, boundaries_first: bool = False) -> Tensor:

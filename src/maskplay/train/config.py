@@ -6,21 +6,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..config import (
     PRESETS,
-    ElectraConfig,
-    GptBertConfig,
-    LongAttentionConfig,
+    FamilySections,
     ModelConfig,
-    UnilmConfig,
-    XlnetConfig,
+    as_dict,
     from_dict,
     load_toml,
     preset,
+    renamed_values,
+    sections_as_keywords,
 )
 from ..devices import check_device_name
 from ..precision import Precision
@@ -35,69 +35,18 @@ TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "eos_token_id", "unk_token_id"
                     "sep_token_id", "special_token_ids")
 
 
-FAMILY_SECTIONS = ("electra", "unilm", "xlnet", "gpt_bert")  # ModelConfig's sections that one family reads
+class _ModelSectionRules(FamilySections):
+    """A preset plus any architecture field overridden; None keeps the preset's value. Its fields are ModelConfig's
+    (less those the tokenizer sets), each `| None = None` (model_section_fields), with the families' sections and
+    [model.long] as ModelConfig has them, and family, preset and init."""
 
-
-@dataclass
-class ModelSection:
-    """A preset plus any architecture field overridden; None keeps the preset's value."""
-
-    family: str = "tta"
-    preset: str = "mini"
-    hidden_size: int | None = None
-    num_layers: int | None = None
-    num_heads: int | None = None
-    intermediate_size: int | None = None
-    max_position: int | None = None
-    type_vocab_size: int | None = None
-    embedding_size: int | None = None
-    positions: str | None = None  # None: the family's own (positions.py)
-    attention_bias: bool | None = None  # None: the family's own
-    key_size: int | None = None  # query/key width per head; None: hidden_size / num_heads (docs/SWITCHES.md)
-    talking_heads: bool | None = None  # None: off
-    norm: str | None = None  # layernorm | rmsnorm; None: layernorm
-    norm_placement: str | None = None  # post | pre | deepnorm; None: post
-    ffn: str | None = None  # gelu | geglu | swiglu | relu; None: gelu
-    ffn_bias: bool | None = None  # None: biases on
-    share_layers: bool | None = None  # ALBERT's cross-layer sharing; None: off
-    attention: str | None = None  # dot | synthesizer-random | synthesizer-dense | lsra; None: dot
-    lsra_kernel: int | None = None  # attention = "lsra": the convolution's kernel size; None: 7
-    # GPT-BERT's switches (docs/SWITCHES.md); None: off (norm_affine: on; weight_init: "bert")
-    norm_affine: bool | None = None
-    attention_output_norm: bool | None = None
-    ffn_inner_norm: bool | None = None
-    gelu_tanh: bool | None = None
-    value_gate: bool | None = None
-    denseformer: bool | None = None
-    head_norm: bool | None = None
-    weight_init: str | None = None  # bert | gpt-bert
-    reversible: bool | None = None  # RevNet's reversible residual (docs/SWITCHES.md); None: off
-    head_gelu_tanh: bool | None = None  # the LM head's GELU in its tanh form (ALBERT); None: exact GELU
-    relative_buckets: int | None = None  # positions = "disentangled": the log buckets; None: 32
-    relative_max_distance: int | None = None  # positions = "disentangled": the farthest bucketed distance; None: 512
-    # HuggingFace causal LMs' switches (docs/SWITCHES.md); None: off (rotary_fraction 1, rotary_base 10000,
-    # embedding_norm on, lm_head "mlm")
-    num_kv_heads: int | None = None
-    parallel_residual: bool | None = None
-    rotary_fraction: float | None = None
-    rotary_base: float | None = None
-    embedding_norm: bool | None = None
-    lm_head: str | None = None  # mlm | tied | untied
-    hidden_dropout: float | None = None
-    attention_dropout: float | None = None
-    mask_probability: float | None = None  # bert, unilm: the masked-LM share; None: 0.15
-    layer_norm_eps: float | None = None
-    initializer_range: float | None = None
-    electra: ElectraConfig = field(default_factory=ElectraConfig)  # [model.electra], read by family = "electra"
-    unilm: UnilmConfig = field(default_factory=UnilmConfig)  # [model.unilm], read by family = "unilm"
-    xlnet: XlnetConfig = field(default_factory=XlnetConfig)  # [model.xlnet], read by family = "xlnet"
-    gpt_bert: GptBertConfig = field(default_factory=GptBertConfig)  # [model.gpt_bert], read by family = "gpt-bert"
-    long: LongAttentionConfig = field(default_factory=LongAttentionConfig)  # [model.long]: long-text attention
-    # a model directory whose weights start the run (e.g. a BERT for UniLM seq2seq fine-tuning): its architecture
-    # is used, the preset and the size fields above are then ignored; "" = random initialisation
-    init: str = ""
+    family: str
+    preset: str
+    init: str
 
     def __post_init__(self) -> None:
+        self._fill_sections("model")
+        renamed_values(self)
         known = family_names()
         if not any(name == self.family for name in known):
             raise ValueError(f"model.family must be one of {known}, got {self.family!r}")
@@ -114,12 +63,12 @@ class ModelSection:
 
     def family_sections(self) -> dict[str, Any]:
         """The family-specific sections ([model.electra], ...), as ModelConfig takes them."""
-        return {name: getattr(self, name) for name in FAMILY_SECTIONS}
+        return dict(self.sections)
 
     def overrides(self) -> dict[str, Any]:
-        sections = ("family", "preset", *FAMILY_SECTIONS, "init")
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in sections and getattr(self, f.name) is not None}
+        own = ("family", "preset", "sections", "init")
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)  # type: ignore[arg-type]
+                if f.name not in own and getattr(self, f.name) is not None}
 
     def build(self, tokenizer_fields: dict[str, Any]) -> ModelConfig:
         """The ModelConfig of this section for a vocabulary (Tokenizer.model_config_ids())."""
@@ -142,6 +91,30 @@ class ModelSection:
                                  f"{tokenizer_fields[name]}: train with the tokenizer the model was trained with")
         return dataclasses.replace(saved, family=self.family, **self.family_sections(),
                                    **{**self.overrides(), **tokenizer_fields})
+
+
+def model_section_fields() -> list[tuple[str, Any, Any]]:
+    """ModelSection's fields, from ModelConfig's in their order: each `| None = None` (None: the preset's value),
+    the tokenizer's left out, the sections (dataclasses) as they are."""
+    hints = typing.get_type_hints(ModelConfig)
+    fields: list[tuple[str, Any, Any]] = [("family", str, field(default="tta")), ("preset", str, field(default="mini"))]
+    for f in dataclasses.fields(ModelConfig):
+        hint = hints[f.name]
+        if f.name == "family" or f.name in TOKENIZER_FIELDS:
+            continue
+        if f.default_factory is not dataclasses.MISSING:  # sections, long: a table, never None
+            fields.append((f.name, hint, field(default_factory=f.default_factory, metadata=f.metadata)))
+        else:
+            fields.append((f.name, hint | None, field(default=None, metadata=f.metadata)))
+    # a model directory whose weights start the run (e.g. a BERT for UniLM seq2seq fine-tuning): its architecture
+    # is used, the preset and the size fields above are then ignored; "" = random initialisation
+    fields.append(("init", str, field(default="")))
+    return fields
+
+
+ModelSection = sections_as_keywords(dataclasses.make_dataclass(
+    "ModelSection", model_section_fields(), bases=(_ModelSectionRules,), namespace={"__module__": __name__}))
+ModelSection.__doc__ = _ModelSectionRules.__doc__
 
 
 @dataclass
@@ -361,7 +334,7 @@ class TrainConfig:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return as_dict(self)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...config import ElectraConfig, ModelConfig
+from ...config import ModelConfig
 from ..base import MaskplayModel
 from ..bert import BertMLM
-from ..electra import Electra, generator_config
+from ..electra import Electra, ElectraConfig, generator_config, generator_sizes
 from .common import (
     ELECTRA_BUFFERS,
     ELECTRA_DEFAULTS,
@@ -138,7 +138,7 @@ def config_from_hf_electra(discriminator: Any | None = None, generator: Any | No
     """The maskplay config for transformers.ElectraConfig(s): a discriminator alone -> Electra with
     electra.generator = false; a generator alone -> BertMLM with embedding_size; both -> a full Electra whose
     generator_hidden_fraction is the ratio of the hidden sizes (heads and FFN must scale with it, as
-    ModelConfig.generator_sizes computes them)."""
+    families.electra.generator_sizes computes them)."""
     if discriminator is None and generator is None:
         raise ValueError("config_from_hf_electra needs a discriminator config, a generator config, or both")
     for hf_config, what in ((discriminator, "the ELECTRA discriminator"), (generator, "the ELECTRA generator")):
@@ -158,7 +158,7 @@ def config_from_hf_electra(discriminator: Any | None = None, generator: Any | No
     config = ModelConfig(family="electra", embedding_size=discriminator.embedding_size,
                          electra=ElectraConfig(generator_hidden_fraction=fraction, tie_embeddings=tie_embeddings),
                          **fields)
-    want = config.generator_sizes()
+    want = generator_sizes(config)
     got = {"hidden_size": generator.hidden_size, "num_heads": generator.num_attention_heads,
            "intermediate_size": generator.intermediate_size}
     if want != got:

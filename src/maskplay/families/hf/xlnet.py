@@ -8,9 +8,9 @@ from typing import Any
 
 from torch import Tensor
 
-from ...config import ModelConfig, XlnetConfig
+from ...config import ModelConfig
 from ..base import MaskplayModel
-from ..xlnet import XLNet
+from ..xlnet import XLNet, XlnetConfig
 from .common import HFCheckpoint, HFConverter, HFExport
 
 # XLNet's SentencePiece vocabulary: <unk> <s> </s> <cls> <sep> <pad> <mask>; the fallback for a checkpoint that
