@@ -33,6 +33,7 @@ from torch import Tensor
 
 from .cache import KVCache
 from .heads import sample_rows
+from .pass_modes import Cached
 from .progress import Progress
 from .registry import FAMILIES
 from .static_decode import static_step
@@ -76,7 +77,7 @@ def forward_cached(model: Any, input_ids: Tensor, new_mask: Tensor, cache: KVCac
     cfg = model.config
     positions, mask = cache.extend(new_mask, within)
     cache.check_positions(cfg.max_position)
-    h, _ = model.encoder(embed_at(model, input_ids, token_type_ids, positions), mask, cache=cache)
+    h, _ = model.encoder(embed_at(model, input_ids, token_type_ids, positions), mask, mode=Cached(cache))
     return h
 
 
