@@ -180,7 +180,7 @@ def _explain(scorer: Any, rows: list[tuple[int, str]], args: argparse.Namespace)
     positions = [k for k, (_, text) in enumerate(rows) if not is_empty(text)]
     scores = dict(zip(positions, _score_rows(scorer, rows, positions, args), strict=True))
     colour = args.color == "always" or (args.color == "auto" and out.isatty())
-    print(legend(colour, replaced=scorer.method is Method.DISCRIMINATOR), file=out)
+    print(legend(colour, replaced=scorer.rule.head == "original"), file=out)
     for k, (index, _) in enumerate(rows):
         print(f"[{index}] " + (explain(scores[k], colour) if k in scores else "(empty)"), file=out)
     report_empty(rows, args)
