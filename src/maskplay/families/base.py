@@ -140,7 +140,8 @@ class MaskplayModel(ModelBase):
                    offset: int | None = None) -> Tensor:
         """The outputs (B, H) that predict the piece at `pos` with the pieces pos..end-1 of each row hidden (PLL,
         one copy per row): [MASK] in their place; the last block and the head run at `pos` + offset alone (offset:
-        the PLL rule's, default the family's "pll" rule's)."""
+        the PLL rule's, default the family's "pll" rule's). A family with a PLL rule and this default takes
+        `last_layer_rows` in its forward and hands it to encode_under."""
         columns = torch.arange(ids.shape[1], device=ids.device)[None, :]
         hide = (columns >= pos[:, None]) & (columns < end[:, None])
         masked = ids.masked_fill(hide, self.config.mask_token_id)
