@@ -14,6 +14,7 @@ from maskplay import preset
 from maskplay.attention.inputs import PassInputs
 from maskplay.config import ModelConfig
 from maskplay.families import MaskplayModel, build_model
+from maskplay.pass_modes import LastLayerRows
 from maskplay.precision import forward_in
 from maskplay.train.config import ModelSection
 from tests.conftest import padded_batch
@@ -125,7 +126,7 @@ def test_last_layer_query_rows_equal_the_full_pass(family, switch):
     rows = torch.tensor([5, 0, 3])
     with torch.no_grad():
         full = model(ids, attention_mask=mask).last_hidden_state
-        one = model(ids, attention_mask=mask, query_positions=rows).last_hidden_state[:, 0]
+        one = model(ids, attention_mask=mask, last_layer_rows=LastLayerRows(rows)).last_hidden_state[:, 0]
     torch.testing.assert_close(one, full[torch.arange(3), rows], atol=1e-5, rtol=1e-5)
 
 

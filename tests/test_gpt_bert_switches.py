@@ -20,6 +20,7 @@ from maskplay.attention.disentangled import DisentangledAttention
 from maskplay.attention.inputs import PassInputs
 from maskplay.config import ModelConfig
 from maskplay.families import build_model
+from maskplay.pass_modes import LastLayerRows
 from maskplay.positions import Disentangled, PassPositions, log_bucket
 from maskplay.train.config import ModelSection
 from tests.conftest import padded_batch
@@ -416,7 +417,7 @@ def test_packing_and_last_layer_rows_with_depth_weights_away_from_the_identity(f
     rows = torch.tensor([5, 0, 3])
     with torch.no_grad():
         full = model(ids, attention_mask=mask).last_hidden_state
-        one = model(ids, attention_mask=mask, query_positions=rows).last_hidden_state[:, 0]
+        one = model(ids, attention_mask=mask, last_layer_rows=LastLayerRows(rows)).last_hidden_state[:, 0]
     with torch.inference_mode():
         packed = model(ids, attention_mask=mask).last_hidden_state
     torch.testing.assert_close(one, full[torch.arange(3), rows], atol=1e-5, rtol=1e-5)

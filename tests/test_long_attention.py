@@ -16,6 +16,7 @@ from maskplay.attention.long import LongAttention, clamp_spans, learned_spans, s
 from maskplay.config import LongAttentionConfig, ModelConfig, apply_overrides
 from maskplay.families import build_model
 from maskplay.families.hf import to_hf
+from maskplay.pass_modes import LastLayerRows
 from maskplay.train import load_train_config, train
 from maskplay.train.config import ModelSection, TrainConfig
 from tests.conftest import padded_batch
@@ -140,13 +141,13 @@ def test_tta_output_i_never_sees_token_i_under_long_attention(pattern, on):
 
 @pytest.mark.parametrize("pattern", ["span", "globals"])
 def test_pll_one_query_last_layer_equals_the_full_forward(pattern):
-    """PLL's last layer at one position per row (query_positions) reads the same pattern as the full pass."""
+    """PLL's last layer at one position per row (last_layer_rows) reads the same pattern as the full pass."""
     model = long_model("bert", pattern)
     ids, _ = padded_batch([20, 20, 20])
     rows, at = torch.arange(3), torch.tensor([2, 10, 19])
     with torch.no_grad():
         full = model(ids).last_hidden_state[rows, at]
-        one = model(ids, query_positions=at).last_hidden_state[:, 0]
+        one = model(ids, last_layer_rows=LastLayerRows(at)).last_hidden_state[:, 0]
     torch.testing.assert_close(one, full, atol=1e-5, rtol=1e-5)
 
 

@@ -3,6 +3,7 @@ import torch
 
 from maskplay import BertMLM, MaskplayModel, ModelConfig, preset
 from maskplay.families import build_model
+from maskplay.pass_modes import LastLayerRows
 from tests.conftest import padded_batch
 
 FAMILIES = ["tta", "bert", "gpt"]
@@ -244,22 +245,22 @@ def test_linear_log_probs_equal_the_log_softmax_of_the_full_logits(n):
 
 
 @pytest.mark.parametrize("family", ["bert", "tta"])
-def test_query_positions_give_the_full_forward_rows(tiny_model, family):
+def test_last_layer_rows_give_the_full_forward_rows(tiny_model, family):
     """PLL's short cut (the last block at one position per row) changes nothing at those positions, padding
     included; and it refuses bad positions and labels."""
     model = tiny_model(family)
     ids, mask = padded_batch([7, 4, 6])
     positions = torch.tensor([6, 0, 3])
     full = model(ids, attention_mask=mask, output_hidden_states=True)
-    part = model(ids, attention_mask=mask, query_positions=positions, output_hidden_states=True)
+    part = model(ids, attention_mask=mask, last_layer_rows=LastLayerRows(positions), output_hidden_states=True)
     assert part.last_hidden_state.shape == (3, 1, model.config.hidden_size)
     torch.testing.assert_close(part.last_hidden_state[:, 0], full.last_hidden_state[torch.arange(3), positions])
     for a, b in zip(part.hidden_states[:-1], full.hidden_states[:-1], strict=True):
         torch.testing.assert_close(a, b)
-    with pytest.raises(ValueError, match="query_positions"):
-        model(ids, attention_mask=mask, query_positions=torch.tensor([0, 7, 1]))
+    with pytest.raises(ValueError, match="last_layer_rows"):
+        model(ids, attention_mask=mask, last_layer_rows=LastLayerRows(torch.tensor([0, 7, 1])))
     with pytest.raises(ValueError, match="labels"):
-        model(**model.training_batch(ids, mask), query_positions=positions)
+        model(**model.training_batch(ids, mask), last_layer_rows=LastLayerRows(positions))
 
 
 @pytest.mark.parametrize("family", ["tta", "bert", "gpt", "electra"])

@@ -16,6 +16,7 @@ from maskplay.backbone import Encoder
 from maskplay.config import LongAttentionConfig, ModelConfig, apply_overrides
 from maskplay.families import MaskplayModel, build_model
 from maskplay.grow import grow
+from maskplay.pass_modes import LastLayerRows
 from maskplay.train import TrainConfig, train
 from maskplay.train.config import ModelSection
 from tests.conftest import padded_batch
@@ -39,7 +40,7 @@ CASES = {
 }
 
 
-def naive_run(self: Encoder, h, inputs, states, query_positions):
+def naive_run(self: Encoder, h, inputs, states, rows):
     """The reversible math written out, every activation kept: x1 = x1 + F(x2); x2 = x2 + G(x1); out = mean."""
     x1 = x2 = h
     for index, layer in enumerate(self.layers):
@@ -109,7 +110,7 @@ def test_inference_hidden_states_and_rows_run_the_same_math():
     ids, mask = padded_batch([7, 5])
     with torch.no_grad():
         out = model(ids, attention_mask=mask, output_hidden_states=True)
-        rows = model(ids, attention_mask=mask, query_positions=torch.tensor([3, 1])).last_hidden_state[:, 0]
+        rows = model(ids, attention_mask=mask, last_layer_rows=LastLayerRows(torch.tensor([3, 1]))).last_hidden_state[:, 0]
     trained = model(ids, attention_mask=mask).last_hidden_state  # with gradients: the ReversibleSequence path
     torch.testing.assert_close(out.last_hidden_state[mask], trained[mask], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(rows, out.last_hidden_state[[0, 1], [3, 1]], atol=1e-5, rtol=1e-5)

@@ -6,6 +6,7 @@ family's. ARCHITECTURE.md's "how to add a family" walks through this file."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +25,13 @@ from maskplay.masks import MaskPicture
 from maskplay.modeling import IGNORE_INDEX
 from maskplay.registry import FAMILIES, family_names
 from maskplay.score import Embedder, Scorer
+from maskplay.scoring import ScoreRule
 from maskplay.tokenizer import load_tokenizer
 from maskplay.train import load_train_config, train
 from tests.test_train import make_data, small_config
 
 NAME = "reverse-test"
+OWN_METHOD = "seen-token"
 
 
 def right_of(reach: int | None = None):
@@ -59,7 +62,9 @@ def reverse_lm():
 
         family = NAME
         settings = ReverseSettings
-        score_methods = ("one-pass",)  # every piece from one pass, as T-TA and GPT score
+        # every piece from one pass, as T-TA and GPT score, read one output to its right; and a method of its own,
+        # which no module of the package names: each piece from the output at its own position (which has read it)
+        score_rules = (ScoreRule("one-pass", offset=1), ScoreRule(OWN_METHOD))
         default_pooling = "first"  # [SOS]'s output is the one that has read the whole sentence
         predicted_fraction = 1.0
         masks_shown = (MaskPicture(NAME, "reverse LM: right to left", lambda segments, rank: right_of()),)
@@ -76,10 +81,6 @@ def reverse_lm():
 
         def num_targets(self, batch):
             return int((batch["labels"][:, :-1] != IGNORE_INDEX).sum())
-
-        def score_positions(self, runner, ids, attention_mask, rows, cols, targets, boundaries_first=False):
-            hidden = runner.forward(ids, attention_mask=attention_mask).last_hidden_state
-            return runner.log_probs(hidden[rows, cols + 1], targets)
 
     yield ReverseLM
     FAMILIES.pop(NAME)
@@ -173,6 +174,30 @@ def test_it_scores_as_a_naive_loop_does(trained):
         # piece k (at position k + 1 after [SOS]) is predicted by the output one to its right
         naive = [float(log_probs[k + 2, ids[0, k + 1]]) for k in range(ids.shape[1] - 2)]
         assert score.token_log_probs == pytest.approx(naive, abs=1e-5)
+
+
+def test_its_own_scoring_rule_runs_through_the_scorer_and_the_command_line(trained, tmp_path):
+    """A method declared in the family's class alone: the scorer runs it by its rule (no branch of its own), and
+    `maskplay score --method` offers it."""
+    model, tok, result = trained
+    sentences = ["w10 w11 w12 w13", "w40 w7 w99"]
+    scores = Scorer(model, tok, method=OWN_METHOD).score(sentences)
+    assert [s.method for s in scores] == [OWN_METHOD] * 2
+    for score in scores:
+        ids = torch.tensor([[model.config.sos_token_id, *score.token_ids, model.config.eos_token_id]])
+        with torch.no_grad():
+            log_probs = model(ids).logits.log_softmax(-1)[0]
+        naive = [float(log_probs[k + 1, ids[0, k + 1]]) for k in range(ids.shape[1] - 2)]  # the piece's own output
+        assert score.token_log_probs == pytest.approx(naive, abs=1e-5)
+    assert scores[0].log_prob != pytest.approx(Scorer(model, tok).score(sentences[:1])[0].log_prob)
+    out = tmp_path / "scores.jsonl"
+    assert main(["score", str(result.final_dir), *sentences, "--method", OWN_METHOD, "--format", "jsonl",
+                 "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["method"] for r in rows] == [OWN_METHOD] * 2
+    assert [r["log_prob"] for r in rows] == pytest.approx([s.log_prob for s in scores], abs=1e-4)
+    with pytest.raises(ValueError, match=f"method {OWN_METHOD!r} does not apply to a 'bert' model"):
+        Scorer(build_model(preset("tiny", family="bert")), tok, method=OWN_METHOD)
 
 
 def test_it_embeds_and_fine_tunes(trained):

@@ -27,6 +27,7 @@ from .config import ModelConfig
 from .dropout import Dropout
 from .feedforward import make_feedforward
 from .norms import deepnorm_alpha, make_norm
+from .pass_modes import Cached, LastLayerRows, Packed, PassMode, WithMemory
 from .positions import (
     IN_ATTENTION,
     Disentangled,
@@ -282,46 +283,37 @@ class Encoder(nn.Module):
         self.width = config.hidden_size
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
-                query_positions: Tensor | None = None, tokens: Tensor | None = None,
-                cache: KVCache | None = None, memory: Sequence[Tensor] | None = None,
-                mask_kind: str | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+                mode: PassMode | None = None, mask_kind: str | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         """`mask` is a (B, 1, Lq, Lk) bool tensor, True = may attend, built once per batch; `mask_kind` what the
         family knows of it (masks.sdpa_kind; kept only where nothing here changes the mask). `kv`, when given,
         is the key/value source of every layer (T-TA's embedding output); each layer projects it with its own
         weights, all layers in one matmul.
 
-        `query_positions` (B,) runs the last block at one position per row only, its output then (B, 1, H):
-        PLL reads one masked position per copy, and the last block's queries, attention output and FFN are
-        needed nowhere else (its keys and values still come from every position of the block below).
-
-        `tokens` (B, L) bool, the real tokens: every layer but attention then runs on those alone (see
-        Packing), and the outputs, hidden states included, are zero at the other positions. Not with
-        query_positions.
-
-        `cache` (inference, self-attention): `h` holds the new tokens only, (B, Lnew, H); each layer appends
-        their keys/values to the cache (whose cache.extend reserved their slots and made `mask`, (B, 1, Lnew,
-        Lcached + Lnew)) and attends to everything cached. Not with kv, query_positions or tokens.
+        `mode` (pass_modes.py), at most one: Packed (the real tokens only), LastLayerRows (the last block at one
+        position per row, output (B, 1, H)), Cached (new tokens against a key/value cache; no `kv`) or WithMemory
+        (Transformer-XL memory before the segment); None: every layer at every position.
 
         Positions acting inside attention (rotary, t5, alibi; self.positions) are those of the columns, 0..L-1,
         as the embeddings' absolute positions are; with a cache, each token's absolute position as the cache
         records it (cached keys included). positions = "transformer-xl" (GPT) hands every layer the pass's Frame over
-        the same positions, and runs on the padded layout (no packing).
-
-        `memory` (Transformer-XL's segment recurrence, training and scoring): one (B, M, H) tensor per layer, that
-        layer's input over the M tokens before `h`, prepended to its keys/values (read through the layer's norm
-        under pre-LN, as its own input is); `mask` is then (B, 1, L, M + L) and positions run M..M + L - 1 for the
-        queries, 0..M + L - 1 for the keys. The caller detaches it (no gradient reaches the memory)."""
-        if memory is not None and memory[0].shape[1]:
-            return self._run_with_memory(h, mask, memory, output_hidden_states)
+        the same positions, and runs on the padded layout (no packing). Under memory, positions run M..M + L - 1
+        for the queries, 0..M + L - 1 for the keys."""
+        if isinstance(mode, WithMemory) and mode.length:
+            return self._run_with_memory(h, mask, mode.memory, output_hidden_states)
+        cache = mode.cache if isinstance(mode, Cached) else None
+        rows = mode if isinstance(mode, LastLayerRows) else None
         if self.long is not None:
-            mask = self._long_mask(mask, cache, query_positions)
+            mask = self._long_mask(mask, cache, banded_ok=mode is None or isinstance(mode, (Packed, WithMemory)))
             if isinstance(mask, BandedMask):  # every layer through the banded kernel, on the padded layout
                 inputs = PassInputs(mask, keys_values=self._project_keys_values(kv) or None,
                                     positions=mask.pass_positions(h.dtype))
                 return self._run(h, inputs, output_hidden_states)
         # a static cache's rows always have a real key, and its step must not branch on values (cache.py)
         mask, dead = (mask, None) if cache is not None and cache.static else guard_empty_rows(mask)
-        self._check(h, mask, kv, query_positions, tokens, cache)
+        if cache is not None and kv is not None:
+            raise ValueError("a key/value cache runs self-attention over every new token: not with kv")
+        if rows is not None:
+            rows.check(h.shape[0], mask.shape[-2])
         positions = frame = None
         if cache is not None:
             if self.pass_positions or self.frame_dropout is not None:
@@ -338,40 +330,26 @@ class Encoder(nn.Module):
         if self.long is not None or mask.dtype != torch.bool:  # a window or a position bias in the mask
             mask_kind = None
         packing = None
-        if tokens is not None and frame is None:  # relative-position attention runs on the padded layout
-            packing = Packing(tokens)
+        if isinstance(mode, Packed) and frame is None:  # relative-position attention runs on the padded layout
+            packing = Packing(mode.tokens)
             h, kv = packing.pack(h), None if kv is None else packing.pack(kv)  # the real tokens only
         inputs = PassInputs(mask, dead, keys_values=self._project_keys_values(kv) or None, packing=packing,
                             positions=positions, frame=frame, mask_kind=mask_kind)
-        return self._run(h, inputs, output_hidden_states, query_positions)
-
-    def _check(self, h: Tensor, mask: Tensor, kv: Tensor | None, query_positions: Tensor | None,
-               tokens: Tensor | None, cache: KVCache | None) -> None:
-        """The combinations forward() refuses, and query_positions out of range."""
-        if cache is not None and (kv is not None or query_positions is not None or tokens is not None):
-            raise ValueError("a key/value cache runs self-attention over every new token: not with kv, "
-                             "query_positions or tokens")
-        if query_positions is not None:
-            B, L = h.shape[0], mask.shape[-2]
-            if query_positions.shape != (B,) or bool(((query_positions < 0) | (query_positions >= L)).any()):
-                raise ValueError(f"query_positions must be a ({B},) tensor of positions in [0, {L}), "
-                                 f"got shape {tuple(query_positions.shape)}")
-            if tokens is not None:
-                raise ValueError("tokens (packing) and query_positions cannot be combined")
+        return self._run(h, inputs, output_hidden_states, rows)
 
     def _run(self, h: Tensor, inputs: PassInputs, output_hidden_states: bool,
-             query_positions: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
-        """Every layer on the pass's inputs; with query_positions, the last one at those rows only."""
+             rows: LastLayerRows | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        """Every layer on the pass's inputs; with `rows`, the last one at those rows only."""
         packing = inputs.packing
         states = [h if packing is None else packing.pad(h)] if output_hidden_states else None
-        last = len(self.layers) - 1 if query_positions is not None else -1
+        last = len(self.layers) - 1 if rows is not None else -1
         if self.dense is not None:
-            return self._run_dense(h, inputs, states, last, query_positions)
+            return self._run_dense(h, inputs, states, last, rows)
         if self.reversible:
-            return self._run_reversible(h, inputs, states, query_positions)
+            return self._run_reversible(h, inputs, states, rows)
         for index, layer in enumerate(self.layers):
             if index == last:
-                h = layer(*self._rows(h, inputs, query_positions), index)
+                h = layer(*self._rows(h, inputs, rows.positions), index)
             else:
                 h = layer(h, inputs, index)
             if states is not None:
@@ -379,16 +357,16 @@ class Encoder(nn.Module):
         return self._finish(h, states, packing)
 
     def _run_dense(self, h: Tensor, inputs: PassInputs, states: list[Tensor] | None, last: int,
-                   query_positions: Tensor | None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+                   rows: LastLayerRows | None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         """_run under DenseFormer: the sub-layers one by one, each followed by its depth-weighted average."""
         packing = inputs.packing
         outputs = [h]  # x_0, then every sub-layer's output
         for index, layer in enumerate(self.layers):
             layer_inputs = inputs
             if index == last:
-                h, layer_inputs = self._rows(h, inputs, query_positions)
-                rows = torch.arange(h.shape[0], device=h.device), query_positions
-                outputs = [x[rows][:, None] for x in outputs]
+                h, layer_inputs = self._rows(h, inputs, rows.positions)
+                at = torch.arange(h.shape[0], device=h.device), rows.positions
+                outputs = [x[at][:, None] for x in outputs]
             outputs.append(layer.attend(h, layer_inputs, index))
             h = self.dense(outputs, 2 * index)
             outputs.append(layer.feed_forward(h))
@@ -423,12 +401,12 @@ class Encoder(nn.Module):
         return self._finish(h, states)
 
     def _run_reversible(self, h: Tensor, inputs: PassInputs, states: list[Tensor] | None,
-                        query_positions: Tensor | None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+                        rows: LastLayerRows | None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         """_run under reversible = true (RevNet, as Reformer uses it): two halves that both start as h, through
         y1 = x1 + F(x2), y2 = x2 + G(y1) per block (F, G: the pre-LN sub-layers without their residuals); the
         output, and each hidden state, is their mean. With gradients on, ReversibleSequence keeps no block's
         activations and rebuilds them in the backward pass; hidden states, a cache or no gradient run the same
-        blocks plainly. query_positions: every layer runs at every position, and their rows are read at the end."""
+        blocks plainly. `rows`: every layer runs at every position, and those rows are read at the end."""
         packing = inputs.packing
         context: dict[int, tuple[Tensor, Tensor]] = {}
         train = states is None and inputs.cache is None and torch.is_grad_enabled()
@@ -447,33 +425,34 @@ class Encoder(nn.Module):
                 if states is not None:
                     states.append((x1 + x2) / 2 if packing is None else packing.pad((x1 + x2) / 2))
         h = (x1 + x2) / 2
-        if query_positions is not None:
-            h = h[torch.arange(h.shape[0], device=h.device), query_positions][:, None]
+        if rows is not None:
+            h = h[torch.arange(h.shape[0], device=h.device), rows.positions][:, None]
         return self._finish(h, states, packing)
 
     @staticmethod
-    def _rows(h: Tensor, inputs: PassInputs, query_positions: Tensor) -> tuple[Tensor, PassInputs]:
+    def _rows(h: Tensor, inputs: PassInputs, at_rows: Tensor) -> tuple[Tensor, PassInputs]:
         """The last layer's input at one query per row, (B, 1, H), and the pass's inputs cut to those rows; its
         keys/values come from every position of `h` (or are those projected from the pass's kv)."""
         B = h.shape[0]
         rows = torch.arange(B, device=h.device)
-        at = (rows, slice(None), query_positions)  # -> (B, 1, Lk): that query's row of the mask
+        at = (rows, slice(None), at_rows)  # -> (B, 1, Lk): that query's row of the mask
         dead = inputs.dead_rows
         cut = PassInputs(inputs.mask.expand(B, -1, -1, -1)[at][:, :, None],
                          None if dead is None else dead.expand(B, -1, -1, -1)[at][:, :, None],
                          kv=h if inputs.keys_values is None else None, keys_values=inputs.keys_values,
-                         positions=None if inputs.positions is None else inputs.positions.rows(query_positions),
+                         positions=None if inputs.positions is None else inputs.positions.rows(at_rows),
                          frame=None if inputs.frame is None else
                          Frame(inputs.frame.table, inputs.frame.index.expand(B, -1, -1, -1)[at][:, :, None]))
-        return h[rows, query_positions][:, None], cut
+        return h[rows, at_rows][:, None], cut
 
-    def _long_mask(self, mask: Tensor, cache: KVCache | None, query_positions: Tensor | None) -> Tensor | BandedMask:
-        """[model.long]: the window ANDed into the mask, or a BandedMask for a long full pass (attention/long.py)."""
+    def _long_mask(self, mask: Tensor, cache: KVCache | None, banded_ok: bool) -> Tensor | BandedMask:
+        """[model.long]: the window ANDed into the mask, or a BandedMask for a long full pass (`banded_ok`: no cache
+        and no last-layer rows; attention/long.py)."""
         if cache is not None:
             queries, keys = cache.position_columns()
         else:
             queries = keys = torch.arange(mask.shape[-1], device=mask.device)[None]
-        return self.long.prepare(mask, queries, keys, cache is None and query_positions is None, self.positions)
+        return self.long.prepare(mask, queries, keys, banded_ok, self.positions)
 
     def _pass_positions(self, mask: Tensor, queries: Tensor, keys: Tensor, dtype: torch.dtype,
                         cached: bool = False) -> tuple[Tensor, PassPositions]:

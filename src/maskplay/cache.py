@@ -7,7 +7,7 @@ position. Columns are shared by the batch: every row gets one new column per ste
 
     cache = KVCache(num_layers)
     positions, mask = cache.extend(new_mask)        # reserve the new tokens' columns; (B, T), (B, 1, T, L + T)
-    h, _ = encoder(embed(ids, positions), mask, cache=cache)   # each layer appends its keys/values
+    h, _ = encoder(embed(ids, positions), mask, mode=Cached(cache))   # each layer appends its keys/values
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class StaticKVCache(KVCache):
         self.key_mask = torch.zeros(batch_size, capacity, dtype=torch.bool, device=device)
         self.key_positions = torch.zeros(batch_size, capacity, dtype=torch.long, device=device)
         self.next_position = torch.zeros(batch_size, dtype=torch.long, device=device)
-        self.query_positions = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
+        self.query_columns = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
         self.cursor = torch.zeros(1, dtype=torch.long, device=device)  # the next column to write
         self.at = torch.zeros(1, dtype=torch.long, device=device)  # the column this step writes
         self.start, self.length = capacity - 1, capacity
@@ -193,10 +193,10 @@ class StaticKVCache(KVCache):
         self.at.copy_(self.cursor)
         self.cursor.add_(1)
         self.key_mask.index_copy_(1, self.at, new)
-        self.query_positions.copy_(self.next_position[:, None].masked_fill(~new, 0))
-        self.key_positions.index_copy_(1, self.at, self.query_positions)
+        self.query_columns.copy_(self.next_position[:, None].masked_fill(~new, 0))
+        self.key_positions.index_copy_(1, self.at, self.query_columns)
         self.next_position.add_(new[:, 0].long())
-        return self.query_positions, self.key_mask[:, None, None, :]
+        return self.query_columns, self.key_mask[:, None, None, :]
 
     def append(self, index: int, k: Tensor | None, v: Tensor) -> tuple[Tensor, Tensor]:
         if k is None:
@@ -208,7 +208,7 @@ class StaticKVCache(KVCache):
         return self.keys[index], self.values[index]
 
     def position_columns(self) -> tuple[Tensor, Tensor]:
-        return self.query_positions, self.key_positions
+        return self.query_columns, self.key_positions
 
     def check_positions(self, max_position: int) -> None:
         """Checked once, by whoever sizes the cache (a check per step would be a host sync)."""

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from .cache import KVCache
 from .config import ModelConfig
+from .pass_modes import Cached
 from .registry import FAMILIES
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def forward_cached(model: ModelBase, input_ids: Tensor, new_mask: Tensor, cache:
     cfg = model.config
     positions, mask = cache.extend(new_mask, within)
     cache.check_positions(cfg.max_position)
-    h, _ = model.encoder(embed_at(model, input_ids, token_type_ids, positions), mask, cache=cache)
+    h, _ = model.encoder(embed_at(model, input_ids, token_type_ids, positions), mask, mode=Cached(cache))
     return h
 
 

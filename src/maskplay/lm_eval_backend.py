@@ -161,10 +161,10 @@ class MaskplayLM(LM):
             model, tokenizer = load_model_dir(str(pretrained))
         self._device = pick_device(device)
         self.scorer = Scorer(model, tokenizer, batch_size=batch_rows(batch_size, max_batch_size), device=self._device,
-                             method=Method(str(method)), overflow=Overflow.WINDOW, precision=str(precision),
-                             progress=bool(progress), max_length=max_length)
+                             method=str(getattr(method, "value", method)), overflow=Overflow.WINDOW,
+                             precision=str(precision), progress=bool(progress), max_length=max_length)
         self.model, self.tokenizer = self.scorer.model, tokenizer
-        self.causal = self.scorer.method in (Method.CAUSAL, Method.CAUSAL_BOUNDARIES)
+        self.causal = self.scorer.rule.left_to_right
         self._generator: Any = None
 
     @property

@@ -21,6 +21,7 @@ from .heads import make_lm_head
 from .masks import MaskMod, and_masks, materialize, padding, sdpa_kind
 from .model_dir import CONFIG_NAME, WEIGHTS_NAME, read_weights, write_model_manifest
 from .outputs import ModelOutput
+from .pass_modes import LastLayerRows, Packed, PassMode, WithMemory
 from .positions import Disentangled, RelativePositions
 
 IGNORE_INDEX = -100
@@ -66,11 +67,12 @@ class ModelBase(nn.Module):
 
     def encode_under(self, structure: MaskMod, input_ids: Tensor, attention_mask: Tensor,
                      token_type_ids: Tensor | None = None, output_hidden_states: bool = False,
-                     query_positions: Tensor | None = None,
+                     last_layer_rows: LastLayerRows | None = None,
                      memory: list[Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         """The backbone on one stream under a structural mask (joined with the padding here): what BERT,
         UniLM, ELECTRA's discriminator and GPT share; the family's mask is the only difference. `memory`
-        (Encoder.forward's): keys that every query of the segment sees, before its own."""
+        (pass_modes.WithMemory): keys that every query of the segment sees, before its own. `last_layer_rows`
+        (pass_modes.LastLayerRows): the last block at one position per row."""
         B, L = input_ids.shape
         mask = materialize(and_masks(structure, padding(attention_mask)), B, L, device=input_ids.device)
         kind = None
@@ -79,9 +81,9 @@ class ModelBase(nn.Module):
             mask = torch.cat([seen, mask.expand(B, -1, -1, -1)], dim=-1)
         else:  # SDPA told "causal" or "full" instead of the mask where that is exact (once per batch, here)
             kind = sdpa_kind(structure, attention_mask, self.training)
+        mode = WithMemory(memory) if memory is not None else self.pass_mode(attention_mask, last_layer_rows)
         return self.encoder(self.embed(input_ids, token_type_ids), mask, output_hidden_states=output_hidden_states,
-                            query_positions=query_positions, memory=memory, mask_kind=kind,
-                            tokens=None if memory is not None else self._real_tokens(attention_mask, query_positions))
+                            mode=mode, mask_kind=kind)
 
     def embed(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
               dropout: nn.Module | None = None) -> Tensor:
@@ -154,21 +156,23 @@ class ModelBase(nn.Module):
 
     # ---- outputs ------------------------------------------------------------------------------------
 
-    def _real_tokens(self, attention_mask: Tensor, query_positions: Tensor | None = None) -> Tensor | None:
-        """What Encoder.forward's `tokens` gets: at inference (eval mode, no autograd) a batch with padding runs
-        its per-token layers on the real tokens only (outputs at the padding are then zero); training keeps
-        the padded layout."""
-        if self.training or torch.is_grad_enabled() or query_positions is not None:
+    def pass_mode(self, attention_mask: Tensor, last_layer_rows: LastLayerRows | None = None) -> PassMode | None:
+        """Encoder.forward's mode for a pass over whole sequences: the last-layer rows when given; else, at inference
+        (eval mode, no autograd), a batch with padding runs its per-token layers on the real tokens only (Packed:
+        outputs at the padding are then zero); training keeps the padded layout."""
+        if last_layer_rows is not None:
+            return last_layer_rows
+        if self.training or torch.is_grad_enabled():
             return None
         real = int(attention_mask.sum())
-        return None if real in (0, attention_mask.numel()) else attention_mask  # no padding, or nothing but
+        return None if real in (0, attention_mask.numel()) else Packed(attention_mask)  # no padding, or nothing but
 
     @staticmethod
-    def _query_positions(query_positions: Tensor | None, labels: Tensor | None) -> Tensor | None:
-        if query_positions is not None and labels is not None:
-            raise ValueError("query_positions (one output position per row, for scoring) cannot be combined with "
+    def _last_layer_rows(rows: LastLayerRows | None, labels: Tensor | None) -> LastLayerRows | None:
+        if rows is not None and labels is not None:
+            raise ValueError("last_layer_rows (one output position per row, for scoring) cannot be combined with "
                              "labels, whose loss needs the outputs at every labelled position")
-        return query_positions
+        return rows
 
     def logits(self, hidden: Tensor) -> Tensor:
         return self.head(hidden, self.embeddings.word.weight)

@@ -82,13 +82,13 @@ class Frame:
         return Frame(self.table, self.index[:, :, start:], differ)
 
 
-def relative_frame(query_positions: Tensor, key_positions: Tensor, width: int, clamp: int = -1,
+def relative_frame(query_columns: Tensor, key_positions: Tensor, width: int, clamp: int = -1,
                    query_segments: Tensor | None = None, key_segments: Tensor | None = None,
                    dropout: nn.Module | None = None) -> Frame:
-    """The Transformer-XL frame. query_positions (Lq,) or (B, Lq), key_positions (Lk,) or (B, Lk): integer
+    """The Transformer-XL frame. query_columns (Lq,) or (B, Lq), key_positions (Lk,) or (B, Lk): integer
     positions (memory keys sit before 0); distance = query position - key position, clamped to +-clamp when
     clamp > 0 (XLNet's clamp_len). Segments (B, Lq) / (B, Lk) give the relative segment term."""
-    qp = query_positions if query_positions.dim() == 2 else query_positions[None]
+    qp = query_columns if query_columns.dim() == 2 else query_columns[None]
     kp = key_positions if key_positions.dim() == 2 else key_positions[None]
     distance = qp[:, :, None] - kp[:, None, :]  # (B or 1, Lq, Lk)
     if clamp > 0:
@@ -318,9 +318,9 @@ class Disentangled(nn.Module):
         else:
             nn.init.normal_(self.table, std=std)
 
-    def prepare(self, query_positions: Tensor, key_positions: Tensor) -> RelativeTable:
+    def prepare(self, query_columns: Tensor, key_positions: Tensor) -> RelativeTable:
         """The pass's table and index, for positions (1 or B, Lq) and (1 or B, Lk)."""
-        relative = (query_positions[:, :, None] - key_positions[:, None, :]).clamp(-self.reach, self.reach)
+        relative = (query_columns[:, :, None] - key_positions[:, None, :]).clamp(-self.reach, self.reach)
         return RelativeTable(self.norm(self.table), self.row[relative + self.reach])
 
 
@@ -384,24 +384,24 @@ class PositionScheme(nn.Module):
         """T5's bucket table is a score bias (HuggingFace's relative_attention_bias), not a weight."""
         return list(self.buckets.parameters()) if self.buckets is not None else []
 
-    def bias(self, query_positions: Tensor, key_positions: Tensor) -> Tensor:
+    def bias(self, query_columns: Tensor, key_positions: Tensor) -> Tensor:
         """The additive score term (1 or B, heads, Lq, Lk) in fp32, for positions (1 or B, Lq) and (1 or B, Lk)."""
-        relative = key_positions[:, None, :] - query_positions[:, :, None]  # (B, Lq, Lk): key - query
+        relative = key_positions[:, None, :] - query_columns[:, :, None]  # (B, Lq, Lk): key - query
         if self.kind == "alibi":
             return -self.slopes[None, :, None, None] * relative.abs()[:, None].float()
         bucket = t5_bucket(relative, self.bidirectional)
         return self.buckets(bucket).permute(0, 3, 1, 2).float()
 
-    def prepare(self, mask: Tensor, query_positions: Tensor, key_positions: Tensor, dtype: torch.dtype,
+    def prepare(self, mask: Tensor, query_columns: Tensor, key_positions: Tensor, dtype: torch.dtype,
                 new_key_positions: Tensor | None = None) -> tuple[Tensor, Rotary | None]:
         """What the layers of one pass get: the mask, with a bias scheme's term folded in (a float mask, -inf where
         the boolean mask forbids), and the rotary tables (rotary only). Positions are (1 or B, L) integers; with a
         key/value cache, key_positions are every cached key's and new_key_positions those of the keys this pass
         projects (and rotates: cached keys were rotated when they were new)."""
         if self.kind == "rotary":
-            q_cos, q_sin = rotary_angles(query_positions, self.width, self.base)
+            q_cos, q_sin = rotary_angles(query_columns, self.width, self.base)
             k_cos, k_sin = rotary_angles(key_positions if new_key_positions is None else new_key_positions, self.width,
                                          self.base)
             return mask, Rotary(*(t[:, None].to(dtype) for t in (q_cos, q_sin, k_cos, k_sin)))
-        bias = self.bias(query_positions, key_positions).to(dtype)
+        bias = self.bias(query_columns, key_positions).to(dtype)
         return bias.masked_fill(~mask, float("-inf")), None

@@ -46,7 +46,7 @@ class LongAttention:
     def __init__(self, config: ModelConfig) -> None:
         self.long = config.long
 
-    def prepare(self, mask: Tensor, query_positions: Tensor, key_positions: Tensor, banded_ok: bool,
+    def prepare(self, mask: Tensor, query_columns: Tensor, key_positions: Tensor, banded_ok: bool,
                 scheme: PositionScheme | None) -> Tensor | BandedMask:
         """The family's mask (B, 1, Lq, Lk) bool with the window pattern ANDed in; a BandedMask instead when the
         pass may run banded (`banded_ok`: a full self-attention pass, no cache) and is long enough. Positions:
@@ -56,12 +56,12 @@ class LongAttention:
             return BandedMask(mask, long.window, long.dilation, long.global_tokens, scheme)
         if long.window is None:
             return mask
-        distance = query_positions[:, :, None] - key_positions[:, None, :]
+        distance = query_columns[:, :, None] - key_positions[:, None, :]
         allowed = distance.abs() <= long.window * long.dilation
         if long.dilation > 1:
             allowed = allowed & (distance % long.dilation == 0)
         if long.global_tokens:
-            allowed = allowed | (query_positions < long.global_tokens)[:, :, None] \
+            allowed = allowed | (query_columns < long.global_tokens)[:, :, None] \
                 | (key_positions < long.global_tokens)[:, None, :]
         return mask & allowed[:, None]
 

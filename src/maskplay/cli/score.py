@@ -16,6 +16,7 @@ from ..devices import resolve_device
 from ..families import families
 from ..files import OutputLock, prepare_output_file
 from ..precision_probe import resolve_cli
+from ..score.passes import method_names
 from ..score.scorer import Method, Overflow, SentenceScore
 from .common import (
     MAX_LENGTH_HELP,
@@ -37,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model_arguments(p)
     p.add_argument("sentences", nargs="*", metavar="SENTENCE")
     p.add_argument("--format", choices=["table", "jsonl", "tsv"], default="table")
-    p.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value,
+    p.add_argument("--method", choices=method_names(), default=Method.AUTO.value,
                    help="auto = one-pass for T-TA, pll for BERT and UniLM, causal for GPT, XLNet and GPT-BERT, "
                         "discriminator for ELECTRA (sum of log P(original)); pll on ELECTRA = its generator's PLL; "
                         "fused = GPT-BERT's causal + PLL log-probability of each piece")
@@ -93,7 +94,7 @@ def run_score(args: argparse.Namespace) -> int:
     with OutputLock(out_path) if out_path is not None else contextlib.nullcontext():
         done = resume_point(out_path, rows, args.format) if args.resume and out_path.exists() else 0
         scorer = Scorer.from_pretrained(args.model_dir, batch_size=args.batch_size, device=device,
-                                        method=Method(args.method), overflow=Overflow(args.overflow),
+                                        method=args.method, overflow=Overflow(args.overflow),
                                         segment_tokens=args.segment_tokens, memory_tokens=args.memory_tokens,
                                         max_length=args.max_length, temperature=args.temperature,
                                         precision=resolve_cli(args.precision, device, model_dir=args.model_dir,
@@ -179,7 +180,7 @@ def _explain(scorer: Any, rows: list[tuple[int, str]], args: argparse.Namespace)
     positions = [k for k, (_, text) in enumerate(rows) if not is_empty(text)]
     scores = dict(zip(positions, _score_rows(scorer, rows, positions, args), strict=True))
     colour = args.color == "always" or (args.color == "auto" and out.isatty())
-    print(legend(colour, replaced=scorer.method is Method.DISCRIMINATOR), file=out)
+    print(legend(colour, replaced=scorer.rule.head == "original"), file=out)
     for k, (index, _) in enumerate(rows):
         print(f"[{index}] " + (explain(scores[k], colour) if k in scores else "(empty)"), file=out)
     report_empty(rows, args)

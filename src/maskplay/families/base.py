@@ -14,11 +14,13 @@ look a family up by name there and ask it, so no module outside families/ compar
                                   config.<family>)
     left-to-right (T5 buckets,    causal                             False
       windows, minicons' class)
-    scoring                       score_methods (first = auto),      PLL; the head at the position itself
-                                  score_positions(runner, ...),
-                                  pll_hidden(runner, ...),
+    scoring                       score_rules (scoring.ScoreRule;    PLL and PLL-word; the head at the
+                                  first = auto; score_methods are    position itself
+                                  their names),
+                                  score_positions(run, ..., rule),
+                                  pll_hidden(run, ...),
                                   masked_lm(), memory_length(),
-                                  memory_pass(runner, ...)
+                                  memory_pass(run, ...)
     fine-tuning / embedding       default_pooling, pair_segments,    "first"; no segments; forward as is
                                   downstream_kwargs(types),
                                   embedding_kwargs(diagonal_mask),
@@ -57,7 +59,9 @@ from ..model_dir import (
     resolve_model_dir,
 )
 from ..modeling import IGNORE_INDEX, ModelBase
+from ..pass_modes import LastLayerRows
 from ..registry import FAMILIES, family_names, register
+from ..scoring import PLL_RULES, PassRunner, ScoreRule
 
 
 class MaskplayModel(ModelBase):
@@ -68,7 +72,9 @@ class MaskplayModel(ModelBase):
     # config.<family> in code ("-" read as "_": registry.section_name); every ModelConfig holds every family's
     settings: ClassVar[type | None] = None
     causal: ClassVar[bool] = False
-    score_methods: ClassVar[tuple[str, ...]] = ("pll", "pll-word")  # maskplay.score.Method values; first = auto
+    # how the family scores (scoring.ScoreRule, declared here and in each family's file); the first is "auto"
+    score_rules: ClassVar[tuple[ScoreRule, ...]] = PLL_RULES
+    score_methods: ClassVar[tuple[str, ...]] = tuple(rule.name for rule in PLL_RULES)  # the rules' names
     masked_lm_method: ClassVar[str | None] = None  # minicons' MaskedLMScorer default, where not the first method
     default_pooling: ClassVar[str] = "first"
     pair_segments: ClassVar[bool] = False  # a text pair's second text gets segment 1 when the model has segments
@@ -102,6 +108,7 @@ class MaskplayModel(ModelBase):
         super().__init_subclass__(**kwargs)
         # a family generates when it writes both generation hooks
         cls.can_generate = cls.prefill is not MaskplayModel.prefill and cls.step is not MaskplayModel.step
+        cls.score_methods = tuple(rule.name for rule in cls.score_rules)
         if cls.__dict__.get("family"):
             register(cls)
 
@@ -120,20 +127,33 @@ class MaskplayModel(ModelBase):
 
     # ---- scoring ------------------------------------------------------------------------------------------
 
-    def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
-                        targets: Tensor, boundaries_first: bool = False) -> Tensor:
-        """log p(targets) at (rows, cols) in one forward pass (maskplay.score.passes.position_log_probs): by
-        default the head reads the output at the position itself."""
-        hidden = runner.forward(ids, attention_mask=attention_mask).last_hidden_state
-        return runner.log_probs(hidden[rows, cols], targets)
+    @classmethod
+    def score_rule(cls, name: str) -> ScoreRule:
+        """The family's rule called `name` (one of score_methods)."""
+        for rule in cls.score_rules:
+            if rule.name == name:
+                return rule
+        raise ValueError(f"method {name!r} does not apply to a {cls.family!r} model; it has {list(cls.score_methods)}")
 
-    def pll_hidden(self, runner: Any, ids: Tensor, attention_mask: Tensor, pos: Tensor, end: Tensor) -> Tensor:
-        """The outputs (B, H) at `pos` with the pieces pos..end-1 of each row hidden (PLL, one copy per row):
-        [MASK] in their place; the last block and the head run at `pos` alone."""
+    def score_positions(self, run: PassRunner, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
+                        targets: Tensor, rule: ScoreRule) -> Tensor:
+        """log p(targets) at (rows, cols) in one forward pass by a one-pass rule (maskplay.score.passes.
+        position_log_probs): by default what the rule declares (ScoreRule.read); a family overrides it for a
+        reading no rule can state."""
+        return rule.read(run, ids, attention_mask, rows, cols, targets)
+
+    def pll_hidden(self, run: PassRunner, ids: Tensor, attention_mask: Tensor, pos: Tensor, end: Tensor,
+                   offset: int | None = None) -> Tensor:
+        """The outputs (B, H) that predict the piece at `pos` with the pieces pos..end-1 of each row hidden (PLL,
+        one copy per row): [MASK] in their place; the last block and the head run at `pos` + offset alone (offset:
+        the PLL rule's, default the family's "pll" rule's). A family with a PLL rule and this default takes
+        `last_layer_rows` in its forward and hands it to encode_under."""
         columns = torch.arange(ids.shape[1], device=ids.device)[None, :]
         hide = (columns >= pos[:, None]) & (columns < end[:, None])
         masked = ids.masked_fill(hide, self.config.mask_token_id)
-        return runner.forward(masked, attention_mask=attention_mask, query_positions=pos).last_hidden_state[:, 0]
+        offset = self.score_rule("pll").offset if offset is None else offset
+        rows = LastLayerRows(pos).shifted(offset)
+        return run.forward(masked, attention_mask=attention_mask, last_layer_rows=rows).last_hidden_state[:, 0]
 
     def masked_lm(self, memo: Callable[[str, Callable[[Any], Any]], Any]) -> MaskplayModel:
         """The model a PLL runs on (ELECTRA: its generator). memo(kind, make) returns make(self), made once while
@@ -155,13 +175,13 @@ class MaskplayModel(ModelBase):
         """Tokens of Transformer-XL memory scoring may carry between segments (None: this family has none)."""
         return None
 
-    def memory_pass(self, runner: Any, ids: Tensor, attention_mask: Tensor, mems: list[Tensor],
+    def memory_pass(self, run: PassRunner, ids: Tensor, attention_mask: Tensor, mems: list[Tensor],
                     memory_tokens: int) -> tuple[Tensor, list[Tensor], int]:
         """One segment of scoring with memory (score/long.py, overflow='memory'), right-padded rows: the outputs
         (B, L, H) the head reads, each layer's memory for the next segment (the caller cuts it to memory_tokens)
         and the shift s, output p predicting the token at p + s. The default: a two-stream family's query stream
         left to right (forward's left_to_right view), output p predicting token p (s = 0)."""
-        out = runner.forward(ids, attention_mask=attention_mask, left_to_right=True, mems=mems)
+        out = run.forward(ids, attention_mask=attention_mask, left_to_right=True, mems=mems)
         return out.last_hidden_state, out.mems, 0
 
     # ---- fine-tuning and embedding ------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from torch import Tensor
 from ..masks import MaskMod, MaskPicture, bidirectional
 from ..modeling import IGNORE_INDEX
 from ..outputs import ModelOutput
+from ..pass_modes import LastLayerRows
 from .base import MaskplayModel
 
 
@@ -27,19 +28,19 @@ class BertMLM(MaskplayModel):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 token_type_ids: Tensor | None = None, output_hidden_states: bool = False,
-                query_positions: Tensor | None = None) -> ModelOutput:
-        """query_positions (B,): the last block runs at that one position per row (see Encoder.forward)."""
+                last_layer_rows: LastLayerRows | None = None) -> ModelOutput:
+        """last_layer_rows: the last block runs at one position per row (pass_modes.LastLayerRows)."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
         return self.under_mask(bidirectional(), input_ids, attention_mask, labels, token_type_ids,
-                               output_hidden_states, query_positions)
+                               output_hidden_states, last_layer_rows)
 
     def under_mask(self, structure: MaskMod, input_ids: Tensor, attention_mask: Tensor, labels: Tensor | None,
                    token_type_ids: Tensor | None, output_hidden_states: bool,
-                   query_positions: Tensor | None) -> ModelOutput:
+                   last_layer_rows: LastLayerRows | None) -> ModelOutput:
         """BERT's forward pass under a structural mask: UniLM is BERT's weights under its own."""
-        query_positions = self._query_positions(query_positions, labels)
+        last_layer_rows = self._last_layer_rows(last_layer_rows, labels)
         h, states = self.encode_under(structure, input_ids, attention_mask, token_type_ids, output_hidden_states,
-                                      query_positions)
+                                      last_layer_rows)
         return self.output(h, labels, states)
 
     def downstream_kwargs(self, input_ids: Tensor, token_type_ids: Tensor | None) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from ..heads import LMHead
 from ..masks import MaskPicture, bidirectional
 from ..modeling import IGNORE_INDEX
 from ..outputs import ModelOutput
+from ..scoring import PLL_RULES, ScoreRule
 from .base import MaskplayModel
 from .bert import BertMLM, mask_tokens
 
@@ -99,7 +100,8 @@ class ElectraConfig:
 class Electra(MaskplayModel):
     family = "electra"
     settings = ElectraConfig  # [model.electra]
-    score_methods = ("discriminator", "pll", "pll-word")
+    # the discriminator: how likely each token is the original, one pass; PLL runs on the generator
+    score_rules = (ScoreRule("discriminator", head="original"), *PLL_RULES)
     masked_lm_method = "pll"  # a masked LM means the generator, not the discriminator
     pair_segments = True
     parts = ("generator", "discriminator")
@@ -177,12 +179,6 @@ class Electra(MaskplayModel):
         forward = (config.num_layers * layer_flops(config, seq_len) + disc_head
                    + gen.num_layers * layer_flops(gen, seq_len) + config.electra.mask_prob * gen_head + projections)
         return 3 * forward
-
-    def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
-                        targets: Tensor, boundaries_first: bool = False) -> Tensor:
-        """The discriminator: how likely each token is the original."""
-        hidden = runner.forward(ids, attention_mask=attention_mask).last_hidden_state
-        return runner.original_log_probs(hidden[rows, cols])
 
     def masked_lm(self, memo: Callable[[str, Callable[[Any], Any]], Any]) -> MaskplayModel:
         if self.generator is None:

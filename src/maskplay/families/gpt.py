@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
@@ -14,13 +12,14 @@ from ..masks import MaskPicture
 from ..masks import causal as left_to_right
 from ..modeling import IGNORE_INDEX
 from ..outputs import ModelOutput
+from ..scoring import PassRunner, ScoreRule
 from .base import MaskplayModel
 
 
 class GPT(MaskplayModel):
     family = "gpt"
     causal = True
-    score_methods = ("causal",)
+    score_rules = (ScoreRule("causal", offset=-1, left_to_right=True),)  # piece i from the output at i - 1
     default_pooling = "last"  # the only token that has read the whole input
     growable = True
     trains_with_memory = True
@@ -88,22 +87,16 @@ class GPT(MaskplayModel):
             return None
         return 0
 
-    def memory_pass(self, runner: Any, ids: Tensor, attention_mask: Tensor, mems: list[Tensor],
+    def memory_pass(self, run: PassRunner, ids: Tensor, attention_mask: Tensor, mems: list[Tensor],
                     memory_tokens: int) -> tuple[Tensor, list[Tensor], int]:
         """Output p predicts token p + 1 (s = 1). A right-padded row (a text's shorter last segment) runs with its
         padding as tokens: under the causal mask no real position reads a later one, so the real positions'
         outputs are those without it (and that row's memory, which holds it, is never carried: its text ends)."""
         everything = torch.ones_like(attention_mask)
         if not memory_tokens:
-            return runner.forward(ids, attention_mask=everything).last_hidden_state, [], 1
-        out = runner.forward(ids, attention_mask=everything, mems=mems, memory_length=memory_tokens)
+            return run.forward(ids, attention_mask=everything).last_hidden_state, [], 1
+        out = run.forward(ids, attention_mask=everything, mems=mems, memory_length=memory_tokens)
         return out.last_hidden_state, out.mems, 1
-
-    def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
-                        targets: Tensor, boundaries_first: bool = False) -> Tensor:
-        """Position i is predicted by the output one position to its left (cols >= 1)."""
-        hidden = runner.forward(ids, attention_mask=attention_mask).last_hidden_state
-        return runner.log_probs(hidden[rows, cols - 1], targets)
 
     def num_targets(self, batch: dict[str, Tensor]) -> int:
         return int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())  # shifted inside forward: position 0 is no target

@@ -29,6 +29,8 @@ from ..config import ModelConfig
 from ..masks import MaskMod, MaskPicture, bidirectional, causal
 from ..modeling import IGNORE_INDEX
 from ..outputs import ModelOutput
+from ..pass_modes import LastLayerRows
+from ..scoring import PLL, PLL_WORD, SUM, ScoreRule
 from .base import MaskplayModel
 from .gpt import GPT
 
@@ -78,7 +80,11 @@ class GptBertConfig:
 class GPTBert(MaskplayModel):
     family = "gpt-bert"
     settings = GptBertConfig  # [model.gpt_bert]
-    score_methods = ("causal", "pll", "pll-word", "fused")
+    # causal mode: piece k from the output at k - 1, every piece in one pass; MNTP's PLL: the pieces masked, the
+    # piece at k read from the bidirectional output at k - 1; fused: the two summed
+    score_rules = (ScoreRule("causal", offset=-1, pass_kwargs=lambda mask: {"causal": True}, left_to_right=True),
+                   ScoreRule("pll", PLL, offset=-1), ScoreRule("pll-word", PLL_WORD, offset=-1),
+                   ScoreRule("fused", SUM, parts=("pll", "causal")))
     masked_lm_method = "pll"  # minicons' masked-LM reading: MNTP's PLL
     default_pooling = "mean"
     predicted_fraction = 1 / 16 + 15 / 16 * 0.225  # causal rows at every token, masked rows at the mean mask rate
@@ -122,16 +128,16 @@ class GPTBert(MaskplayModel):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 causal_rows: Tensor | None = None, causal: bool = False, output_hidden_states: bool = False,
-                query_positions: Tensor | None = None) -> ModelOutput:
+                last_layer_rows: LastLayerRows | None = None) -> ModelOutput:
         """causal_rows (B,) bool: the rows in causal mode (training_batch's); else `causal` sets every row's mode
         (default: the bidirectional mode, what embedding and fine-tuning read). labels are already shifted: the
         output at k is scored against labels[:, k]."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
         if causal_rows is None:
             causal_rows = torch.full((input_ids.shape[0],), causal, dtype=torch.bool, device=input_ids.device)
-        query_positions = self._query_positions(query_positions, labels)
+        last_layer_rows = self._last_layer_rows(last_layer_rows, labels)
         h, states = self.encode_under(batch_modes(causal_rows), input_ids, attention_mask,
-                                      output_hidden_states=output_hidden_states, query_positions=query_positions)
+                                      output_hidden_states=output_hidden_states, last_layer_rows=last_layer_rows)
         if labels is None:
             return self.output(h, None, states)
         return self._mntp_loss(h, labels, causal_rows, states)
@@ -160,18 +166,6 @@ class GPTBert(MaskplayModel):
                            parts={k: v.detach() for k, v in parts.items()})
 
     # ---- the contract's rules (families/base.py) ------------------------------------------------------------
-
-    def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
-                        targets: Tensor, boundaries_first: bool = False) -> Tensor:
-        """Causal mode: piece k from the output at k - 1, every piece in one pass."""
-        hidden = runner.forward(ids, attention_mask=attention_mask, causal=True).last_hidden_state
-        return runner.log_probs(hidden[rows, cols - 1], targets)
-
-    def pll_hidden(self, runner: Any, ids: Tensor, attention_mask: Tensor, pos: Tensor, end: Tensor) -> Tensor:
-        """MNTP's reading: pieces pos..end-1 masked, the piece at pos read from the output at pos - 1 (bidirectional)."""
-        columns = torch.arange(ids.shape[1], device=ids.device)[None, :]
-        masked = ids.masked_fill((columns >= pos[:, None]) & (columns < end[:, None]), self.config.mask_token_id)
-        return runner.forward(masked, attention_mask=attention_mask, query_positions=pos - 1).last_hidden_state[:, 0]
 
     # ---- generation: the causal mode, exactly GPT's hooks (maskplay.generation_hooks) -------------------------------
 

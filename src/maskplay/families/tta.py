@@ -13,12 +13,15 @@ from torch import Tensor
 from ..dropout import Dropout
 from ..masks import MaskPicture, and_masks, bidirectional, materialize, no_diagonal, padding, sdpa_kind
 from ..outputs import ModelOutput
+from ..pass_modes import LastLayerRows
+from ..scoring import PLL_RULES, ScoreRule
 from .base import MaskplayModel
 
 
 class TTA(MaskplayModel):
     family = "tta"
-    score_methods = ("one-pass", "pll", "pll-word")
+    # one pass: output i never sees token i, so it predicts the piece at i itself
+    score_rules = (ScoreRule("one-pass"), *PLL_RULES)
     default_pooling = "mean"
     growable = True
     has_diagonal_switch = True
@@ -38,10 +41,10 @@ class TTA(MaskplayModel):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 output_hidden_states: bool = False, diagonal_mask: bool = True,
-                query_positions: Tensor | None = None) -> ModelOutput:
+                last_layer_rows: LastLayerRows | None = None) -> ModelOutput:
         """diagonal_mask=False lets each position see its own token: for feature extraction and fine-tuning,
-        as the paper does downstream. Language-model scores need the default. query_positions (B,): the last
-        block runs at that one position per row (see Encoder.forward)."""
+        as the paper does downstream. Language-model scores need the default. last_layer_rows: the last block
+        runs at one position per row (pass_modes.LastLayerRows)."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
         cfg = self.config
         x = self.embed(input_ids)
@@ -50,8 +53,8 @@ class TTA(MaskplayModel):
         structure = no_diagonal() if diagonal_mask else bidirectional()
         B, L = input_ids.shape
         mask = materialize(and_masks(structure, padding(attention_mask)), B, L, device=input_ids.device)
-        query_positions = self._query_positions(query_positions, labels)
+        last_layer_rows = self._last_layer_rows(last_layer_rows, labels)
         h, states = self.encoder(h, mask, kv=x, output_hidden_states=output_hidden_states,
-                                 query_positions=query_positions, tokens=self._real_tokens(attention_mask, query_positions),
+                                 mode=self.pass_mode(attention_mask, last_layer_rows),
                                  mask_kind=sdpa_kind(structure, attention_mask, self.training))
         return self.output(h, labels, states)

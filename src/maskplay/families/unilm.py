@@ -27,6 +27,7 @@ from ..generation_hooks import check_ids, forward_cached, last_real
 from ..masks import MaskMod, MaskPicture, bidirectional, causal, materialize, prefix_lm, required
 from ..modeling import IGNORE_INDEX
 from ..outputs import ModelOutput
+from ..pass_modes import LastLayerRows
 from .bert import BertMLM, mask_tokens
 
 # mask kinds, in the order of their probabilities in MIX
@@ -90,14 +91,14 @@ class UniLM(BertMLM):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 token_type_ids: Tensor | None = None, output_hidden_states: bool = False,
-                mask_kind: Tensor | int = SEQ2SEQ, query_positions: Tensor | None = None) -> ModelOutput:
+                mask_kind: Tensor | int = SEQ2SEQ, last_layer_rows: LastLayerRows | None = None) -> ModelOutput:
         """token_type_ids: the segments (default: after the first separator, segments_after_separator);
         mask_kind: SEQ2SEQ by default (0..3, see structure)."""
         attention_mask = self.check_inputs(input_ids, attention_mask)
         if token_type_ids is None:
             token_type_ids = segments_after_separator(input_ids, self.config.separator_id)
         return self.under_mask(structure(int(mask_kind), token_type_ids), input_ids, attention_mask, labels,
-                               self._segments(token_type_ids), output_hidden_states, query_positions)
+                               self._segments(token_type_ids), output_hidden_states, last_layer_rows)
 
     def training_batch(self, input_ids: Tensor, attention_mask: Tensor,
                        generator: torch.Generator | None = None) -> dict[str, Tensor]:

@@ -52,6 +52,7 @@ from ..masks import (
 from ..modeling import IGNORE_INDEX
 from ..outputs import ModelOutput
 from ..positions import relative_frame
+from ..scoring import PLL_RULES, PassRunner, ScoreRule
 from .base import MaskplayModel
 
 # (content stream, query stream, memory for the next segment, hidden states)
@@ -113,7 +114,11 @@ class XLNet(MaskplayModel):
     family = "xlnet"
     settings = XlnetConfig  # [model.xlnet]
     two_streams = True
-    score_methods = ("causal", "pll", "pll-word", "causal-boundaries")
+    # its query stream at position i predicts token i: left to right (causal), or under the order [SOS], [EOS], then
+    # left to right (causal-boundaries); PLL hides a piece by the mask (pll_hidden)
+    score_rules = (ScoreRule("causal", pass_kwargs=lambda mask: {"left_to_right": True}, left_to_right=True),
+                   *PLL_RULES, ScoreRule("causal-boundaries", pass_kwargs=lambda mask: boundaries_first_view(mask),
+                                         left_to_right=True))
     masked_lm_method = "pll"  # minicons' masked LM reading: its PLL, not its causal score
     default_pooling = "last"  # the content stream at the last token, as HuggingFace's summary "last"
     predicted_fraction = 1 / 6  # partial prediction at the default K = 6 (the query stream's rows not counted)
@@ -149,20 +154,10 @@ class XLNet(MaskplayModel):
 
     training_flops_per_token = staticmethod(training_flops)  # the two streams' count (the contract's hook)
 
-    def score_positions(self, runner: Any, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
-                        targets: Tensor, boundaries_first: bool = False) -> Tensor:
-        """The query stream, left to right (position i predicts token i), or boundaries first."""
-        if boundaries_first:
-            everywhere = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape)
-            hidden = runner.forward(ids, attention_mask=attention_mask, order=boundaries_first_order(attention_mask),
-                                    target_positions=everywhere).last_hidden_state
-        else:
-            hidden = runner.forward(ids, attention_mask=attention_mask, left_to_right=True).last_hidden_state
-        return runner.log_probs(hidden[rows, cols], targets)
-
-    def pll_hidden(self, runner: Any, ids: Tensor, attention_mask: Tensor, pos: Tensor, end: Tensor) -> Tensor:
-        """Hidden by its mask, not replaced: the query stream reads the others only."""
-        return runner.forward(ids, attention_mask=attention_mask, hide_positions=pos, hide_ends=end).last_hidden_state[:, 0]
+    def pll_hidden(self, run: PassRunner, ids: Tensor, attention_mask: Tensor, pos: Tensor, end: Tensor,
+                   offset: int | None = None) -> Tensor:
+        """Hidden by its mask, not replaced: the query stream reads the others only, at the hidden piece."""
+        return run.forward(ids, attention_mask=attention_mask, hide_positions=pos, hide_ends=end).last_hidden_state[:, 0]
 
     def memory_length(self) -> int:
         return self.config.xlnet.mem_len
@@ -173,11 +168,11 @@ class XLNet(MaskplayModel):
     # ---- the two streams ------------------------------------------------------------------------------
 
     def streams(self, input_ids: Tensor, attention_mask: Tensor, may_see: MaskMod,
-                query_positions: Tensor | None = None, token_type_ids: Tensor | None = None,
+                query_stream_at: Tensor | None = None, token_type_ids: Tensor | None = None,
                 mems: list[Tensor] | None = None, need_content: bool = True,
                 output_hidden_states: bool = False, keep_memory: bool = False) -> Streams:
         """Both streams through every block. `may_see`: the query stream's structural mask (the content stream's
-        is that or the diagonal; padding keys are hidden from both). `query_positions` (B, T): where the query
+        is that or the diagonal; padding keys are hidden from both). `query_stream_at` (B, T): where the query
         stream runs (None: no query stream). The memory for the next segment is kept with `keep_memory`, xlnet.mem_len
         or `mems`. Returns (content output or None when not `need_content`, query
         output (B, T, H) or None, the new memory (one tensor per layer, detached), hidden states (of the
@@ -189,11 +184,11 @@ class XLNet(MaskplayModel):
         content_mask = materialize(and_masks(or_masks(may_see, diagonal()), padding(attention_mask)), B, L,
                                    device=input_ids.device)
         rows = torch.arange(L, device=input_ids.device).expand(B, L)
-        if query_positions is not None:
+        if query_stream_at is not None:
             query_mask = materialize(and_masks(may_see, padding(attention_mask)), B, L, device=input_ids.device)
-            query_mask = query_mask.gather(2, query_positions[:, None, :, None].expand(B, 1, -1, L))
+            query_mask = query_mask.gather(2, query_stream_at[:, None, :, None].expand(B, 1, -1, L))
             mask = torch.cat([content_mask, query_mask], dim=2)
-            rows = torch.cat([rows, query_positions], dim=1)
+            rows = torch.cat([rows, query_stream_at], dim=1)
         else:
             mask = content_mask
         if M:
@@ -211,8 +206,8 @@ class XLNet(MaskplayModel):
         frame = relative_frame(rows, keys, cfg.hidden_size, cfg.xlnet.clamp_len, segments, key_segments,
                                dropout=self.stream_dropout)
         x = self.embeddings(input_ids)
-        if query_positions is not None:
-            start = self.query_start.to(x.dtype).expand(B, query_positions.shape[1], -1)
+        if query_stream_at is not None:
+            start = self.query_start.to(x.dtype).expand(B, query_stream_at.shape[1], -1)
             x = torch.cat([x, self.stream_dropout(start)], dim=1)
         states = [x] if output_hidden_states else None
         new_mems = []
@@ -225,7 +220,7 @@ class XLNet(MaskplayModel):
                 new_mems.append(self._next_memory(memory[index] if memory else None, content))
             source = torch.cat([memory[index].to(x.dtype), content], dim=1) if memory else content
             keys_values[index] = fused_linear(source, layer.attn.key, layer.attn.value)
-            if index == len(layers) - 1 and not need_content and query_positions is not None:
+            if index == len(layers) - 1 and not need_content and query_stream_at is not None:
                 # the last layer's content rows feed nothing: run its query rows alone
                 rows = PassInputs(mask[:, :, L:], _rows(dead, L), keys_values=keys_values, frame=frame.rows_from(L))
                 x = torch.cat([content, layer(x[:, L:].contiguous(), rows, index)], dim=1)
@@ -234,7 +229,7 @@ class XLNet(MaskplayModel):
             if states is not None:
                 states.append(x)
         h = x[:, :L] if need_content else None
-        g = x[:, L:] if query_positions is not None else None
+        g = x[:, L:] if query_stream_at is not None else None
         return h, g, new_mems, tuple(states) if states is not None else None
 
     def _check_mems(self, mems: list[Tensor] | None, batch: int) -> list[Tensor] | None:
@@ -437,3 +432,10 @@ def boundaries_first_order(attention_mask: Tensor) -> Tensor:
     n = attention_mask.long().sum(1, keepdim=True)  # [EOS] sits at n - 1
     pos = torch.arange(attention_mask.shape[1], device=attention_mask.device)[None, :]
     return torch.where(pos == 0, 0, torch.where(pos == 1, n - 1, torch.where(pos < n, pos - 1, pos)))
+
+
+def boundaries_first_view(attention_mask: Tensor) -> dict[str, Tensor]:
+    """forward()'s arguments for method causal-boundaries: the order boundaries_first_order, the query stream at
+    every position."""
+    everywhere = torch.arange(attention_mask.shape[1], device=attention_mask.device).expand(attention_mask.shape)
+    return {"order": boundaries_first_order(attention_mask), "target_positions": everywhere}

@@ -1,6 +1,7 @@
-"""What every scoring method shares: the methods and which family has which (the family contract decides),
-the segments a text is cut into, the Runner (a forward pass and the LM head in one precision, its bf16 / int8
-copies made once) and the batching helpers."""
+"""What every scoring method shares: the methods' names and which family has which (each family declares its
+scoring.ScoreRule's; the scorer batches by rule, never by name), the segments a text is cut into, the Runner (the
+core's scoring.PassRunner: a forward pass and the LM head in one precision, its bf16 / int8 copies made once) and
+the batching helpers."""
 
 from __future__ import annotations
 
@@ -17,12 +18,17 @@ from torch import Tensor
 
 from ..config import ModelConfig
 from ..families import MaskplayModel, families, family_class
+from ..outputs import ModelOutput
 from ..precision import Precision, quantize_int8
+from ..scoring import ScoreRule
 from ..tokenizer import Tokenizer
 from .text import Encoded
 
 
 class Method(str, Enum):
+    """The built-in families' methods (the command line's and the API's names); a family may declare a rule of
+    another name (method_names lists them all), which the scorer runs the same way."""
+
     AUTO = "auto"  # one-pass for T-TA, pll for BERT, causal for GPT
     ONE_PASS = "one-pass"
     PLL = "pll"
@@ -44,18 +50,31 @@ class Overflow(str, Enum):
     MEMORY = "memory"  # scoring, XLNet causal only: consecutive segments with Transformer-XL memory (score.long)
 
 
-def resolve_method(family: str, method: Method | str) -> Method:
+def method_names() -> list[str]:
+    """Every method a registered family declares, the built-in ones first, 'auto' first of all."""
+    names = [m.value for m in Method]
+    return names + sorted({n for cls in families() for n in cls.score_methods} - set(names))
+
+
+def as_method(name: str) -> Method | str:
+    """A built-in method's Method, another family's own method's name as it is."""
+    return Method(name) if name in Method._value2member_map_ else name
+
+
+def resolve_method(family: str, method: Method | str) -> Method | str:
     """The family's own score for 'auto' (the first of its score_methods), else the method if the family has it.
     UniLM is a BERT under a mask: a sentence has no separator, so its mask is bidirectional and its PLL is BERT's."""
-    method = Method(method)
+    name = str(getattr(method, "value", method))
     own = family_class(family).score_methods
-    if method is Method.AUTO:
-        return Method(own[0])
-    if method.value not in own:
-        having = [cls.family for cls in families() if method.value in cls.score_methods]
-        raise ValueError(f"method {method.value!r} does not apply to a {family!r} model; it needs one of "
+    if name == Method.AUTO.value:
+        return as_method(own[0])
+    if name not in own:
+        having = [cls.family for cls in families() if name in cls.score_methods]
+        if not having:
+            raise ValueError(f"{name!r} is not a valid Method; choose one of {method_names()}")
+        raise ValueError(f"method {name!r} does not apply to a {family!r} model; it needs one of "
                          f"{having} (use method 'auto' for this model's natural score: {own[0]!r})")
-    return method
+    return as_method(name)
 
 
 @dataclass(frozen=True)
@@ -140,8 +159,9 @@ def check_compatible(model: MaskplayModel, tokenizer: Tokenizer) -> None:
 
 
 class Runner:
-    """The model's forward pass and LM head in one precision (maskplay.precision): fp32; bf16 end to end (a copy
-    of the model with its parameters cast to bf16 once, here - the model keeps its fp32 weights);
+    """The model's forward pass and LM head in one precision (maskplay.precision; the core's scoring.PassRunner):
+    fp32; bf16 end to end (a copy of the model with its parameters cast to bf16 once, here - the model keeps its
+    fp32 weights);
     or bf16 autocast; or int8 (the encoder's linear layers in int8, precision.quantize_int8; the LM head in
     bf16 where this CPU runs bf16 natively, else in fp32: an emulated bf16 head would cost more than the whole
     int8 encoder saves). The bf16 and int8 copies are made on first use and reused while the model's weights stay
@@ -162,7 +182,7 @@ class Runner:
             return torch.autocast(next(self.model.parameters()).device.type, dtype=torch.bfloat16)
         return nullcontext()
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, *args: Any, **kwargs: Any) -> ModelOutput:
         if self.precision is Precision.bf16:
             if self.bf16_model.training != self.model.training:
                 self.bf16_model.train(self.model.training)
@@ -238,15 +258,15 @@ def _bf16_copies(model: MaskplayModel) -> tuple[MaskplayModel, Any]:
 
 
 def position_log_probs(runner: Runner, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
-                       targets: Tensor | None = None, boundaries_first: bool = False) -> Tensor:
-    """log p(targets) (default: ids[rows, cols]) under the model, the LM head applied only at those positions:
-    for T-TA and BERT the head reads the output at the position itself, for GPT the output one position to the
-    left (so cols must be >= 1 there). PLL passes the true tokens as targets, its ids holding [MASK] there.
-    The forward pass computes no logits of its own (they are lazy). Log-softmax always runs in fp32."""
+                       rule: ScoreRule, targets: Tensor | None = None) -> Tensor:
+    """log p(targets) (default: ids[rows, cols]) under the model by a one-pass `rule`, the head applied only at the
+    outputs that predict those positions (the rule's offset: T-TA's position itself, GPT's one to the left, so cols
+    must be >= 1 there). The forward pass computes no logits of its own (they are lazy). Log-softmax always runs
+    in fp32."""
     if rows.numel() == 0:
         return torch.zeros(0, device=ids.device)
     targets = ids[rows, cols] if targets is None else targets
-    return runner.model.score_positions(runner, ids, attention_mask, rows, cols, targets, boundaries_first)
+    return runner.model.score_positions(runner, ids, attention_mask, rows, cols, targets, rule)
 
 
 def pad_rows(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:

@@ -3,8 +3,8 @@
 Every scored piece gets its own copy of its sentence with that piece masked ("pll"), or with that piece and
 the pieces of the same word to its right masked ("pll-word", Kauf & Ivanova 2023, PLL-word-l2r). The copies
 of all sentences are sorted by length and cut into batches, so a batch mixes sentences and holds little
-padding; the last block and the LM head run once per copy, at its masked position (the query_positions of
-backbone.Encoder.forward), never over the whole sequence."""
+padding; the last block and the LM head run once per copy, at the output that predicts its masked piece
+(pass_modes.LastLayerRows), never over the whole sequence."""
 
 from __future__ import annotations
 
@@ -36,7 +36,9 @@ def pll_copies(segments: list[Segment], word_l2r: bool) -> list[tuple[int, int, 
 
 
 def pll_log_probs(runner: Runner, segments: list[Segment], word_l2r: bool, batch_size: int,
-                  progress: bool = False) -> list[tuple[tuple[int, int], Any]]:
+                  progress: bool = False, offset: int | None = None) -> list[tuple[tuple[int, int], Any]]:
+    """log p of every scored piece, one copy each, hidden the family's way (its pll_hidden); `offset`: the PLL
+    rule's (the output at piece + offset predicts it; default the family's "pll" rule's)."""
     cfg = runner.model.config
     device = next(runner.model.parameters()).device
     found = []
@@ -46,7 +48,7 @@ def pll_log_probs(runner: Runner, segments: list[Segment], word_l2r: bool, batch
         rows = torch.arange(len(batch), device=device)
         pos = torch.tensor([c[2] for c in batch], device=device)
         end = torch.tensor([c[3] for c in batch], device=device)
-        hidden = runner.model.pll_hidden(runner, ids, attn, pos, end)  # the family's way of hiding a piece
+        hidden = runner.model.pll_hidden(runner, ids, attn, pos, end, offset)  # the family's way of hiding a piece
         values = runner.log_probs(hidden, ids[rows, pos]).tolist()
         found.extend(((segments[c[0]].sentence, c[1]), v) for c, v in zip(batch, values, strict=True))
     return found

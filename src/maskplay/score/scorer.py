@@ -28,7 +28,7 @@ pll and pll-word also run on T-TA (copies through the same code path); plain pll
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ import torch
 from ..families import MaskplayModel
 from ..model_dir import resolve_model_dir
 from ..precision import Precision
+from ..scoring import PLL, PLL_WORD, SUM, ScoreRule
 from ..tokenizer import Tokenizer, load_tokenizer
 from .long import check_memory, check_memory_options, memory_log_probs
 from .passes import (
@@ -179,6 +180,7 @@ class Scorer:
                              "use 'error' or 'window' for scoring")
         check_memory_options(self.overflow, segment_tokens, memory_tokens)
         self.method = resolve_method(model.config.family, method)
+        self.rule = type(model).score_rule(str(getattr(self.method, "value", self.method)))  # scoring.ScoreRule
         self.max_length = pass_length(model.config, max_length)
         self.segment_tokens = self.memory_tokens = None
         if self.overflow is Overflow.MEMORY:
@@ -220,7 +222,7 @@ class Scorer:
         fits = sorted(set(range(len(encoded))) - set(long))
         segments = [replace(seg, sentence=fits[seg.sentence]) for seg in
                     make_segments([encoded[k] for k in fits], cfg.sos_token_id, cfg.eos_token_id, self.max_length,
-                                  self.overflow, causal=self.method in (Method.CAUSAL, Method.CAUSAL_BOUNDARIES))]
+                                  self.overflow, causal=self.rule.left_to_right)]
         results = [[math.nan] * len(enc) for enc in encoded]
         windows = [0] * len(encoded)
         with torch.inference_mode():
@@ -242,7 +244,7 @@ class Scorer:
                 raise ValueError(f"sentence {k} got a non-finite log-probability: the model gives nan or inf "
                                  "(damaged or diverged weights?)")
             out.append(SentenceScore(enc.text, enc.tokens, enc.ids, values, enc.word_ids, enc.offsets,
-                                     self.method.value, n_windows))
+                                     self.rule.name, n_windows))
         return out
 
     def segment_log_probs(self, segments: list[Segment], kind: type[Runner] = Runner,
@@ -260,26 +262,36 @@ class Scorer:
             return made_now
 
         with torch.inference_mode():
-            if self.method in (Method.PLL, Method.PLL_WORD):
-                return self._pll(segments, runner(self._masked_lm()))
-            if self.method is Method.FUSED:  # each piece's causal and PLL log-probabilities, summed
-                pll = dict(self._pll(segments, runner(self._masked_lm())))
-                return [(key, value + pll[key]) for key, value in self._one_pass(runner(self.model), segments)]
-            return self._one_pass(runner(self.model), segments)
+            return self._by_rule(self.rule, segments, runner)
+
+    def _by_rule(self, rule: ScoreRule, segments: list[Segment],
+                 runner: Callable[[MaskplayModel], Runner]) -> list[tuple[tuple[int, int], float]]:
+        """The passes a rule batches (scoring.ScoreRule.batching): one pass per batch of segments, one copy per
+        piece (PLL, on the family's masked LM), or the sum of other rules, run in the order listed (the last one's
+        order is the order returned)."""
+        if rule.batching in (PLL, PLL_WORD):
+            return self._pll(segments, runner(self._masked_lm()), rule)
+        if rule.batching == SUM:
+            found = [dict(self._by_rule(self.model.score_rule(name), segments, runner)) for name in rule.parts[:-1]]
+            last = self._by_rule(self.model.score_rule(rule.parts[-1]), segments, runner)
+            return [(key, sum((f[key] for f in found), value)) for key, value in last]
+        return self._one_pass(runner(self.model), segments, rule)
 
     def _runner(self, model: MaskplayModel, kind: type[Runner] = Runner) -> Runner:
         return kind(model, self.precision, self.temperature)
 
-    def _pll(self, segments: list[Segment], runner: Runner) -> list[tuple[tuple[int, int], float]]:
-        return pll_log_probs(runner, segments, word_l2r=self.method is Method.PLL_WORD, batch_size=self.batch_size,
-                             progress=self.progress)
+    def _pll(self, segments: list[Segment], runner: Runner, rule: ScoreRule) -> list[tuple[tuple[int, int], float]]:
+        return pll_log_probs(runner, segments, word_l2r=rule.batching == PLL_WORD, batch_size=self.batch_size,
+                             progress=self.progress, offset=rule.offset)
 
     def _masked_lm(self) -> MaskplayModel:
         """The model PLL runs on: the model itself, or an ELECTRA model's generator."""
         return self.model.masked_lm(lambda kind, make: _cached(self.model, kind, make))
 
-    def _one_pass(self, runner: Runner, segments: list[Segment]) -> list[tuple[tuple[int, int], float]]:
-        """T-TA, GPT and ELECTRA's discriminator: every scored piece of a batch of segments in one forward pass."""
+    def _one_pass(self, runner: Runner, segments: list[Segment],
+                  rule: ScoreRule) -> list[tuple[tuple[int, int], float]]:
+        """A one-pass rule (T-TA, GPT, ELECTRA's discriminator): every scored piece of a batch of segments in one
+        forward pass."""
         order = sorted(range(len(segments)), key=lambda k: -len(segments[k].ids))
         found = []
         batches = list(chunks(order, self.batch_size))
@@ -292,8 +304,7 @@ class Scorer:
                 cols.extend(seg.position(j) for j in seg.scored)
                 keys.extend((seg.sentence, j) for j in seg.scored)
             values = position_log_probs(runner, ids, attn, torch.tensor(rows, device=self.device),
-                                        torch.tensor(cols, device=self.device),
-                                        boundaries_first=self.method is Method.CAUSAL_BOUNDARIES).tolist()
+                                        torch.tensor(cols, device=self.device), rule).tolist()
             found.extend(zip(keys, values, strict=True))
         return found
 

@@ -20,7 +20,7 @@ import torch
 from ..decoding import Generated, can_generate, default_stop_ids, generate
 from ..model_dir import resolve_model_dir
 from ..precision import Precision, quantize_int8
-from ..score import Embedder, Method, Pooling, Scorer, SentenceScore, load_model_dir, read_piece_counts
+from ..score import Embedder, Pooling, Scorer, SentenceScore, load_model_dir, read_piece_counts
 from ..score.embed import PIECE_COUNTS
 from ..score.passes import Runner, pad_rows
 from .errors import APIError
@@ -278,7 +278,7 @@ class ModelService:
                 "add_special_tokens_frame": {"prefix": self.prefix, "suffix": self.suffix}}
 
     def method(self) -> str:
-        return self.scorer.method.value
+        return self.scorer.rule.name
 
     def replaced(self) -> bool:
-        return self.scorer.method is Method.DISCRIMINATOR
+        return self.scorer.rule.head == "original"  # ELECTRA's discriminator: P(replaced), not log p
