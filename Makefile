@@ -42,7 +42,7 @@ fuzz: venv
 	MASKPLAY_FUZZ_LONG=1 $(BIN)/python -m pytest -q -m slow tests/test_fuzz.py
 
 demo: venv
-	$(BIN)/python -m maskplay.demo
+	$(BIN)/python -m maskplay.tasks.demo
 
 # Every family against its HuggingFace twin, one table (benchmarks/all.py; 10-15 minutes on 2 cores), written into
 # docs/BENCHMARKS.md; the sub-runs' JSON in results/bench-all/.

@@ -1,5 +1,5 @@
 """One AdamW step over a model's parameters, three ways in one run: torch's for-loop (`foreach=False`), `foreach`
-and `fused` (what the trainer uses where the device has it, maskplay.train.schedule.build_optimizer), on the
+and `fused` (what the trainer uses where the device has it, maskplay.tasks.train.schedule.build_optimizer), on the
 two-hour model's shape by default (4 x 256, SwiGLU, vocabulary 16,384: 7.4 M parameters), random gradients; the
 median of interleaved rounds.
 
@@ -20,7 +20,7 @@ from common import interleaved, machine  # noqa: E402
 
 from maskplay import preset  # noqa: E402
 from maskplay.families import build_model  # noqa: E402
-from maskplay.train.schedule import parameter_groups  # noqa: E402
+from maskplay.tasks.train.schedule import parameter_groups  # noqa: E402
 
 KINDS = {"for-loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 

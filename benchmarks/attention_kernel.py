@@ -26,10 +26,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
 
-import maskplay.attention.dense as dense  # noqa: E402
+import maskplay.nn.attention.dense as dense  # noqa: E402
 from maskplay import preset  # noqa: E402
 from maskplay.families import build_model  # noqa: E402
-from maskplay.precision import forward_in  # noqa: E402
+from maskplay.runtime.precision import forward_in  # noqa: E402
 
 
 def sdpa(q, k, v, mask):

@@ -29,7 +29,7 @@ MARKS = [*range(1_000_000, 10_000_001, 1_000_000), *range(20_000_000, 100_000_00
 
 def recipe(family: str, overrides: list[str]):
     from maskplay.config import apply_overrides
-    from maskplay.train import load_train_config
+    from maskplay.tasks.train import load_train_config
 
     return apply_overrides(load_train_config(REPO / "configs" / "babylm" / f"strict-small-{family}.toml"), overrides)
 
@@ -38,7 +38,7 @@ def words_per_step(data: Path, batch_size: int, max_length: int, pack: bool) -> 
     """The mean source words of a step: rows as the trainer forms them (packed or single sequences, truncated to
     max_length pieces) over the training split, times the batch."""
     from maskplay.data.dataset import TokenDataset
-    from maskplay.train.batches import pack_groups, sequence_lengths
+    from maskplay.tasks.train.batches import pack_groups, sequence_lengths
 
     split = TokenDataset(data / "train")
     if split.words is None:

@@ -25,9 +25,9 @@ def machine() -> str:
 
 
 def resolve_dtype(name: str, config: object, rows: int) -> str:
-    """A benchmark's --dtype with auto resolved as maskplay's commands resolve it (maskplay.precision_probe: bf16
+    """A benchmark's --dtype with auto resolved as maskplay's commands resolve it (maskplay.runtime.precision_probe: bf16
     where this machine's bf16 matmuls measure faster, else fp32), the choice printed; other names as given."""
-    from maskplay.precision_probe import AUTO, resolve
+    from maskplay.runtime.precision_probe import AUTO, resolve
 
     if name != AUTO:
         return name

@@ -1,4 +1,4 @@
-"""The cost of distillation (maskplay.distill) against plain T-TA training, in one run: an optimizer step of a T-TA
+"""The cost of distillation (maskplay.tasks.distill) against plain T-TA training, in one run: an optimizer step of a T-TA
 on its own cross-entropy, the same step on a teacher's stored targets (`maskplay distill prepare`), and on targets
 the teacher computes at the step (on the fly); then `distill prepare`'s throughput (sequences per second, teacher
 passes and masked copies per sequence; the teacher in fp32, then in bf16).
@@ -27,7 +27,10 @@ from common import interleaved, machine  # noqa: E402
 
 from maskplay import preset  # noqa: E402
 from maskplay.data.dataset import pad_batch, write_split  # noqa: E402
-from maskplay.distill import (  # noqa: E402
+from maskplay.data.tokenizer import SPECIAL_TOKENS, load_tokenizer  # noqa: E402
+from maskplay.families import build_model  # noqa: E402
+from maskplay.runtime.precision import forward_in  # noqa: E402
+from maskplay.tasks.distill import (
     DistillObjective,
     StoredTargets,
     TeacherPass,
@@ -35,12 +38,9 @@ from maskplay.distill import (  # noqa: E402
     prepare_targets,
     student_config,
 )
-from maskplay.distill.loss import DistillForward  # noqa: E402
-from maskplay.families import build_model  # noqa: E402
-from maskplay.precision import forward_in  # noqa: E402
-from maskplay.tokenizer import SPECIAL_TOKENS, load_tokenizer  # noqa: E402
-from maskplay.train.config import OptimSection  # noqa: E402
-from maskplay.train.schedule import build_optimizer  # noqa: E402
+from maskplay.tasks.distill.loss import DistillForward  # noqa: E402
+from maskplay.tasks.train.config import OptimSection  # noqa: E402
+from maskplay.tasks.train.schedule import build_optimizer  # noqa: E402
 
 
 def make_data(root: Path, vocab: int, n: int, seed: int = 0) -> tuple[Path, list[np.ndarray]]:

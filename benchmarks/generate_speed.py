@@ -29,9 +29,9 @@ from common import best_time, interleaved, machine, resolve_dtype  # noqa: E402
 
 from maskplay import preset  # noqa: E402
 from maskplay.cli.generate import for_precision  # noqa: E402
-from maskplay.decoding import generate  # noqa: E402
 from maskplay.families import build_model
 from maskplay.families.hf.gpt import gpt_to_hf_bert_lm_head  # noqa: E402
+from maskplay.tasks.decoding import generate  # noqa: E402
 
 
 def make_cases(model, hf, prompts: list[list[int]], ids: torch.Tensor, max_new_tokens: int, uncached: bool,

@@ -17,7 +17,7 @@ Each of maskplay's cases also records what its attention hands SDPA ("attention"
 goes as is_causal and BERT's unpadded batches without a mask (masks.sdpa_kind), so SDPA's flash kernels can run;
 T-TA's no-diagonal mask, GPT-BERT's mixed-mode batches and the recipes' disentangled position bias still pass a mask.
 
-Reports tokens/s, the ratio to the family's HuggingFace twin, MFU (model FLOPs of maskplay.flops per second over the
+Reports tokens/s, the ratio to the family's HuggingFace twin, MFU (model FLOPs of maskplay.runtime.flops per second over the
 bf16 dense peak: 989 TFLOP/s for an H100 or H200 SXM, else this device's measured matmul peak) and the peak memory
 (torch.cuda.max_memory_allocated; on a CPU the process's resident-set growth), as JSON (--out), written after every
 case so that a time limit leaves the cases done. --tiny shrinks every shape for a dry run on a CPU.
@@ -47,8 +47,8 @@ from common import PeakRSS, machine, matmul_peak  # noqa: E402
 from maskplay import preset  # noqa: E402
 from maskplay.families import build_model  # noqa: E402
 from maskplay.families.bert import mask_tokens  # noqa: E402
-from maskplay.flops import family_training_flops_per_token, training_flops_per_token  # noqa: E402
-from maskplay.precision import forward_in  # noqa: E402
+from maskplay.runtime.flops import family_training_flops_per_token, training_flops_per_token  # noqa: E402
+from maskplay.runtime.precision import forward_in  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # bf16 dense tensor-core peaks (no sparsity), FLOP/s, by a name fragment of torch.cuda.get_device_name
@@ -82,7 +82,7 @@ def model_config(shape: Shape, family: str, recipe: bool = False):
                  intermediate_size=shape.ffn, max_position=max(shape.seq_len, 128), vocab_size=shape.vocab,
                  hidden_dropout=0.0, attention_dropout=0.0)
     if recipe:  # the strict-small recipe's architecture switches at this shape
-        from maskplay.train import load_train_config
+        from maskplay.tasks.train import load_train_config
 
         sizes["intermediate_size"] = shape.ffn * 5 // 4  # a gated FFN is 2/3 as wide: gpt-bert-small's 1,920
 
@@ -137,8 +137,8 @@ class Cases:
         forward = functools.partial(forward_in, model, "bf16-autocast")
         opt = None
         if recipe:
-            from maskplay.train import load_train_config
-            from maskplay.train.schedule import build_optimizer
+            from maskplay.tasks.train import load_train_config
+            from maskplay.tasks.train.schedule import build_optimizer
 
             train_config = load_train_config(REPO / "configs" / "babylm" / f"strict-small-{family}.toml")
             opt = build_optimizer(model, train_config.optim)

@@ -63,7 +63,7 @@ def tokenizers(vocab_size: int, directory: Path):
     HuggingFace side: minicons adds the [CLS] it is told is the bos token)."""
     import transformers
 
-    from maskplay.tokenizer import Tokenizer, wordpiece_from_vocab
+    from maskplay.data.tokenizer import Tokenizer, wordpiece_from_vocab
 
     vocab = directory / "vocab.txt"
     vocab.write_text("".join((SPECIALS[i] if i < len(SPECIALS) else f"w{i}") + "\n" for i in range(vocab_size)))
@@ -147,7 +147,7 @@ def run(name: str, hf, count: int, repeats: int, bf16: bool = False) -> dict[str
 
     from maskplay.families.hf import from_hf
     from maskplay.families.hf.directory import read_hf_dir
-    from maskplay.score import Scorer
+    from maskplay.tasks.score import Scorer
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)

@@ -48,7 +48,7 @@ def write_tokenizer(data: Path, directory: Path) -> None:
     import transformers
     from tokenizers import processors
 
-    from maskplay.tokenizer import wordpiece_from_vocab
+    from maskplay.data.tokenizer import wordpiece_from_vocab
 
     lines = (data / "bert-base-uncased-vocab" / "vocab.txt").read_text().splitlines()
     lines += [f"[filler{k}]" for k in range(VOCAB - len(lines))]
@@ -100,7 +100,7 @@ def bench_pll(root: Path, data: Path, texts: list[str], repeats: int) -> dict[st
     import transformers
     from minicons import scorer as minicons_scorer
 
-    from maskplay.score import Scorer
+    from maskplay.tasks.score import Scorer
 
     torch.manual_seed(0)
     hf = transformers.RobertaForMaskedLM(roberta_config()).eval()
@@ -136,7 +136,7 @@ def bench_embed(root: Path, data: Path, texts: list[str], repeats: int) -> dict[
     import transformers
     from sentence_transformers import SentenceTransformer, models
 
-    from maskplay.score import Embedder
+    from maskplay.tasks.score import Embedder
 
     torch.manual_seed(0)
     transformers.RobertaModel(roberta_config(), add_pooling_layer=False).eval().save_pretrained(root / "encoder")

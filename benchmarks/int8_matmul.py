@@ -18,7 +18,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved, machine  # noqa: E402
 
-from maskplay.quant import Int8Linear, quantize_activations  # noqa: E402
+from maskplay.runtime.quant import Int8Linear, quantize_activations  # noqa: E402
 
 
 def main() -> None:

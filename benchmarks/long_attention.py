@@ -10,7 +10,7 @@ The layer: x (1, L, 256) -> q, k, v projections -> attention -> output projectio
 from the materialised (1, 1, L, L) mask (built once per batch, as the backbone does, outside the timing; its
 size is reported apart), the banded kernel and FlexAttention from the mask functions (FlexAttention's block mask
 is built once per batch too; its build time is reported apart). Dense and banded give the same numbers
-(tests/test_sparse_attention.py); FlexAttention the same; LSH (shared QK, --lsh-hashes rounds, chunks of
+(tests/nn/test_sparse_attention.py); FlexAttention the same; LSH (shared QK, --lsh-hashes rounds, chunks of
 --lsh-chunk, L / --lsh-chunk buckets, the same no-diagonal mask) a different, approximate attention.
 
 Time: the cases of one length interleaved round by round in this process (load from other processes hits them
@@ -44,16 +44,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
 
-from maskplay.attention.banded import (  # noqa: E402
+from maskplay.nn.attention.banded import (
     band_block_mask,
     band_mask,
     flex_sliding_window_attention,
     masked_attention,
     sliding_window_attention,
 )
-from maskplay.attention.long_masks import materialize_heads  # noqa: E402
-from maskplay.attention.reformer import lsh_attention, random_rotations  # noqa: E402
-from maskplay.masks import and_masks, no_diagonal, padding  # noqa: E402
+from maskplay.nn.attention.long_masks import materialize_heads  # noqa: E402
+from maskplay.nn.attention.reformer import lsh_attention, random_rotations  # noqa: E402
+from maskplay.nn.masks import and_masks, no_diagonal, padding  # noqa: E402
 
 HIDDEN, HEADS, BATCH = 256, 4, 1
 CASES = ("dense", "banded", "flex", "lsh")

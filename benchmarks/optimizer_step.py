@@ -17,8 +17,8 @@ import torch
 
 from maskplay.config import preset
 from maskplay.families import build_model
-from maskplay.train.config import OptimSection
-from maskplay.train.schedule import build_optimizer
+from maskplay.tasks.train.config import OptimSection
+from maskplay.tasks.train.schedule import build_optimizer
 
 
 def sync(device: torch.device) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
 
-from maskplay.score import Scorer  # noqa: E402
+from maskplay.tasks.score import Scorer  # noqa: E402
 
 WIKITEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikitext-103" / "wiki.valid.tokens"
 

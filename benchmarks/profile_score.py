@@ -25,11 +25,11 @@ from common import machine, resolve_dtype  # noqa: E402
 from score_speed import DATA, wikitext_sentences  # noqa: E402
 
 from maskplay import preset  # noqa: E402
-from maskplay.allocator import keep_freed_memory  # noqa: E402
+from maskplay.data.tokenizer import load_tokenizer  # noqa: E402
 from maskplay.families import build_model  # noqa: E402
-from maskplay.precision import Precision  # noqa: E402
-from maskplay.score import Embedder, Scorer  # noqa: E402
-from maskplay.tokenizer import load_tokenizer  # noqa: E402
+from maskplay.runtime.allocator import keep_freed_memory  # noqa: E402
+from maskplay.runtime.precision import Precision  # noqa: E402
+from maskplay.tasks.score import Embedder, Scorer  # noqa: E402
 
 MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul", "mkldnn::_linear_pointwise",
            "aten::_scaled_dot_product_flash_attention_for_cpu", "quantized::linear_dynamic", "aten::_weight_int8pack_mm",

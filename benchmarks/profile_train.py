@@ -7,7 +7,7 @@ against this machine's measured matmul peak for the same threads and precision (
 
 The profile covers the whole short run (the first steps and the data loading included: what the trainer itself
 spends is part of the answer); MFU is from the trainer's own tokens/s over its logged steps after the first
---skip steps. FLOPs count matmuls only (maskplay.flops, PaLM's accounting) at the run's mean sequence length.
+--skip steps. FLOPs count matmuls only (maskplay.runtime.flops, PaLM's accounting) at the run's mean sequence length.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, matmul_peak  # noqa: E402
 
 from maskplay.config import ModelConfig, apply_overrides, from_dict  # noqa: E402
-from maskplay.flops import family_training_flops_per_token  # noqa: E402
-from maskplay.train import load_train_config, train  # noqa: E402
+from maskplay.runtime.flops import family_training_flops_per_token  # noqa: E402
+from maskplay.tasks.train import load_train_config, train  # noqa: E402
 
 
 def main() -> None:

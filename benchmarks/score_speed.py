@@ -23,12 +23,12 @@
 
 Two speed-up columns: against the HuggingFace row of the task at --dtype (HuggingFace as it runs), and against
 the fastest HuggingFace row of the task, torch.ao int8 included. --keep-freed-memory runs the whole process
-with maskplay.allocator.keep_freed_memory (what `maskplay score/embed/eval` do); it speeds up both sides,
+with maskplay.runtime.allocator.keep_freed_memory (what `maskplay score/embed/eval` do); it speeds up both sides,
 HuggingFace's naive PLL (whose fresh (copies, length, vocabulary) logits are large) the most.
 
 The HuggingFace model gets the maskplay BERT's weights, so the two PLLs must agree; the run checks it. The
 cases run interleaved, round by round (the median is reported), after one warm-up call each; each row's model
-FLOP utilisation is against this machine's matmul peak, measured first (maskplay.flops.scoring_flops counts
+FLOP utilisation is against this machine's matmul peak, measured first (maskplay.runtime.flops.scoring_flops counts
 what each method computes).
 
     .venv/bin/python benchmarks/score_speed.py --sentences 200 --dtype bf16
@@ -54,14 +54,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved, machine, matmul_peak, resolve_dtype  # noqa: E402
 
 from maskplay import preset  # noqa: E402
-from maskplay.allocator import keep_freed_memory  # noqa: E402
+from maskplay.data.tokenizer import load_tokenizer  # noqa: E402
 from maskplay.families import build_model
 from maskplay.families.hf.bert import maskplay_to_hf_bert  # noqa: E402
 from maskplay.families.hf.gpt import gpt_to_hf_bert_lm_head  # noqa: E402
-from maskplay.flops import scoring_flops  # noqa: E402
-from maskplay.precision import Precision  # noqa: E402
-from maskplay.score import Embedder, Scorer  # noqa: E402
-from maskplay.tokenizer import load_tokenizer  # noqa: E402
+from maskplay.runtime.allocator import keep_freed_memory  # noqa: E402
+from maskplay.runtime.flops import scoring_flops  # noqa: E402
+from maskplay.runtime.precision import Precision  # noqa: E402
+from maskplay.tasks.score import Embedder, Scorer  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -25,7 +25,7 @@ from gpu_train_speed import model_config, shapes  # noqa: E402
 
 from maskplay.config import apply_overrides  # noqa: E402
 from maskplay.families import build_model  # noqa: E402
-from maskplay.precision import forward_in  # noqa: E402
+from maskplay.runtime.precision import forward_in  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # operators that make no kernel of their own (views, shape queries, wrappers whose work is counted inside them)
@@ -48,8 +48,8 @@ def count_ops(step) -> int:  # noqa: ANN001
 
 
 def ours(family: str, sets: list[str], rows: int):  # noqa: ANN201
-    from maskplay.train import load_train_config
-    from maskplay.train.schedule import build_optimizer
+    from maskplay.tasks.train import load_train_config
+    from maskplay.tasks.train.schedule import build_optimizer
 
     shape = shapes(False)["babylm"]
     config = model_config(shape, family, recipe=True)

@@ -8,7 +8,7 @@ HuggingFace recipe a user would write from its documentation, on the same text, 
 Each maskplay recipe is a training config (`maskplay pretrain --config`): a short probe (not counted) measures its
 steps per minute so that optim.max_steps ends the learning-rate schedule at the budget; then it trains in --points
 chunks of budget / points minutes (run.max_minutes counts training time only, resumes included) and its exported
-model is scored on BLiMP-dev after each chunk (maskplay.eval.blimp, the family's own score), outside the budget.
+model is scored on BLiMP-dev after each chunk (maskplay.tasks.eval.blimp, the family's own score), outside the budget.
 The HuggingFace baselines (--hf bert: BertForMaskedLM, --hf gpt2: GPT2LMHeadModel) have the recipe's preset size,
 AdamW with linear warmup (10 %) and decay, DataCollatorForLanguageModeling, the prepared corpus's token rows in a
 seeded shuffle, batch 32, fp32 (HuggingFace's default; maskplay uses its precision "auto"), the same chunks and the
@@ -43,13 +43,13 @@ from common import machine  # noqa: E402
 
 from maskplay.config import PRESETS, apply_overrides  # noqa: E402
 from maskplay.data.dataset import TokenDataset  # noqa: E402
-from maskplay.eval.blimp import evaluate_blimp, load_blimp  # noqa: E402
+from maskplay.data.tokenizer import load_tokenizer  # noqa: E402
 from maskplay.families import MaskplayModel  # noqa: E402
-from maskplay.model_dir import write_model_dir  # noqa: E402
-from maskplay.score import Scorer  # noqa: E402
-from maskplay.tokenizer import load_tokenizer  # noqa: E402
-from maskplay.train import load_train_config, train  # noqa: E402
-from maskplay.train.checkpoint import list_checkpoints  # noqa: E402
+from maskplay.runtime.model_dir import write_model_dir  # noqa: E402
+from maskplay.tasks.eval.blimp import evaluate_blimp, load_blimp  # noqa: E402
+from maskplay.tasks.score import Scorer  # noqa: E402
+from maskplay.tasks.train import load_train_config, train  # noqa: E402
+from maskplay.tasks.train.checkpoint_files import list_checkpoints  # noqa: E402
 
 REFERENCES = {"5-gram": 58.4, "LSTM": 66.5, "Transformer-XL": 67.5, "GPT-2": 81.2}  # these 36 paradigms (MANIFEST)
 

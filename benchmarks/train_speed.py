@@ -52,9 +52,9 @@ from maskplay.families.bert import mask_tokens  # noqa: E402
 from maskplay.families.electra import generator_sizes  # noqa: E402
 from maskplay.families.unilm import UnilmConfig  # noqa: E402
 from maskplay.families.xlnet import training_flops as xlnet_training_flops  # noqa: E402
-from maskplay.flops import family_training_flops_per_token, training_flops_per_token  # noqa: E402
-from maskplay.masks import partial_targets, to_perm_mask  # noqa: E402
-from maskplay.precision import forward_in  # noqa: E402
+from maskplay.nn.masks import partial_targets, to_perm_mask  # noqa: E402
+from maskplay.runtime.flops import family_training_flops_per_token, training_flops_per_token  # noqa: E402
+from maskplay.runtime.precision import forward_in  # noqa: E402
 
 
 def windows(data: str | None, count: int, seq_len: int, vocab: int) -> list[torch.Tensor]:

@@ -144,7 +144,7 @@ def pretrain(out: Path, options: list[str], log: Path, env: dict[str, str]) -> N
 
 def run_metrics(out: Path) -> tuple[list[dict], list[dict], int]:
     """A finished run's logged training steps, its held-out evaluations and its parameter count."""
-    from maskplay.train.loop import read_metrics
+    from maskplay.tasks.train.loop import read_metrics
 
     metrics = read_metrics(out)
     train_log = (out / "train.log").read_text()
@@ -161,7 +161,7 @@ def write_json(path: Path, record: dict) -> None:
 
 
 def train_and_eval(family: str, row: str, seed: int, args: argparse.Namespace) -> Path:
-    from maskplay.train.loop import saved_run_config
+    from maskplay.tasks.train.loop import saved_run_config
 
     out = run_dir(family, row, seed)
     result = result_path(family, row, seed)

@@ -49,7 +49,7 @@ def run_pipeline(pipeline: Path, export: Path, backend: str, data: Path, out: Pa
 def maskplay_margins(model: str, data: Path, method: str) -> dict[str, list[tuple[str, str, float]]]:
     """Per paradigm, (good, bad, log p(good) - log p(bad)) by maskplay's scorer, in file order."""
     sys.path.insert(0, str(ROOT / "src"))
-    from maskplay.score import Scorer
+    from maskplay.tasks.score import Scorer
 
     scorer = Scorer.from_pretrained(model, precision="fp32", method=method)
     out: dict[str, list[tuple[str, str, float]]] = {}

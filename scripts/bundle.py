@@ -4,7 +4,8 @@ counts (for `--pooling sif`) in src/maskplay/assets/NAME, checked against the 30
     python scripts/bundle.py runs/bundle/tta-mini-wiki/final src/maskplay/assets/tta-mini-wiki \
         --piece-counts runs/data-wiki16k
 
-The model card (README.md in the asset directory) is written by hand; tests/test_model_cards.py checks its numbers.
+The model card (README.md in the asset directory) is written by hand; tests/tasks/export/test_model_cards.py checks
+its numbers.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import numpy as np
 import torch
 
 from maskplay import MaskplayModel
-from maskplay.score.embed import PIECE_COUNTS, read_piece_counts
-from maskplay.tokenizer import load_tokenizer
+from maskplay.data.tokenizer import load_tokenizer
+from maskplay.tasks.score.embed import PIECE_COUNTS, read_piece_counts
 
 LIMIT_MB = 30.0
 

@@ -49,9 +49,9 @@ def name(family: str, lr: float, seed: int) -> str:
 
 
 def train_flops_per_token(config: dict, seq_len: float) -> float:
-    """Training matmul FLOPs per input token at the run's mean sequence length (maskplay.flops)."""
+    """Training matmul FLOPs per input token at the run's mean sequence length (maskplay.runtime.flops)."""
     from maskplay.config import ModelConfig, from_dict
-    from maskplay.flops import family_training_flops_per_token
+    from maskplay.runtime.flops import family_training_flops_per_token
 
     return family_training_flops_per_token(from_dict(ModelConfig, config), max(1, round(seq_len)))
 
@@ -119,9 +119,9 @@ def untrained(family: str, seed: int, args: argparse.Namespace) -> Path:
     (mean-pooled random token vectors are a bag of words), evaluated on STS like the trained ones."""
     import torch
 
+    from maskplay.data.tokenizer import load_tokenizer
     from maskplay.families import build_model
-    from maskplay.tokenizer import load_tokenizer
-    from maskplay.train.config import ModelSection
+    from maskplay.tasks.train.config import ModelSection
 
     out = RUNS / f"{family}-untrained-s{seed}"
     result = RESULTS / f"{out.name}.json"

@@ -134,7 +134,7 @@ def _plot(records: list[dict], best: dict[str, float], families: list[str], path
             axes[1].plot(flops, loss, **style)
             axes[2].plot(minutes, loss, **style)
     axes[0].set_xlabel("training tokens (M)")
-    axes[1].set_xlabel("training TFLOPs (matmuls, maskplay.flops)")
+    axes[1].set_xlabel("training TFLOPs (matmuls, maskplay.runtime.flops)")
     axes[2].set_xlabel("wall-clock minutes (one thread of a shared 2-core CPU)")
     axes[0].set_ylabel("training loss (each family's own objective)")
     axes[0].set_yscale("log")

@@ -5,10 +5,10 @@ The first --articles articles of WikiText-103 valid (shared/data), each scored a
 paragraphs joined, `@-@`-style joins undone as benchmarks/score_speed.py does, `<unk>` words dropped), every word
 piece of the model's tokenizer scored exactly once, [SOS]/[EOS] never:
 
-- XLNet, `Scorer(overflow="memory")` (maskplay.score.long): segments of --segment tokens (128) reading the
+- XLNet, `Scorer(overflow="memory")` (maskplay.tasks.score.memory): segments of --segment tokens (128) reading the
   Transformer-XL memory of the last M tokens, M in --memories (0, 128, 384, 1920: a total context of 128, 256,
   512 and 2048 tokens). With M = 0 every segment after the first is a text of its own, without [SOS].
-- The same without [SOS] (`maskplay.score.long.memory_log_probs(sos=False)`; the first piece of an article is
+- The same without [SOS] (`maskplay.tasks.score.memory.memory_log_probs(sos=False)`; the first piece of an article is
   then predicted from nothing): a control, because this XLNet scores far worse left to right when [SOS] is in
   view (docs/RESULTS.md), which would otherwise be mistaken for an effect of the context length.
 - XLNet, `Scorer(overflow="window")`: sliding windows of 126 pieces + [SOS]/[EOS] advancing by 63, each piece
@@ -121,9 +121,9 @@ class WithoutSos:
     def score(self, texts: list[str]) -> list[Scored]:
         import torch
 
-        from maskplay.score.long import memory_log_probs
-        from maskplay.score.passes import Runner
-        from maskplay.score.text import encode_texts
+        from maskplay.tasks.score.memory import memory_log_probs
+        from maskplay.tasks.score.passes import Runner
+        from maskplay.tasks.score.text import encode_texts
 
         encoded = encode_texts(self.tokenizer, texts)
         with torch.inference_mode():
@@ -228,7 +228,7 @@ def sos_check(model, tok, n: int, out_dir: Path, base: dict) -> dict:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from score_speed import wikitext_sentences
 
-    from maskplay.score import Scorer
+    from maskplay.tasks.score import Scorer
 
     sentences = wikitext_sentences(DATA, n, 8, 40)
     weight = model.embeddings.word.weight
@@ -284,7 +284,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from maskplay.score import Scorer, load_model_dir
+    from maskplay.tasks.score import Scorer, load_model_dir
 
     titles, texts, unk = wikitext_articles(args.data, args.articles)
     model, tok = load_model_dir(args.model)

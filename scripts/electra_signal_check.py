@@ -1,5 +1,5 @@
 """Does the replaced-token signal reach ELECTRA's discriminator? A 64-wide ELECTRA on WikiText-2 valid
-sentences (the setting of tests/test_learning.py): first with its own generator's samples, then with uniformly
+sentences (the setting of tests/tasks/train/test_learning.py): first with its own generator's samples, then with uniformly
 random replacements. Prints the discriminator's BCE, its accuracy and the base-rate entropy every 50 steps.
 
     python scripts/electra_signal_check.py      # needs ../shared/data; one thread, about a minute
@@ -16,10 +16,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from maskplay import preset  # noqa: E402
 from maskplay.data.dataset import pad_batch  # noqa: E402
+from maskplay.data.tokenizer import load_tokenizer  # noqa: E402
 from maskplay.families import build_model
-from maskplay.tokenizer import load_tokenizer  # noqa: E402
 from tests.conftest import SHARED  # noqa: E402
-from tests.test_learning import real_sentences  # noqa: E402
+from tests.tasks.train.test_learning import real_sentences  # noqa: E402
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import json, sys
 from pathlib import Path
 from maskplay.config import ModelConfig, from_dict
 from maskplay.families import build_model
-from maskplay.tokenizer import load_tokenizer
+from maskplay.data.tokenizer import load_tokenizer
 ckpt, out, data = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 model = build_model(from_dict(ModelConfig, json.loads((ckpt / "model_config.json").read_text())))
 model.load_weights(ckpt / "model.safetensors")

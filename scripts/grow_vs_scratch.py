@@ -43,7 +43,7 @@ SEQ_LEN = 27  # mean tokens per training sentence of runs/data-wiki16k (13,581,3
 def equal_steps() -> int:
     """6-layer steps costing what SMALL_STEPS 3-layer steps and BIG_STEPS 6-layer steps cost together (flops.py)."""
     from maskplay.config import preset
-    from maskplay.flops import predicted_fraction, training_flops_per_token
+    from maskplay.runtime.flops import predicted_fraction, training_flops_per_token
 
     small, big = (training_flops_per_token(preset("mini", family="bert", num_layers=n), SEQ_LEN,
                                            predicted_fraction("bert")) for n in (3, 6))
@@ -86,7 +86,7 @@ def evaluate() -> None:
 
     from maskplay.data.dataset import TokenDataset
     from maskplay.families import MaskplayModel
-    from maskplay.train.batches import eval_batches
+    from maskplay.tasks.train.batches import eval_batches
 
     torch.set_num_threads(1)
     valid = TokenDataset(ROOT / "runs/data-wiki16k/valid")
@@ -114,7 +114,7 @@ def evaluate() -> None:
 def curve(name: str) -> dict:
     """A run's held-out losses with the training tokens, FLOPs and seconds spent when each was measured."""
     from maskplay.config import ModelConfig
-    from maskplay.flops import predicted_fraction, training_flops_per_token
+    from maskplay.runtime.flops import predicted_fraction, training_flops_per_token
 
     run_dir = ROOT / RUNS / name
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]

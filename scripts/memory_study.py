@@ -60,7 +60,7 @@ def score_article(model, ids: list[int], segment: int, memory: int) -> list[floa
 def study(model_dir: Path, articles: list[str], segment: int, memories: list[int]) -> dict:
     import torch
 
-    from maskplay.score import load_model_dir
+    from maskplay.tasks.score import load_model_dir
 
     model, tokenizer = load_model_dir(model_dir)
     model.eval()

@@ -24,11 +24,11 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from maskplay.eval.sts import SICK, STSB, load_sick, load_stsb
-from maskplay.model_dir import resolve_model_dir
-from maskplay.score.embed import PIECE_COUNTS, read_piece_counts
-from maskplay.score.scorer import load_model_dir
-from maskplay.score.text import encode_ids
+from maskplay.runtime.model_dir import resolve_model_dir
+from maskplay.tasks.eval.sts import SICK, STSB, load_sick, load_stsb
+from maskplay.tasks.score.embed import PIECE_COUNTS, read_piece_counts
+from maskplay.tasks.score.scorer import load_model_dir
+from maskplay.tasks.score.text import encode_ids
 
 SHARED = Path("../shared/data")
 

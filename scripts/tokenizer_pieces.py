@@ -14,7 +14,7 @@ import argparse
 import itertools
 
 from maskplay.data.readers import iter_paragraphs
-from maskplay.tokenizer import load_tokenizer
+from maskplay.data.tokenizer import load_tokenizer
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from maskplay import preset
 from maskplay.families import build_model
 
 # precision "auto" (the default) picks bf16 on a CPU with fast bf16 and fp32 elsewhere; the suite's numbers are
-# fp32's on every machine (tests/test_precision_auto.py unsets this to test auto itself)
+# fp32's on every machine (tests/runtime/test_precision_auto.py unsets this to test auto itself)
 os.environ.setdefault("MASKPLAY_AUTO_PRECISION", "fp32")
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 from maskplay import MaskplayModel
 from maskplay.config import preset
 from maskplay.data.dataset import write_split
+from maskplay.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
 from maskplay.families import build_model
-from maskplay.tokenizer import SPECIAL_TOKENS, load_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB = 60

@@ -3,7 +3,7 @@
 import pytest
 
 from maskplay.families import MaskplayModel
-from maskplay.model_dir import BUNDLED_MODELS, resolve_model_dir
+from maskplay.runtime.model_dir import BUNDLED_MODELS, resolve_model_dir
 
 BUNDLE = BUNDLED_MODELS["tta-mini-wiki"]
 
@@ -28,7 +28,7 @@ def test_bundled_model_is_small_fp16_and_loads_by_name():
 def test_bundled_piece_counts_fit_the_vocabulary_and_sif_works_out_of_the_box():
     import numpy as np
 
-    from maskplay.score import Embedder, read_piece_counts
+    from maskplay.tasks.score import Embedder, read_piece_counts
 
     model = MaskplayModel.from_pretrained("tta-mini-wiki")
     counts = read_piece_counts(BUNDLE, model.config.vocab_size)
@@ -41,7 +41,7 @@ def test_bundled_piece_counts_fit_the_vocabulary_and_sif_works_out_of_the_box():
 
 
 def test_bundled_unilm_is_small_fp16_and_generates_a_title():
-    from maskplay.score.scorer import load_model_dir
+    from maskplay.tasks.score.scorer import load_model_dir
 
     assert_small_and_fp16(BUNDLED_MODELS["unilm-titles-mini"])
     model, tok = load_model_dir("unilm-titles-mini")
@@ -52,7 +52,7 @@ def test_bundled_unilm_is_small_fp16_and_generates_a_title():
 
 
 def test_bundled_gpt_is_small_fp16_and_prefers_the_corrected_sentence():
-    from maskplay.score import Scorer
+    from maskplay.tasks.score import Scorer
 
     assert_small_and_fp16(BUNDLED_MODELS["gpt-mini-wiki"])
     model = MaskplayModel.from_pretrained("gpt-mini-wiki")
@@ -67,7 +67,7 @@ def test_bundled_gpt_is_small_fp16_and_prefers_the_corrected_sentence():
 @pytest.mark.parametrize("name, family", [("gpt-two-hour", "gpt"), ("tta-two-hour", "tta"),
                                           ("tta-two-hour-gutenberg", "tta")])
 def test_bundled_two_hour_model_is_small_fp16_and_prefers_the_grammatical_sentence(name, family):
-    from maskplay.score import Scorer
+    from maskplay.tasks.score import Scorer
 
     assert_small_and_fp16(BUNDLED_MODELS[name])
     model = MaskplayModel.from_pretrained(name)
@@ -82,7 +82,7 @@ def test_bundled_two_hour_model_is_small_fp16_and_prefers_the_grammatical_senten
 
 @pytest.mark.slow
 def test_demo_finds_the_odd_word_and_ranks_pairs(capsys):
-    from maskplay.demo import main
+    from maskplay.tasks.demo import main
 
     assert main(["--color", "never"]) == 0
     out = capsys.readouterr().out
@@ -103,7 +103,7 @@ def test_reduced_precision_scores_stay_within_005_nats_of_fp32(precision):
     """On real sentences and the trained bundled model: the mean per-token |log p - log p_fp32| <= 0.05."""
     import numpy as np
 
-    from maskplay.score import Scorer
+    from maskplay.tasks.score import Scorer
 
     sentences = ["The river flows into the sea near the old harbour.",
                  "She was elected to the city council in 1998 and served two terms.",

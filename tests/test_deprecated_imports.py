@@ -9,11 +9,12 @@ import pytest
 
 # old module -> (one name, its new module)
 MOVED = {
-    "maskplay.generation": [("generate", "maskplay.decoding"), ("GenerationConfig", "maskplay.decoding"),
-                            ("forward_cached", "maskplay.generation_hooks"), ("can_generate", "maskplay.generation_hooks")],
+    "maskplay.generation": [("generate", "maskplay.tasks.decoding"), ("GenerationConfig", "maskplay.tasks.decoding"),
+                            ("forward_cached", "maskplay.nn.generation_hooks"),
+                            ("can_generate", "maskplay.nn.generation_hooks")],
     "maskplay.convert": [("from_hf", "maskplay.families.hf"), ("maskplay_to_hf_bert", "maskplay.families.hf.bert"),
                          ("gpt_to_hf_bert_lm_head", "maskplay.families.hf.gpt"),
-                         ("finetuned_to_hf_sequence_classification", "maskplay.finetune_convert")],
+                         ("finetuned_to_hf_sequence_classification", "maskplay.tasks.finetune.convert")],
     "maskplay.convert_xlnet": [("hf_xlnet_to_maskplay", "maskplay.families.hf.xlnet")],
 }
 
@@ -30,9 +31,9 @@ def test_an_old_import_path_warns_and_gives_the_same_object(old):
 
 
 def test_from_import_of_an_old_name_warns():
-    with pytest.warns(DeprecationWarning, match="import generate from maskplay.decoding"):
+    with pytest.warns(DeprecationWarning, match="import generate from maskplay.tasks.decoding"):
         from maskplay.generation import generate
-    from maskplay.decoding import generate as new
+    from maskplay.tasks.decoding import generate as new
 
     assert generate is new
 

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from maskplay.files import OutputLock
-from maskplay.train import checkpoint as ckpt
-from maskplay.train import train
-from maskplay.train.config import TrainConfig
-from maskplay.train.distributed import Dist, describe_peer_failure, peer_failure
-from tests.test_reliability import assert_one_line_error, run_cli
-from tests.test_train import (
+from maskplay.runtime.files import OutputLock
+from maskplay.tasks.train import checkpoint_files as ckpt
+from maskplay.tasks.train import train
+from maskplay.tasks.train.config import TrainConfig
+from maskplay.tasks.train.distributed import Dist, describe_peer_failure, peer_failure
+from tests.tasks.train.test_train import (
     assert_same_weights,
     child_env,
     cli_command,
@@ -30,6 +29,7 @@ from tests.test_train import (
     wait_for_step,
     weights,
 )
+from tests.test_reliability import assert_one_line_error, run_cli
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 # the torchrun runs below: BERT (dropout and the masking draws: every RNG stream matters), 40 steps, a checkpoint
@@ -213,7 +213,7 @@ def test_a_checkpoint_write_that_fails_half_way_keeps_the_previous_one(data, tmp
 
 
 def test_a_final_export_that_fails_is_one_line_and_resume_exports(data, tmp_path, monkeypatch):
-    from maskplay.modeling import ModelBase
+    from maskplay.nn.modeling import ModelBase
 
     run_dir = tmp_path / "run"
 

@@ -93,7 +93,7 @@ def _check_read_examples(data: bytes) -> None:
     """finetune/predict's reader on any bytes: examples, or a one-line error naming the file."""
     import tempfile
 
-    from maskplay.finetune import read_examples
+    from maskplay.tasks.finetune import read_examples
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "x.tsv"
@@ -146,8 +146,8 @@ _TOKENIZER = {}
 
 def bundled_tokenizer():
     if not _TOKENIZER:
-        from maskplay.model_dir import BUNDLED_MODELS
-        from maskplay.tokenizer import load_tokenizer
+        from maskplay.data.tokenizer import load_tokenizer
+        from maskplay.runtime.model_dir import BUNDLED_MODELS
 
         _TOKENIZER["tok"] = load_tokenizer(BUNDLED_MODELS["tta-mini-wiki"])
     return _TOKENIZER["tok"]
@@ -258,7 +258,7 @@ def _check_train_toml(text: str) -> None:
     """A TOML training config of any content: a TrainConfig, or one line naming the file."""
     import tempfile
 
-    from maskplay.train.config import load_train_config
+    from maskplay.tasks.train.config import load_train_config
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "c.toml"

@@ -13,14 +13,14 @@ import pytest
 import torch
 
 from maskplay import preset
-from maskplay.decoding import generate, generating_families
 from maskplay.families import build_model
-from maskplay.precision import forward_in
 from maskplay.registry import FAMILIES
-from maskplay.score import Scorer
+from maskplay.runtime.precision import forward_in
+from maskplay.tasks.decoding import generate, generating_families
+from maskplay.tasks.score import Scorer
 from tests.conftest import padded_batch
-from tests.test_score_support import SENTENCES, small_tokenizer
-from tests.test_score_support import tiny as scoring_model
+from tests.tasks.score.test_score_support import SENTENCES, small_tokenizer
+from tests.tasks.score.test_score_support import tiny as scoring_model
 
 DEVICE = os.environ.get("MASKPLAY_TEST_DEVICE", "cuda")
 pytestmark = [pytest.mark.gpu,

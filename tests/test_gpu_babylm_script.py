@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from maskplay.tokenizer import train_wordpiece
+from maskplay.data.tokenizer import train_wordpiece
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))

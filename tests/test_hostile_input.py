@@ -22,11 +22,11 @@ pytest.importorskip("httpx", reason="the serve tests need httpx (the serve extra
 import torch  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from maskplay.precision import Precision  # noqa: E402
-from maskplay.serve.app import create_app  # noqa: E402
-from maskplay.serve.batching import Batcher  # noqa: E402
-from maskplay.serve.guards import default_allowed_hosts  # noqa: E402
-from maskplay.serve.service import ModelService  # noqa: E402
+from maskplay.runtime.precision import Precision  # noqa: E402
+from maskplay.tasks.serve.app import create_app  # noqa: E402
+from maskplay.tasks.serve.batching import Batcher  # noqa: E402
+from maskplay.tasks.serve.guards import default_allowed_hosts  # noqa: E402
+from maskplay.tasks.serve.service import ModelService  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def address_space_cap(extra: int = 3 << 30):
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> Path:
-    from tests.test_score_support import save_model_dir, small_tokenizer, tiny
+    from tests.tasks.score.test_score_support import save_model_dir, small_tokenizer, tiny
 
     root = tmp_path_factory.mktemp("hostile")
     tok = small_tokenizer(root)
@@ -134,7 +134,7 @@ def edited_copy(source: Path, target: Path, **changes) -> Path:
     {"max_position": 10**9, "positions": "sinusoidal"},  # no table in the file: the computed one's size
 ], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
 def test_sizes_are_checked_against_the_weights_before_any_allocation(tiny_dir, tmp_path, changes):
-    from maskplay.score import load_model_dir
+    from maskplay.tasks.score import load_model_dir
 
     bad = edited_copy(tiny_dir, tmp_path / "bad", **changes)
     with address_space_cap(), pytest.raises(ValueError, match=r"config\.json") as found:
@@ -185,7 +185,7 @@ def test_a_manifest_cannot_point_outside_the_model_directory(tiny_dir, tmp_path,
 
 
 def test_a_checkpoint_manifest_cannot_point_outside_the_checkpoint(tmp_path):
-    from maskplay.train.checkpoint import FORMAT_VERSION, MANIFEST, REQUIRED, CheckpointError, verify_checkpoint
+    from maskplay.tasks.train.checkpoint_files import FORMAT_VERSION, MANIFEST, REQUIRED, CheckpointError, verify_checkpoint
 
     ckpt = tmp_path / "ckpt-1"
     ckpt.mkdir()
@@ -201,7 +201,7 @@ def test_a_checkpoint_manifest_cannot_point_outside_the_checkpoint(tmp_path):
 def _pairs_loader():
     import importlib.util
 
-    from maskplay.lm_eval_backend import TASKS_DIR
+    from maskplay.tasks.lm_eval_backend import TASKS_DIR
 
     spec = importlib.util.spec_from_file_location("maskplay_pairs_loader", TASKS_DIR / "pairs.py")
     loader = importlib.util.module_from_spec(spec)
@@ -246,7 +246,7 @@ def test_lm_eval_limit_is_checked(argv):
 @pytest.mark.parametrize("temperature", [float("nan"), float("inf"), -1.0, "hot"])
 def test_lm_eval_generation_temperature_is_checked(temperature):
     pytest.importorskip("lm_eval")
-    from maskplay.lm_eval_backend import MaskplayLM
+    from maskplay.tasks.lm_eval_backend import MaskplayLM
 
     lm = MaskplayLM("gpt-mini-wiki", device="cpu", precision="fp32")
     with pytest.raises(ValueError, match="temperature"):
@@ -256,8 +256,8 @@ def test_lm_eval_generation_temperature_is_checked(temperature):
 # ---- item 6: eval blimp-plot validates the result files -------------------------------------------------------
 
 def _blimp_file(path: Path, edit) -> Path:
-    from maskplay.eval.blimp import BlimpPair, evaluate_blimp
-    from maskplay.eval.common import write_results
+    from maskplay.tasks.eval.blimp import BlimpPair, evaluate_blimp
+    from maskplay.tasks.eval.common import write_results
 
     pairs = [BlimpPair(f"good {k}", f"bad {k}", paradigm, phenomenon)
              for k, (paradigm, phenomenon) in enumerate([("adjunct_island", "island_effects"),
@@ -306,7 +306,7 @@ def test_too_many_prompts_x_n_x_max_tokens_is_refused_naming_the_limit(client):
 
 
 def test_request_limits_are_settable(service, client, monkeypatch):
-    from maskplay.serve.limits import Limits
+    from maskplay.tasks.serve.limits import Limits
 
     monkeypatch.setattr(service, "limits", Limits(pieces=20, windows=3, generated=10))
     found = error(client.post("/v1/score", json={"input": ["the cat sat on the mat ."] * 4}), 400)
@@ -327,7 +327,7 @@ def test_request_limits_are_settable(service, client, monkeypatch):
 def test_a_long_job_is_split_and_other_jobs_run_between_its_parts():
     import asyncio
 
-    from maskplay.serve.batching import Batcher
+    from maskplay.tasks.serve.batching import Batcher
 
     order = []
 
@@ -433,7 +433,7 @@ def test_serve_finds_a_taken_port_before_loading_the_model(monkeypatch, capsys):
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded before the port was checked")
 
-    monkeypatch.setattr("maskplay.serve.service.ModelService.__init__", no_model)
+    monkeypatch.setattr("maskplay.tasks.serve.service.ModelService.__init__", no_model)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
@@ -496,8 +496,8 @@ def test_stopping_the_server_mid_job_answers_503_without_tracebacks(tmp_path):
 
 
 def test_a_fine_tuned_directory_is_checked_against_its_weights_too(tmp_path):
-    from maskplay.finetune import FineTuned, HeadConfig
-    from tests.test_score_support import small_tokenizer, tiny
+    from maskplay.tasks.finetune import FineTuned, HeadConfig
+    from tests.tasks.score.test_score_support import small_tokenizer, tiny
 
     tok = small_tokenizer(tmp_path)
     FineTuned(tiny("tta", tok), HeadConfig(labels=["0", "1"], pooling="mean")).save_pretrained(tmp_path / "ft", tok)
@@ -526,7 +526,7 @@ def test_a_failed_call_gives_its_memory_back(monkeypatch):
     failed request's pages resident)."""
     import asyncio
 
-    import maskplay.serve.batching as batching
+    import maskplay.tasks.serve.batching as batching
 
     trimmed = []
     monkeypatch.setattr(batching, "release_memory", lambda: trimmed.append(1))

@@ -18,10 +18,10 @@ def test_every_family_class_is_exported():
 
 
 def test_entry_points_are_the_home_modules_objects():
-    from maskplay.decoding import generate
-    from maskplay.finetune import load_finetuned
-    from maskplay.score import Embedder, Scorer
-    from maskplay.train import TrainConfig
+    from maskplay.tasks.decoding import generate
+    from maskplay.tasks.finetune import load_finetuned
+    from maskplay.tasks.score import Embedder, Scorer
+    from maskplay.tasks.train import TrainConfig
 
     for obj in (generate, load_finetuned, Embedder, Scorer, TrainConfig):
         assert getattr(maskplay, obj.__name__) is obj

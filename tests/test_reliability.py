@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from maskplay.cli import main
-from tests.test_score_support import one_thread, save_model_dir, small_tokenizer, tiny  # noqa: F401 (autouse fixture)
-from tests.test_train import make_data
+from tests.tasks.score.test_score_support import one_thread, save_model_dir, small_tokenizer, tiny  # noqa: F401 (autouse fixture)
+from tests.tasks.train.test_train import make_data
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ def nan_model(env: dict[str, Path]) -> str:
 
 def init_model(env: dict[str, Path]) -> str:
     """A damaged model of the training data's vocabulary, for pretrain --init."""
-    from maskplay.tokenizer import load_tokenizer
+    from maskplay.data.tokenizer import load_tokenizer
 
     target = env["root"] / "m-init"
     if not target.exists():
@@ -324,7 +324,7 @@ def test_a_config_that_fails_validation_leaves_nothing_behind(env, capsys, bad):
 def test_resume_works_from_before_the_first_checkpoint(env, capsys, monkeypatch):
     """A run killed during setup (here: while its data would be prepared) has its resolved config on disk, so
     `--resume` alone continues it."""
-    import maskplay.train.loop as loop
+    import maskplay.tasks.train.loop as loop
 
     run_dir = env["root"] / "run-early-kill"
     real = loop.prepare_data
@@ -346,8 +346,8 @@ def test_resume_works_from_before_the_first_checkpoint(env, capsys, monkeypatch)
 def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(env, capsys, monkeypatch):
     import json
 
-    import maskplay.train.loop as loop
-    from maskplay.train import checkpoint as ckpt
+    import maskplay.tasks.train.loop as loop
+    from maskplay.tasks.train import checkpoint_files as ckpt
 
     run_dir = env["root"] / "run-nan"
     real = loop.forward_in
@@ -391,7 +391,7 @@ def _blank_file(env: dict[str, Path]) -> Path:
 def test_blank_lines_keep_their_rows_in_every_format(env, capsys):
     import json
 
-    from maskplay.score import Scorer
+    from maskplay.tasks.score import Scorer
 
     path = _blank_file(env)
     want = Scorer.from_pretrained(env["model"]).score(["the cat sat", "a dog ran", "it is good"])
@@ -431,7 +431,7 @@ def _score_out(env: dict[str, Path], capsys, path: Path, out: Path, *extra: str)
 
 @pytest.mark.parametrize("fmt", ["jsonl", "tsv", "table"])
 def test_score_resumes_a_partly_written_output(env, capsys, monkeypatch, fmt):
-    from maskplay.score import Scorer
+    from maskplay.tasks.score import Scorer
 
     path = env["root"] / "seven.txt"
     path.write_text("the cat sat\na dog ran\nit is good\n\nthe mat\na cat ran on the mat\nthe dog\n")
@@ -502,7 +502,7 @@ def test_max_pieces_guards_huge_lines_and_long_ones_are_announced(env, capsys):
 # ---- int8 on a CPU whose kernel is wrong -----------------------------------------------------------------------
 
 def test_int8_is_refused_in_one_line_when_the_kernel_fails_its_check(env, capsys, monkeypatch):
-    import maskplay.quant as quant
+    import maskplay.runtime.quant as quant
 
     if not quant.ONEDNN_INT8:
         pytest.skip("this PyTorch build has no oneDNN int8 kernel (int8 runs the reference arithmetic)")

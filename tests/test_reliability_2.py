@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.tasks.score.test_score_support import one_thread, save_model_dir, small_tokenizer, tiny  # noqa: F401 (autouse fixture)
 from tests.test_reliability import NO_CUDA, assert_one_line_error, run_cli
-from tests.test_score_support import one_thread, save_model_dir, small_tokenizer, tiny  # noqa: F401 (autouse fixture)
 
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "is", "it"]
 WIKI = ('<doc id="1" url="u1" title="Alpha Beta">\nAlpha Beta\n\nAlpha Beta is a cat that sat on the mat in the old '
@@ -39,7 +39,7 @@ def _tsv(rows: int, seed: int = 0) -> str:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> dict[str, Path]:
-    from maskplay.finetune import FineTuned, HeadConfig
+    from maskplay.tasks.finetune import FineTuned, HeadConfig
 
     root = tmp_path_factory.mktemp("reliability2")
     tok = small_tokenizer(root)
@@ -214,7 +214,7 @@ def test_u2028_and_other_separators_stay_inside_their_row(env, capsys):
     text = "sentence\tlabel\nthe cat\u2028sat\t1\nform\x0cfeed\t0\nnext\x85line\t1\n"
     rows = _predict(env, capsys, _file(env, "sep.tsv", text))
     assert len(rows) == 3
-    from maskplay.finetune import read_examples
+    from maskplay.tasks.finetune import read_examples
 
     assert [ex.text for ex in read_examples(env["root"] / "sep.tsv")] == ["the cat\u2028sat", "form\x0cfeed",
                                                                           "next\x85line"]
@@ -255,7 +255,7 @@ def test_a_process_substitution_is_read(env):
 
 
 def test_a_mistyped_local_init_is_not_looked_up_on_the_hub(env, capsys, monkeypatch):
-    import maskplay.model_dir as model_dir
+    import maskplay.runtime.model_dir as model_dir
 
     (env["root"] / "runs").mkdir(exist_ok=True)
     monkeypatch.chdir(env["root"])

@@ -10,8 +10,8 @@ import pytest
 import tomllib
 
 from maskplay.config import ModelConfig, from_dict
-from maskplay.train import TrainConfig, load_train_config
-from maskplay.train.config import train_config_from_dict
+from maskplay.tasks.train import TrainConfig, load_train_config
+from maskplay.tasks.train.config import train_config_from_dict
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").rglob("*.toml"))
 

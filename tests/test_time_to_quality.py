@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from maskplay.families import MaskplayModel
-from tests.test_train import make_data
+from tests.tasks.train.test_train import make_data
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "time_to_quality.py"
 

@@ -1,27 +1,29 @@
 """maskplay: Transformer language models whose family is defined by the attention mask.
 
 Every family (T-TA, BERT, GPT, ELECTRA, UniLM, XLNet, GPT-BERT) and the main entry points: a model from a
-directory (`MaskplayModel.from_pretrained`), `Scorer` and `Embedder` (maskplay.score), `generate`
-(maskplay.decoding), `TrainConfig` (run it with maskplay.train.train), `load_finetuned` (maskplay.finetune),
-`load_tokenizer`. The tasks are imported when first asked for, so `import maskplay` stays the core and families.
-(`train` and `finetune` are the names of their sub-packages here: `maskplay.train` is the module, as Python binds a
-submodule to its package's attribute once it is imported.)"""
+directory (`MaskplayModel.from_pretrained`), `Scorer` and `Embedder` (maskplay.tasks.score), `generate`
+(maskplay.tasks.decoding), `TrainConfig` (run it with maskplay.tasks.train.train), `load_finetuned`
+(maskplay.tasks.finetune), `load_tokenizer`. The tasks are imported when first asked for, so `import maskplay` stays
+the core and families.
+(The tasks are maskplay.tasks' sub-packages; their old paths, maskplay.train and the like, still import with a
+DeprecationWarning: maskplay._moved.)"""
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
+from . import _moved  # noqa: F401  (its import hook: the modules' old paths still import, with a warning)
 from .config import ModelConfig, preset
+from .data.tokenizer import load_tokenizer
 from .families import GPT, TTA, BertMLM, Electra, GPTBert, MaskplayModel, UniLM, XLNet, build_model
-from .outputs import ModelOutput
-from .tokenizer import load_tokenizer
+from .nn.outputs import ModelOutput
 
 __version__ = "0.1.0"
 
 # name -> the module that defines it, imported on first use (the tasks sit above the families)
-_ENTRY_POINTS = {"Scorer": "maskplay.score", "Embedder": "maskplay.score", "generate": "maskplay.decoding",
-                 "TrainConfig": "maskplay.train", "load_finetuned": "maskplay.finetune"}
+_ENTRY_POINTS = {"Scorer": "maskplay.tasks.score", "Embedder": "maskplay.tasks.score", "generate": "maskplay.tasks.decoding",
+                 "TrainConfig": "maskplay.tasks.train", "load_finetuned": "maskplay.tasks.finetune"}
 
 __all__ = ["ModelConfig", "preset", "TTA", "BertMLM", "GPT", "Electra", "UniLM", "XLNet", "GPTBert", "MaskplayModel",
            "build_model", "ModelOutput", "load_tokenizer", *_ENTRY_POINTS]

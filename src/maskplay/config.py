@@ -46,7 +46,7 @@ def _switch(default: Any = dataclasses.MISSING, *, group: str = "architecture", 
 
 @dataclass
 class LongAttentionConfig:
-    """Long-text attention (docs/LONG_TEXT.md, attention/long.py), for every single-stream family: a Longformer
+    """Long-text attention (docs/LONG_TEXT.md, attention/long_attention.py), for every single-stream family: a Longformer
     window with global tokens, or a learned span per head (adaptive span). All off by default."""
 
     window: int | None = None  # Longformer's sliding window: w keys on each side (GPT, causal, sees w to the left)

@@ -34,10 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command in INFERENCE_COMMANDS:
-        from ..allocator import keep_freed_memory
+        from ..runtime.allocator import keep_freed_memory
 
         keep_freed_memory()  # batch after batch, the same large activations: reuse their memory
-    from ..precision_probe import announce
+    from ..runtime.precision_probe import announce
 
     announce(show=False)
     try:

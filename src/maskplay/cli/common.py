@@ -9,8 +9,8 @@ import re
 import sys
 from typing import NoReturn
 
-from ..precision import Precision
-from ..precision_probe import AUTO
+from ..runtime.precision import Precision
+from ..runtime.precision_probe import AUTO
 
 MAX_LENGTH_HELP = ("tokens per pass, [SOS]/[EOS] included (default and most: the model's max_position); a longer "
                    "line goes to --overflow. A long-attention model (docs/LONG_TEXT.md) reads up to max_position "
@@ -47,7 +47,7 @@ def add_sif_arguments(p: argparse.ArgumentParser) -> None:
 def read_input(args: argparse.Namespace) -> list[tuple[int, str]]:
     """(index, sentence): index = line number for --file / stdin, argument position for SENTENCE args. Blank
     lines and empty arguments are kept (scored as empty rows) unless --empty error."""
-    from ..score.text import is_empty, read_lines
+    from ..tasks.score.text import is_empty, read_lines
 
     sentences = getattr(args, "sentences", None) or []
     if sentences and args.file is not None:
@@ -78,7 +78,7 @@ def check_text_arguments(texts: list[str], what: str) -> None:
 
 def report_empty(rows: list[tuple[int, str]], args: argparse.Namespace) -> None:
     """The summary line on stderr: how many input lines were empty and kept as empty rows."""
-    from ..score.text import is_empty
+    from ..tasks.score.text import is_empty
 
     empty = [index for index, text in rows if is_empty(text)]
     if empty:

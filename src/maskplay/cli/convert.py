@@ -12,11 +12,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from ..families.hf import (
-    ARCHITECTURES,
-    converted_families,
-    describe_conversion,
-)
+from ..families.hf import ARCHITECTURES, converted_families, describe_conversion
 from ..families.hf.directory import TOKENIZER, read_hf_dir, special_ids
 
 __all__ = ["add_parser", "convert_from_hf", "convert_to_hf", "run"]
@@ -90,7 +86,7 @@ def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Pa
         model.save_pretrained(tmp)
         if tokenizer.is_file():
             shutil.copy2(tokenizer, tmp / TOKENIZER)
-            if (hf_dir / TOKENIZER_CONFIG).is_file():  # a causal LM's roles (bos, ...: maskplay.tokenizer.hf_roles)
+            if (hf_dir / TOKENIZER_CONFIG).is_file():  # a causal LM's roles (bos, ...: maskplay.data.tokenizer.hf_roles)
                 shutil.copy2(hf_dir / TOKENIZER_CONFIG, tmp / TOKENIZER_CONFIG)
 
     _write_dirs([(out, write)])
@@ -111,12 +107,12 @@ def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Pa
 def convert_to_hf(model_dir: str | Path, out: str | Path, generator_out: str | Path | None = None) -> list[str]:
     """Write the HuggingFace model(s) of the maskplay directory (or bundled model name) `model_dir`: one to `out`, an
     ELECTRA generator to `generator_out`; all or nothing. Each gets the complete tokenizer and a model card
-    (maskplay.export). Returns what to tell the user."""
-    from ..export.hf import export_files
+    (maskplay.tasks.export). Returns what to tell the user."""
+    from ..data.tokenizer import load_tokenizer
     from ..families import MaskplayModel
     from ..families.hf import to_hf
-    from ..model_dir import local_model_dir
-    from ..tokenizer import load_tokenizer
+    from ..runtime.model_dir import local_model_dir
+    from ..tasks.export.hf import export_files
 
     out = Path(out)
     targets = [out] + ([Path(generator_out)] if generator_out is not None else [])
@@ -142,7 +138,7 @@ def convert_to_hf(model_dir: str | Path, out: str | Path, generator_out: str | P
 
 def _hf_writer(files: dict[str, str], state: dict[str, Tensor]) -> Callable[[Path], None]:
     """A writer for _write_dirs: `files` and the weights, every file readable (export.hf.write_into)."""
-    from ..export.hf import write_into
+    from ..tasks.export.hf import write_into
 
     return lambda tmp: write_into(tmp, files, state)
 

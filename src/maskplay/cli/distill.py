@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..config import PRESETS
 from ..families import families
-from ..train.config import PRECISIONS
+from ..tasks.train.config import PRECISIONS
 from .common import OneLineParser, fraction, positive_float, positive_int, seed_int
 
 
@@ -139,7 +139,7 @@ def maskplay_teacher(teacher: str, converted: Path) -> str:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from ..distill import prepare_targets
+    from ..tasks.distill import prepare_targets
 
     teacher = maskplay_teacher(args.teacher, Path(args.out) / "teacher")
     summary = prepare_targets(teacher, args.data, args.out, top_k=args.top_k, max_length=args.max_length,
@@ -152,8 +152,8 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ..distill import DistillConfig, distill
-    from ..distill.config import load_distill_config
+    from ..tasks.distill import DistillConfig, distill
+    from ..tasks.distill.config import load_distill_config
     from .pretrain import resolve_config
 
     for name in ("family", "init", "corpus", "tokenizer", "grad_accum"):

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..devices import resolve_device
-from ..files import OutputLock, atomic_path, prepare_output_file
-from ..precision_probe import resolve_cli
-from ..score.scorer import Overflow
+from ..runtime.devices import resolve_device
+from ..runtime.files import OutputLock, atomic_path, prepare_output_file
+from ..runtime.precision_probe import resolve_cli
+from ..tasks.score.scorer import Overflow
 from .common import (
     MAX_LENGTH_HELP,
     add_model_arguments,
@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser("embed", help="sentence embeddings to .npy or .jsonl")
     add_model_arguments(e)
     e.add_argument("--out", required=True, help="X.npy (float32 matrix, one row per line) or X.jsonl")
-    from ..score.embed import Pooling
+    from ..tasks.score.embed import Pooling
 
     e.add_argument("--pooling", choices=[p.value for p in Pooling], default=None,
                    help="default: mean, or a sentence-transformers directory's own pooling")
@@ -53,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_embed(args: argparse.Namespace) -> int:
-    from ..score.text import is_empty
+    from ..tasks.score.text import is_empty
 
     out = Path(args.out)
     if out.suffix not in (".npy", ".jsonl"):
@@ -77,7 +77,7 @@ def run_embed(args: argparse.Namespace) -> int:
 
 def _embed(args: argparse.Namespace, device: torch.device, rows: list[tuple[int, str]], positions: list[int]) -> np.ndarray:
     """The vectors of rows[positions]; an error or a non-finite vector names the input line."""
-    from ..score.embed import Embedder, Pooling
+    from ..tasks.score.embed import Embedder, Pooling
 
     precision = resolve_cli(args.precision, device, model_dir=args.model_dir, rows=args.batch_size * 32, command="embed")
     embedder = Embedder.from_pretrained(args.model_dir, device=device, precision=precision,

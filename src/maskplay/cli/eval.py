@@ -1,17 +1,17 @@
 """`maskplay eval TASK MODEL_DIR`: sts, nbest, pairs, blimp, spelling, cola. Each prints its paper-style metric
 and, with --out, writes the numbers and settings as JSON. `maskplay eval blimp-plot A.json B.json ...` draws
-BLiMP results side by side. This module declares the options; the runners are maskplay.eval.run."""
+BLiMP results side by side. This module declares the options; the runners are maskplay.tasks.eval.run."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
 
-from ..eval.run import run_blimp, run_blimp_plot, run_cola, run_nbest, run_pairs, run_spelling, run_sts
-from ..files import OutputLock, prepare_output_file
-from ..precision import Precision
-from ..precision_probe import AUTO
-from ..score.scorer import Method
+from ..runtime.files import OutputLock, prepare_output_file
+from ..runtime.precision import Precision
+from ..runtime.precision_probe import AUTO
+from ..tasks.eval.run import run_blimp, run_blimp_plot, run_cola, run_nbest, run_pairs, run_spelling, run_sts
+from ..tasks.score.scorer import Method
 from .common import add_sif_arguments, positive_int
 
 
@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_eval_parser(tasks, "seq2seq")  # the same command as `maskplay seq2seq eval`
     s = _task(tasks, "sts", "unsupervised STS: cosine of pooled embeddings vs gold; Spearman/Pearson x 100", run_sts,
               scoring=False, data_help="the shared data directory (default: $MASKPLAY_DATA or ../shared/data)")
-    from ..score.embed import Pooling
+    from ..tasks.score.embed import Pooling
 
     s.add_argument("--datasets", nargs="+", choices=["stsb", "sick"], default=["stsb", "sick"])
     s.add_argument("--pooling", choices=[x.value for x in Pooling], default=None,
@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --file: fit the TF-IDF baseline's IDF on this STS file's sentences (default: "
                         "sts-train.csv beside an STS-B file, a SICK file's TRAIN rows, else the evaluated sentences)")
 
-    from ..eval.nbest import DEFAULT_WEIGHTS, FirstPass
+    from ..tasks.eval.nbest import DEFAULT_WEIGHTS, FirstPass
 
     n = _task(tasks, "nbest", "LibriSpeech 30-best reranking: WER tuned on one dev split, reported on the other",
               run_nbest, data_help="folder with dev_clean.jsonl.gz and dev_other.jsonl.gz")
@@ -62,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bp.add_argument("--labels", nargs="+", default=None, help="a name per results file (default: its model)")
     bp.set_defaults(func=run_blimp_plot)
 
-    from ..eval.spelling import FILES
+    from ..tasks.eval.spelling import FILES
 
     sp = _task(tasks, "spelling", "real-word spelling error detection (Zesch 2012): top-1, P/R/F1", run_spelling,
                data_help="folder with the en_*.txt files")
@@ -83,7 +83,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _task(tasks: argparse._SubParsersAction, name: str, help_text: str, func: Callable[[argparse.Namespace], int],
           scoring: bool = True, data_help: str = "override the default data location") -> argparse.ArgumentParser:
     """`maskplay eval NAME` with the options every task takes."""
-    from ..eval.files import FORMATS
+    from ..tasks.eval.files import FORMATS
 
     t = tasks.add_parser(name, help=help_text, description=help_text)
     t.add_argument("model_dir", metavar="MODEL_DIR")

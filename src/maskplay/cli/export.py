@@ -51,7 +51,7 @@ def export_part(model_dir: str | Path, part: str, out: str | Path) -> Path:
     """Write `part` of the ELECTRA model in `model_dir` to `out` (config.json, model.safetensors and the
     tokenizer.json found next to the model), whole or not at all."""
     from ..families import MaskplayModel
-    from ..model_dir import resolve_model_dir, write_model_dir
+    from ..runtime.model_dir import resolve_model_dir, write_model_dir
 
     source = resolve_model_dir(model_dir)
     out = Path(out)
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_hf(args: argparse.Namespace) -> int:
-    from ..export import export_revisions, export_sentence_transformers, export_to_hf
+    from ..tasks.export import export_revisions, export_sentence_transformers, export_to_hf
 
     if args.model_dir is not None:
         raise ValueError(f"{args.model_dir}: give the model after --to-hf / --to-sentence-transformers, not before")

@@ -1,4 +1,4 @@
-"""`maskplay finetune`: a backbone + a classification/regression head, early stopping on dev (maskplay.finetune;
+"""`maskplay finetune`: a backbone + a classification/regression head, early stopping on dev (maskplay.tasks.finetune;
 docs/FINETUNE.md)."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("finetune", help="fine-tune a model on a classification / regression / pair task",
                        description=f"Fine-tune MODEL (any family: {', '.join(family_names())}) with a small "
                                    "head on --train, keep the weights of the best --dev evaluation, and save a model "
-                                   "directory that `maskplay predict` and maskplay.finetune.FineTuned.from_pretrained load.")
+                                   "directory that `maskplay predict` and "
+                                   "maskplay.tasks.finetune.FineTuned.from_pretrained load.")
     p.add_argument("model", help="a model directory (config.json, model.safetensors, tokenizer.json) or bundled name; "
                                  "or a fine-tuned directory, whose encoder is fine-tuned again with a new head")
     p.add_argument("--task", choices=["classify", "regress", "pairs"], required=True,
@@ -54,7 +55,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _head(args: argparse.Namespace, family: str, train: list) -> object:
-    from ..finetune import DEFAULT_POOLING, HeadConfig, class_names, is_number
+    from ..tasks.finetune import DEFAULT_POOLING, HeadConfig, class_names, is_number
 
     labels = [ex.label for ex in train]
     if args.task == "pairs":
@@ -69,9 +70,9 @@ def _head(args: argparse.Namespace, family: str, train: list) -> object:
 def run_finetune(args: argparse.Namespace) -> int:
     import torch
 
-    from ..devices import resolve_device
-    from ..files import prepare_output_dir, prepare_output_file
-    from ..finetune import FinetuneOptions, finetune, load_backbone, read_examples
+    from ..runtime.devices import resolve_device
+    from ..runtime.files import prepare_output_dir, prepare_output_file
+    from ..tasks.finetune import FinetuneOptions, finetune, load_backbone, read_examples
 
     device = resolve_device(args.device)  # before any work
     if args.threads:

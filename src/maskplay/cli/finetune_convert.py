@@ -1,5 +1,5 @@
 """`maskplay finetune-convert`: a fine-tuned model to HuggingFace Bert/ElectraForSequenceClassification and
-back (the converters of maskplay.finetune_convert; the directory handling of `maskplay convert`)."""
+back (the converters of maskplay.tasks.finetune.convert; the directory handling of `maskplay convert`)."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def run_convert(args: argparse.Namespace) -> int:
 
 def _to_hf(source: Path, out: Path) -> int:
     from ..families.hf.directory import CONFIG, TOKENIZER
-    from ..finetune import FineTuned
-    from ..finetune_convert import finetuned_to_hf_sequence_classification
+    from ..tasks.finetune import FineTuned
+    from ..tasks.finetune.convert import finetuned_to_hf_sequence_classification
     from . import convert as cc
 
     cc._check_new(out, [source])
@@ -48,7 +48,7 @@ def _to_hf(source: Path, out: Path) -> int:
 def _from_hf(source: Path, out: Path) -> int:
     from ..families.hf import SEQUENCE_ARCHITECTURES, check_hf_types, hf_config
     from ..families.hf.directory import CONFIG, TOKENIZER, read_weights, special_ids
-    from ..finetune_convert import finetuned_from_hf_sequence_classification
+    from ..tasks.finetune.convert import finetuned_from_hf_sequence_classification
     from . import convert as cc
 
     cc._check_new(out, [source])

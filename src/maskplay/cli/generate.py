@@ -8,7 +8,7 @@ import sys
 import warnings
 from typing import Any
 
-from ..decoding import (
+from ..tasks.decoding import (
     STRATEGIES,
     GenerationOutput,
     default_stop_ids,
@@ -90,7 +90,7 @@ def for_precision(model: Any, precision: str) -> Any:
     if precision == "bf16":
         return copy.deepcopy(model).to(torch.bfloat16).eval()
     if precision == "int8":
-        from ..precision import quantize_int8
+        from ..runtime.precision import quantize_int8
 
         return quantize_int8(model)
     return model
@@ -98,7 +98,7 @@ def for_precision(model: Any, precision: str) -> Any:
 
 def resolved_precision(model: Any, precision: str, device: str | None, command: str) -> str:
     """--precision with auto resolved for this machine and model (logged on stderr)."""
-    from ..precision_probe import resolve_cli
+    from ..runtime.precision_probe import resolve_cli
 
     return resolve_cli(precision, device or "cpu", model=model, command=command).value
 
@@ -130,8 +130,8 @@ class _Streamer:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from ..devices import resolve_device
-    from ..score.scorer import load_model_dir
+    from ..runtime.devices import resolve_device
+    from ..tasks.score.scorer import load_model_dir
 
     device = resolve_device(args.device)  # before any work: a device this machine lacks is one line
     prompts = _read_prompts(args)

@@ -1,4 +1,4 @@
-"""`maskplay grow`: a bigger model that computes what a smaller one computes (maskplay.grow)."""
+"""`maskplay grow`: a bigger model that computes what a smaller one computes (maskplay.tasks.grow)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from .. import grow
+    from ..tasks import grow
 
     p = sub.add_parser("grow", help="a bigger model computing what a smaller one computes (to continue pretraining)",
                        description=grow.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -28,8 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..families import MaskplayModel
-    from ..grow import grow, largest_difference
-    from ..model_dir import resolve_model_dir, write_model_dir
+    from ..runtime.model_dir import resolve_model_dir, write_model_dir
+    from ..tasks.grow import grow, largest_difference
 
     source = resolve_model_dir(args.model_dir)
     out = Path(args.out)

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         from lm_eval._cli import HarnessCLI
         from lm_eval.utils import setup_logging
 
-        from ..lm_eval_backend import TASKS_DIR, register
+        from ..tasks.lm_eval_backend import TASKS_DIR, register
     except ImportError as err:
         raise ValueError(f"lm-eval is not installed ({err}); install the extra: pip install 'maskplay[lm-eval]'") from None
     register()

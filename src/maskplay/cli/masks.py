@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..masks import mask_pictures
+from ..nn.masks import mask_pictures
 from .common import non_negative_int, positive_int
 
 
@@ -20,8 +20,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..files import prepare_output_file
-    from ..viz import draw_masks
+    from ..runtime.files import prepare_output_file
+    from ..tasks.viz import draw_masks
 
     chosen = args.family
     names = [name for name, picture in mask_pictures().items() if picture.in_all] if chosen == "all" else [chosen]

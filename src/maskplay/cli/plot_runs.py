@@ -1,4 +1,4 @@
-"""`maskplay plot-runs`: held-out loss curves of several training runs in one picture (maskplay.report)."""
+"""`maskplay plot-runs`: held-out loss curves of several training runs in one picture (maskplay.tasks.report)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # matplotlib is imported only when a picture is drawn, not each time the parser is built
-    from ..report import plot_runs, summary_rows
+    from ..tasks.report import plot_runs, summary_rows
 
     out = plot_runs(args.runs, args.out, title=args.title)
     for row in summary_rows(args.runs):

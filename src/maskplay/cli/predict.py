@@ -26,9 +26,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from ..devices import resolve_device
-    from ..files import prepare_output_file
-    from ..finetune import encode_examples, label_values, load_finetuned, metrics, predict_rows, read_examples
+    from ..runtime.devices import resolve_device
+    from ..runtime.files import prepare_output_file
+    from ..tasks.finetune import encode_examples, label_values, load_finetuned, metrics, predict_rows, read_examples
 
     device = resolve_device(args.device)  # before any work
     model, tokenizer = load_finetuned(args.model)

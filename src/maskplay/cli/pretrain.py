@@ -10,7 +10,7 @@ from pathlib import Path
 from ..config import PRESETS, apply_overrides
 from ..families import family_class
 from ..registry import family_names
-from ..train.config import PRECISIONS, TrainConfig, load_train_config
+from ..tasks.train.config import PRECISIONS, TrainConfig, load_train_config
 from .common import positive_float, positive_int, seed_int
 
 EPILOG = """\
@@ -72,7 +72,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     if args.config:
         config = load_train_config(args.config)
     elif args.resume:
-        from ..train.loop import saved_run_config
+        from ..tasks.train.loop import saved_run_config
 
         out = args.out or TrainConfig().run.out_dir
         config = saved_run_config(out)
@@ -96,7 +96,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..train.loop import train
+    from ..tasks.train.loop import train
 
     config = resolve_config(args)
     if args.export and not family_class(config.model.family).parts:

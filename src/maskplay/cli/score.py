@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-from ..devices import resolve_device
 from ..families import families
-from ..files import OutputLock, prepare_output_file
-from ..precision_probe import resolve_cli
-from ..score.passes import method_names
-from ..score.scorer import Method, Overflow, SentenceScore
+from ..runtime.devices import resolve_device
+from ..runtime.files import OutputLock, prepare_output_file
+from ..runtime.precision_probe import resolve_cli
+from ..tasks.score.passes import method_names
+from ..tasks.score.scorer import Method, Overflow, SentenceScore
 from .common import (
     MAX_LENGTH_HELP,
     add_model_arguments,
@@ -76,9 +76,9 @@ LONG_LINE_WINDOWS = 50  # a line scored in more windows than this is announced o
 
 
 def run_score(args: argparse.Namespace) -> int:
-    from ..progress import Progress
-    from ..score.scorer import Scorer
-    from ..score.text import is_empty
+    from ..runtime.progress import Progress
+    from ..tasks.score.scorer import Scorer
+    from ..tasks.score.text import is_empty
 
     device = resolve_device(args.device)
     if args.max_pieces < 1:
@@ -147,7 +147,7 @@ def _score_rows(scorer: Any, rows: list[tuple[int, str]], positions: list[int],
 def _check_lengths(scorer: Any, rows: list[tuple[int, str]], args: argparse.Namespace, start: int = 0) -> None:
     """Before any scoring: a line over --max-pieces is an error naming it (a 1 MB line is some 200k pieces, minutes
     of windows); a line that needs many windows is announced on stderr, so that a long wait is not silent."""
-    from ..score.text import is_empty
+    from ..tasks.score.text import is_empty
 
     todo = [k for k in range(start, len(rows)) if not is_empty(rows[k][1])]
     if not todo:
@@ -173,8 +173,8 @@ def _check_lengths(scorer: Any, rows: list[tuple[int, str]], args: argparse.Name
 
 
 def _explain(scorer: Any, rows: list[tuple[int, str]], args: argparse.Namespace) -> int:
-    from ..score.explain import explain, legend
-    from ..score.text import is_empty
+    from ..tasks.score.explain import explain, legend
+    from ..tasks.score.text import is_empty
 
     out = sys.stdout
     positions = [k for k, (_, text) in enumerate(rows) if not is_empty(text)]

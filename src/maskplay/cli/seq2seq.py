@@ -77,8 +77,8 @@ def run_eval(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from ..eval.seq2seq import first_words, generate_targets, read_pairs, scores, summary_line
-    from ..files import atomic_path
+    from ..runtime.files import atomic_path
+    from ..tasks.eval.seq2seq import first_words, generate_targets, read_pairs, scores, summary_line
 
     k = _first_words_k(args.model_dir)  # checked before any work
     pairs = read_pairs(args.data, args.limit)
@@ -86,7 +86,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if k is not None:
         predictions = [first_words(p.source, k) for p in pairs]
     else:
-        from ..score.scorer import load_model_dir
+        from ..tasks.score.scorer import load_model_dir
         from .generate import for_precision, resolved_precision
 
         model, tokenizer = load_model_dir(args.model_dir)

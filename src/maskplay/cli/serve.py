@@ -9,8 +9,8 @@ import socket
 import sys
 from typing import Any
 
-from ..precision import Precision
-from ..serve.limits import Limits
+from ..runtime.precision import Precision
+from ..tasks.serve.limits import Limits
 from .common import non_negative_float, non_negative_int, positive_int
 
 AUTO = "auto"
@@ -60,15 +60,15 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from ..serve.app import create_app
+        from ..tasks.serve.app import create_app
     except ImportError as err:
         raise ValueError(f"maskplay serve needs the serve extra ({err.name} is missing): "
                          "pip install 'maskplay[serve]'") from None
-    from ..devices import resolve_device
-    from ..precision_probe import resolve_cli
-    from ..serve.batching import Batcher
-    from ..serve.guards import default_allowed_hosts
-    from ..serve.service import ModelService
+    from ..runtime.devices import resolve_device
+    from ..runtime.precision_probe import resolve_cli
+    from ..tasks.serve.batching import Batcher
+    from ..tasks.serve.guards import default_allowed_hosts
+    from ..tasks.serve.service import ModelService
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")

@@ -1,4 +1,4 @@
-"""`maskplay simcse MODEL --out DIR`: unsupervised SimCSE (maskplay.simcse) on Wikipedia sentences; the output
+"""`maskplay simcse MODEL --out DIR`: unsupervised SimCSE (maskplay.tasks.simcse) on Wikipedia sentences; the output
 is a model directory of the same family that `maskplay embed` and `maskplay eval sts` load."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from .common import fraction, non_negative_float, non_negative_int, positive_flo
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from ..precision import Precision
-    from ..precision_probe import AUTO
+    from ..runtime.precision import Precision
+    from ..runtime.precision_probe import AUTO
 
     p = sub.add_parser(
         "simcse", help="unsupervised SimCSE: sentence embeddings from dropout noise (no labels)",
@@ -63,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _options(args: argparse.Namespace) -> object:
-    from ..simcse import SimcseOptions
+    from ..tasks.simcse import SimcseOptions
 
     options = SimcseOptions(lr=args.lr, batch_size=args.batch_size, max_steps=args.max_steps, minutes=args.minutes,
                             temperature=args.temperature, pooling="first" if args.pooling == "cls" else args.pooling,
@@ -76,8 +76,8 @@ def _options(args: argparse.Namespace) -> object:
 
 
 def _check_out(out: Path, model: str, overwrite: bool) -> None:
-    from ..files import prepare_output_dir
-    from ..model_dir import CONFIG_NAME, WEIGHTS_NAME, resolve_model_dir
+    from ..runtime.files import prepare_output_dir
+    from ..runtime.model_dir import CONFIG_NAME, WEIGHTS_NAME, resolve_model_dir
 
     prepare_output_dir(out)
     source = resolve_model_dir(model)
@@ -111,13 +111,13 @@ def _check_counts(args: argparse.Namespace, batch_size: int) -> None:
 def run_simcse(args: argparse.Namespace) -> int:
     import torch
 
-    from ..devices import resolve_device
-    from ..eval.common import data_root
-    from ..eval.files import portable
-    from ..files import OutputLock
-    from ..precision_probe import resolve
-    from ..score.scorer import load_model_dir
-    from ..simcse import SIMCSE_NAME, corpus_sentences, forward_kwargs, save_simcse, train_simcse
+    from ..runtime.devices import resolve_device
+    from ..runtime.files import OutputLock
+    from ..runtime.precision_probe import resolve
+    from ..tasks.eval.common import data_root
+    from ..tasks.eval.files import portable
+    from ..tasks.score.scorer import load_model_dir
+    from ..tasks.simcse import SIMCSE_NAME, corpus_sentences, forward_kwargs, save_simcse, train_simcse
 
     options = _options(args)
     _check_counts(args, options.batch_size)

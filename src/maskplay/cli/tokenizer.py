@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from ..data.readers import FORMATS, INVALID_UTF8_POLICIES, ReadStats, iter_paragraphs
-from ..progress import track
-from ..tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer, train_byte_bpe, train_wordpiece
+from ..data.tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer, train_byte_bpe, train_wordpiece
+from ..runtime.progress import track
 from .common import positive_int
 
 MODELS = ("wordpiece", "bpe")

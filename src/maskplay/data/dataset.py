@@ -26,7 +26,7 @@ class TokenDataset:
         if not meta_path.is_file():
             raise FileNotFoundError(f"{meta_path} not found: is {self.directory} a split written by "
                                     "`maskplay prepare`?")
-        from ..files import read_json_object
+        from ..runtime.files import read_json_object
 
         self.meta = read_json_object(meta_path)  # damaged JSON: one line naming the file
         if self.meta.get("dtype") not in ("uint16", "int32", "uint32", "int64"):

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..progress import Progress
-from ..tokenizer import Tokenizer, load_tokenizer
+from ..runtime.progress import Progress
 from .dataset import META_NAME, OFFSETS_NAME, TOKENS_NAME
 from .readers import FORMATS, INVALID_UTF8_POLICIES, ReadStats, iter_documents, resolve_corpus
 from .sentences import split_sentences
+from .tokenizer import Tokenizer, load_tokenizer
 from .words import WORDS_DTYPE, WORDS_NAME, piece_words
 
 MODES = ("sentences", "blocks")
@@ -45,7 +45,7 @@ class PrepareConfig:
     format: str = "auto"  # readers.FORMATS
     overwrite: bool = False  # replace a prepared corpus already in out_dir
     chunk_chars: int = 1 << 20  # characters of text per chunk of work sent to a worker
-    progress: bool = False  # a bar on stderr when it is a terminal, else a plain line every 30 s (maskplay.progress)
+    progress: bool = False  # a bar on stderr when it is a terminal, else a plain line every 30 s (maskplay.runtime.progress)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

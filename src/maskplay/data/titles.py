@@ -14,10 +14,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..progress import track
-from ..tokenizer import load_tokenizer
+from ..runtime.progress import track
 from .dataset import write_split
 from .readers import ReadStats, iter_documents
+from .tokenizer import load_tokenizer
 
 SPLITS = ("train", "dev", "test")
 

@@ -47,8 +47,12 @@ import torch
 from torch import Tensor
 
 from ..config import ModelConfig
-from ..masks import MaskPicture
-from ..model_dir import (
+from ..nn.masks import MaskPicture
+from ..nn.modeling import IGNORE_INDEX, ModelBase
+from ..nn.pass_modes import LastLayerRows
+from ..nn.score_rules import PLL_RULES, PassRunner, ScoreRule
+from ..registry import FAMILIES, family_names, register
+from ..runtime.model_dir import (
     CONFIG_NAME,
     WEIGHTS_NAME,
     check_buffers,
@@ -58,10 +62,6 @@ from ..model_dir import (
     read_shapes,
     resolve_model_dir,
 )
-from ..modeling import IGNORE_INDEX, ModelBase
-from ..pass_modes import LastLayerRows
-from ..registry import FAMILIES, family_names, register
-from ..scoring import PLL_RULES, PassRunner, ScoreRule
 
 
 class MaskplayModel(ModelBase):
@@ -86,7 +86,7 @@ class MaskplayModel(ModelBase):
     parts: ClassVar[tuple[str, ...]] = ()  # towers `export` can write alone (ELECTRA's generator, discriminator)
     seq2seq_overrides: ClassVar[tuple[str, ...]] = ()  # config overrides `seq2seq train` adds for this family
     masks_shown: ClassVar[tuple[MaskPicture, ...]] = ()
-    # how HuggingFace custom code (maskplay.export) reads the family: "mask" (AutoModel, AutoModelForMaskedLM),
+    # how HuggingFace custom code (maskplay.tasks.export) reads the family: "mask" (AutoModel, AutoModelForMaskedLM),
     # "causal_mask" (AutoModelForCausalLM; None: no generation), "query_stream" (T-TA's), "segments" (where token
     # types come from: given / after_separator / none), "lm_head" (False: AutoModel only); None: the family has no
     # custom-code export
@@ -137,7 +137,7 @@ class MaskplayModel(ModelBase):
 
     def score_positions(self, run: PassRunner, ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor,
                         targets: Tensor, rule: ScoreRule) -> Tensor:
-        """log p(targets) at (rows, cols) in one forward pass by a one-pass rule (maskplay.score.passes.
+        """log p(targets) at (rows, cols) in one forward pass by a one-pass rule (maskplay.tasks.score.passes.
         position_log_probs): by default what the rule declares (ScoreRule.read); a family overrides it for a
         reading no rule can state."""
         return rule.read(run, ids, attention_mask, rows, cols, targets)
@@ -177,7 +177,7 @@ class MaskplayModel(ModelBase):
 
     def memory_pass(self, run: PassRunner, ids: Tensor, attention_mask: Tensor, mems: list[Tensor],
                     memory_tokens: int) -> tuple[Tensor, list[Tensor], int]:
-        """One segment of scoring with memory (score/long.py, overflow='memory'), right-padded rows: the outputs
+        """One segment of scoring with memory (score/memory.py, overflow='memory'), right-padded rows: the outputs
         (B, L, H) the head reads, each layer's memory for the next segment (the caller cuts it to memory_tokens)
         and the shift s, output p predicting the token at p + s. The default: a two-stream family's query stream
         left to right (forward's left_to_right view), output p predicting token p (s = 0)."""
@@ -226,15 +226,16 @@ class MaskplayModel(ModelBase):
 
     @classmethod
     def training_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float | None:
-        """A family whose step is not the one-tower formula of maskplay.flops says what it is (None: that formula)."""
+        """A family whose step is not the one-tower formula of maskplay.runtime.flops says what it is (None: that
+        formula)."""
         return None
 
     # ---- loading ------------------------------------------------------------------------------------------
 
     def generate(self, inputs: Any, **options: Any) -> Any:
-        """Continue texts or token ids: maskplay.decoding.generate (greedy, beam search, sampling; a key/value
+        """Continue texts or token ids: maskplay.tasks.decoding.generate (greedy, beam search, sampling; a key/value
         cache). A family that cannot generate raises ValueError naming the families that can."""
-        from ..decoding import generate  # a task: imported when asked for (pyproject.toml lets this one import up)
+        from ..tasks.decoding import generate  # a task: imported when asked for (pyproject.toml lets this one import up)
 
         return generate(self, inputs, **options)
 

@@ -8,10 +8,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..masks import MaskMod, MaskPicture, bidirectional
-from ..modeling import IGNORE_INDEX
-from ..outputs import ModelOutput
-from ..pass_modes import LastLayerRows
+from ..nn.masks import MaskMod, MaskPicture, bidirectional
+from ..nn.modeling import IGNORE_INDEX
+from ..nn.outputs import ModelOutput
+from ..nn.pass_modes import LastLayerRows
 from .base import MaskplayModel
 
 

@@ -30,12 +30,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..flops import layer_flops
-from ..heads import LMHead
-from ..masks import MaskPicture, bidirectional
-from ..modeling import IGNORE_INDEX
-from ..outputs import ModelOutput
-from ..scoring import PLL_RULES, ScoreRule
+from ..nn.heads import LMHead
+from ..nn.masks import MaskPicture, bidirectional
+from ..nn.modeling import IGNORE_INDEX
+from ..nn.outputs import ModelOutput
+from ..nn.score_rules import PLL_RULES, ScoreRule
+from ..runtime.flops import layer_flops
 from .base import MaskplayModel
 from .bert import BertMLM, mask_tokens
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..cache import KVCache
 from ..config import ModelConfig
-from ..generation_hooks import check_ids, forward_cached, last_real
-from ..masks import MaskPicture
-from ..masks import causal as left_to_right
-from ..modeling import IGNORE_INDEX
-from ..outputs import ModelOutput
-from ..scoring import PassRunner, ScoreRule
+from ..nn.cache import KVCache
+from ..nn.generation_hooks import check_ids, forward_cached, last_real
+from ..nn.masks import MaskPicture
+from ..nn.masks import causal as left_to_right
+from ..nn.modeling import IGNORE_INDEX
+from ..nn.outputs import ModelOutput
+from ..nn.score_rules import PassRunner, ScoreRule
 from .base import MaskplayModel
 
 
@@ -101,7 +101,7 @@ class GPT(MaskplayModel):
     def num_targets(self, batch: dict[str, Tensor]) -> int:
         return int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())  # shifted inside forward: position 0 is no target
 
-    # ---- generation hooks (maskplay.generation_hooks) --------------------------------------------------------
+    # ---- generation hooks (maskplay.nn.generation_hooks) --------------------------------------------------------
 
     def prefill(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None) -> tuple[KVCache, Tensor]:

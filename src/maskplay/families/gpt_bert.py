@@ -26,11 +26,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..config import ModelConfig
-from ..masks import MaskMod, MaskPicture, bidirectional, causal
-from ..modeling import IGNORE_INDEX
-from ..outputs import ModelOutput
-from ..pass_modes import LastLayerRows
-from ..scoring import PLL, PLL_WORD, SUM, ScoreRule
+from ..nn.masks import MaskMod, MaskPicture, bidirectional, causal
+from ..nn.modeling import IGNORE_INDEX
+from ..nn.outputs import ModelOutput
+from ..nn.pass_modes import LastLayerRows
+from ..nn.score_rules import PLL, PLL_WORD, SUM, ScoreRule
 from .base import MaskplayModel
 from .gpt import GPT
 
@@ -167,7 +167,7 @@ class GPTBert(MaskplayModel):
 
     # ---- the contract's rules (families/base.py) ------------------------------------------------------------
 
-    # ---- generation: the causal mode, exactly GPT's hooks (maskplay.generation_hooks) -------------------------------
+    # ---- generation: the causal mode, exactly GPT's hooks (maskplay.nn.generation_hooks) -------------------------------
 
     prefill = GPT.prefill
     step = GPT.step

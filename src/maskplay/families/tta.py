@@ -10,11 +10,11 @@ from typing import Any
 
 from torch import Tensor
 
-from ..dropout import Dropout
-from ..masks import MaskPicture, and_masks, bidirectional, materialize, no_diagonal, padding, sdpa_kind
-from ..outputs import ModelOutput
-from ..pass_modes import LastLayerRows
-from ..scoring import PLL_RULES, ScoreRule
+from ..nn.dropout import Dropout
+from ..nn.masks import MaskPicture, and_masks, bidirectional, materialize, no_diagonal, padding, sdpa_kind
+from ..nn.outputs import ModelOutput
+from ..nn.pass_modes import LastLayerRows
+from ..nn.score_rules import PLL_RULES, ScoreRule
 from .base import MaskplayModel
 
 

@@ -22,12 +22,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..cache import KVCache
-from ..generation_hooks import check_ids, forward_cached, last_real
-from ..masks import MaskMod, MaskPicture, bidirectional, causal, materialize, prefix_lm, required
-from ..modeling import IGNORE_INDEX
-from ..outputs import ModelOutput
-from ..pass_modes import LastLayerRows
+from ..nn.cache import KVCache
+from ..nn.generation_hooks import check_ids, forward_cached, last_real
+from ..nn.masks import MaskMod, MaskPicture, bidirectional, causal, materialize, prefix_lm, required
+from ..nn.modeling import IGNORE_INDEX
+from ..nn.outputs import ModelOutput
+from ..nn.pass_modes import LastLayerRows
 from .bert import BertMLM, mask_tokens
 
 # mask kinds, in the order of their probabilities in MIX
@@ -78,7 +78,7 @@ class UnilmConfig:
 class UniLM(BertMLM):
     family = "unilm"
     settings = UnilmConfig  # [model.unilm]
-    generated_token_type = 1  # generated tokens are target tokens (maskplay.decoding)
+    generated_token_type = 1  # generated tokens are target tokens (maskplay.tasks.decoding)
     seq2seq_overrides = ("model.unilm.objective=seq2seq",)
     masks_shown = (MaskPicture("unilm", "UniLM: prefix (seq2seq)",
                                lambda segments, rank: prefix_lm(required(segments, "segment_ids", "unilm"))),)
@@ -144,7 +144,7 @@ class UniLM(BertMLM):
         return {"input_ids": corrupted, "attention_mask": attention_mask, "labels": labels,
                 "token_type_ids": segments, "mask_kind": torch.tensor(kind)}
 
-    # ---- generation (maskplay.generation_hooks): the source once, bidirectionally; then token by token --------
+    # ---- generation (maskplay.nn.generation_hooks): the source once, bidirectionally; then token by token --------
 
     def generation_frame(self, tokenizer: object) -> tuple[list[int], list[int]]:
         """A text becomes the prompt `[SOS] text [SEP]`: the separator predicts the first target token."""

@@ -26,13 +26,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention.dense import fused_linear, guard_empty_rows
-from ..attention.inputs import PassInputs
 from ..config import ModelConfig
-from ..dropout import Dropout
-from ..flops import layer_flops
-from ..heads import LMHead
-from ..masks import (
+from ..nn.attention.dense import fused_linear, guard_empty_rows
+from ..nn.attention.inputs import PassInputs
+from ..nn.dropout import Dropout
+from ..nn.heads import LMHead
+from ..nn.masks import (
     MaskMod,
     MaskPicture,
     and_masks,
@@ -49,10 +48,11 @@ from ..masks import (
     rank_from_order,
     required,
 )
-from ..modeling import IGNORE_INDEX
-from ..outputs import ModelOutput
-from ..positions import relative_frame
-from ..scoring import PLL_RULES, PassRunner, ScoreRule
+from ..nn.modeling import IGNORE_INDEX
+from ..nn.outputs import ModelOutput
+from ..nn.positions import relative_frame
+from ..nn.score_rules import PLL_RULES, PassRunner, ScoreRule
+from ..runtime.flops import layer_flops
 from .base import MaskplayModel
 
 # (content stream, query stream, memory for the next segment, hidden states)

@@ -195,7 +195,7 @@ def check_tied(hf_state: dict[str, Tensor], decoder: str, word: str) -> None:
 def check_hf_sizes(config: ModelConfig, state: dict[str, Tensor]) -> None:
     """The sizes a HuggingFace config.json gives (`config`, converted) against its weights' shapes, before a
     model of them is built: a config.json of n_embd 1e9 is one line, not an allocation of terabytes."""
-    from ...model_dir import check_sizes_fit
+    from ...runtime.model_dir import check_sizes_fit
 
     check_sizes_fit(config, {k: tuple(v.shape) for k, v in state.items()}, "the HuggingFace config.json",
                     "its weights")

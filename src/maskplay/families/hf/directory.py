@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ...model_dir import is_hf_directory
+from ...runtime.model_dir import is_hf_directory
 from .common import HF_DEFAULTS, HFConverter, check_hf_types
 from .registry import architectures, converter_for_architecture, from_hf, hf_architecture
 
@@ -77,7 +77,7 @@ def _namespace(converter: HFConverter, data: dict[str, Any]) -> SimpleNamespace:
 def read_weights(directory: Path) -> dict[str, Tensor]:
     """model.safetensors, its shards, or pytorch_model.bin (torch.load with weights_only=True: tensors only,
     nothing else unpickled); a damaged file is one ValueError naming it."""
-    from ...model_dir import read_weights as read_safetensors
+    from ...runtime.model_dir import read_weights as read_safetensors
 
     if (directory / WEIGHTS).is_file():
         return read_safetensors(directory / WEIGHTS)
@@ -124,7 +124,7 @@ def special_ids(hf_dir: Path, vocab_size: int, padded: bool = False) -> tuple[di
     """The special-token ids of the HuggingFace directory's own tokenizer (tokenizer.json, else vocab.txt), so that
     the model's [MASK], [PAD], ... are the tokenizer's; without one, the converter's layout stays. `padded`: a
     tokenizer smaller than the embedding table is fine (the model read in memory, MaskplayModel.vocabulary_padded)."""
-    from ...tokenizer import load_tokenizer
+    from ...data.tokenizer import load_tokenizer
 
     if not any((hf_dir / name).is_file() for name in (TOKENIZER, "vocab.txt")):
         return {}, None

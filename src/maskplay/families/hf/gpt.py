@@ -13,15 +13,7 @@ from ...config import ModelConfig
 from ..base import MaskplayModel
 from ..gpt import GPT
 from .bert import bert_config_dict, hf_bert_to_maskplay, maskplay_to_hf_bert
-from .common import (
-    BERT_DEFAULTS,
-    OPTIONAL_HF_KEYS,
-    HFCheckpoint,
-    HFConverter,
-    HFExport,
-    backbone_fields,
-    check_supported,
-)
+from .common import BERT_DEFAULTS, OPTIONAL_HF_KEYS, HFCheckpoint, HFConverter, HFExport, backbone_fields, check_supported
 
 
 def config_from_hf_bert_lm_head(hf_config: Any) -> ModelConfig:

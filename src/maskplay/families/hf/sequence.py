@@ -1,6 +1,6 @@
-"""The HuggingFace sequence classifiers a fine-tuned maskplay model (maskplay.finetune's FineTuned) converts to
+"""The HuggingFace sequence classifiers a fine-tuned maskplay model (maskplay.tasks.finetune's FineTuned) converts to
 and from: their weight names, configs and the maskplay backbone each reads into (the FineTuned model itself is
-built by maskplay.finetune_convert, a task-layer module).
+built by maskplay.tasks.finetune.convert, a task-layer module).
 
 BertForSequenceClassification = BertModel + pooler (Dense + tanh on [CLS]) + Dropout + Linear: a FineTuned bert
 (or unilm: the same weights, read bidirectionally) with head "bert" and pooling "first".

@@ -1,0 +1,216 @@
+"""Teacher targets computed once and stored (`maskplay distill prepare`), so that the teacher's passes are paid
+once and a distillation can be repeated, resumed and compared.
+
+A targets directory holds meta.json (the teacher's identity, top_k, max_length, the data's splits) and, per
+split, shards SPLIT-NNNNN.safetensors of `shard_sequences` consecutive sequences each:
+
+    lengths        (S,)     int64   tokens of each sequence (after truncation to max_length)
+    input_ids      (T,)     int32   the token ids the targets belong to, the sequences back to back
+    target_counts  (S,)     int64   target positions of each sequence (its pieces: not [SOS] / [EOS])
+    top_ids        (P, k)   int32   the teacher's k most likely ids at each target position, in order
+    top_logprobs   (P, k)   fp32    their log-probabilities (full softmax, temperature 1), largest first
+
+A shard is written whole or not at all (files.atomic_path), so a killed `prepare` resumes at its first missing
+shard. Training finds a sequence's targets by its token ids (a sequence that occurs twice has one teacher
+answer), reading only those rows from the memory-mapped shard."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import Tensor
+
+from ...data.dataset import TokenDataset
+from ...data.tokenizer import load_tokenizer
+from ...families import MaskplayModel
+from ...runtime.files import atomic_path, prepare_output_dir, read_json_object
+from .teacher import TeacherPass, check_teacher_tokenizer, describe, load_teacher
+
+META = "meta.json"
+FORMAT = 1
+
+
+def teacher_identity(teacher: MaskplayModel) -> str:
+    """A sha256 of the teacher's weights (names, dtypes, shapes, values; not of a file, whose header a second
+    conversion of the same HuggingFace model may order differently): targets are only read back for the teacher
+    that made them."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(teacher.state_dict().items()):
+        t = tensor.detach().to("cpu").contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def shard_name(split: str, index: int) -> str:
+    return f"{split}-{index:05d}.safetensors"
+
+
+@dataclass
+class PrepareSummary:
+    out: Path
+    sequences: int  # sequences covered, every split
+    computed: int  # of which computed by this call (the rest were in shards written before)
+    passes: int  # teacher forward passes run by this call
+    positions: int  # target positions computed by this call
+    seconds: float
+
+
+def prepare_targets(teacher: str | Path, data: str | Path, out: str | Path, top_k: int = 64, max_length: int = 128,
+                    shard_sequences: int = 1000, splits: tuple[str, ...] = ("train", "valid"), rows: int = 256,
+                    device: str = "cpu", progress: bool = False, threads: int | None = None,
+                    precision: str = "fp32") -> PrepareSummary:
+    """Compute and store the teacher's top-k PLL distributions at every piece of every sequence of `splits` of the
+    prepared data directory `data` (missing splits are skipped, not `train`). Resumes a directory written before with
+    the same settings; a directory written with other settings is an error. `threads`: torch's threads meanwhile
+    (a CPU matmul's rounding depends on them: targets equal the ones a run computes on the fly bit for bit when
+    both use the same number, run.threads). `precision`: the teacher's, fp32 or bf16 (TeacherPass)."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _prepare(teacher, Path(data), Path(out), top_k, max_length, shard_sequences, splits, rows, device,
+                        progress, precision)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _prepare(teacher: str | Path, data: Path, out: Path, top_k: int, max_length: int, shard_sequences: int,
+             splits: tuple[str, ...], rows: int, device: str, progress: bool, precision: str) -> PrepareSummary:
+    prepare_output_dir(out, "--out")
+    if not (data / "train").is_dir():
+        raise FileNotFoundError(f"{data / 'train'} not found: --data must be a directory prepared by `maskplay prepare`")
+    if shard_sequences < 1:
+        raise ValueError(f"shard_sequences must be at least 1, got {shard_sequences}")
+    model = load_teacher(teacher, device)
+    check_teacher_tokenizer(model, load_tokenizer(data), f"--data {data}")
+    datasets = {s: TokenDataset(data / s) for s in splits if (data / s).is_dir()}
+    meta = {"format": FORMAT, "teacher": {**describe(model), "weights_sha256": teacher_identity(model)},
+            "top_k": min(top_k, model.config.vocab_size), "max_length": max_length, "shard_sequences": shard_sequences,
+            "teacher_precision": precision,
+            "splits": {s: {"sequences": len(d), "tokens": d.num_tokens} for s, d in datasets.items()}}
+    _write_or_check_meta(out, meta)
+    teacher_pass = TeacherPass(model, top_k, rows, precision)
+    started, computed, positions = time.monotonic(), 0, 0
+    jobs = [(s, k) for s, d in datasets.items() for k in range(-(-len(d) // shard_sequences))]
+    jobs = [(s, k) for s, k in jobs if not (out / shard_name(s, k)).is_file()]
+    from ...runtime.progress import track
+
+    for split, k in track(jobs, desc="teacher targets", unit="shard", enabled=progress):
+        dataset = datasets[split]
+        first = k * shard_sequences
+        sequences = [dataset[i][:max_length] for i in range(first, min(first + shard_sequences, len(dataset)))]
+        tensors = shard_tensors(teacher_pass, sequences)
+        with atomic_path(out / shard_name(split, k)) as tmp:
+            save_file(tensors, str(tmp), metadata={"format": str(FORMAT), "first_sequence": str(first)})
+        computed += len(sequences)
+        positions += int(tensors["target_counts"].sum())
+    return PrepareSummary(out=out, sequences=sum(len(d) for d in datasets.values()), computed=computed,
+                          passes=teacher_pass.passes, positions=positions, seconds=time.monotonic() - started)
+
+
+def shard_tensors(teacher_pass: TeacherPass, sequences: list[np.ndarray]) -> dict[str, Tensor]:
+    ids, logps, counts = [], [], []
+    for seq in sequences:
+        top_ids, top_logp = teacher_pass(torch.as_tensor(seq, dtype=torch.long))
+        ids.append(top_ids.cpu())
+        logps.append(top_logp.cpu())
+        counts.append(len(top_ids))
+    k = teacher_pass.top_k
+    return {"lengths": torch.tensor([len(s) for s in sequences], dtype=torch.int64),
+            "input_ids": torch.as_tensor(np.concatenate(sequences) if sequences else np.zeros(0), dtype=torch.int32),
+            "target_counts": torch.tensor(counts, dtype=torch.int64),
+            "top_ids": torch.cat(ids) if ids else torch.zeros(0, k, dtype=torch.int32),
+            "top_logprobs": torch.cat(logps) if logps else torch.zeros(0, k)}
+
+
+def _write_or_check_meta(out: Path, meta: dict[str, Any]) -> None:
+    path = out / META
+    if path.is_file():
+        old = read_json_object(path)
+        if old != meta:
+            differ = sorted(k for k in set(old) | set(meta) if old.get(k) != meta.get(k))
+            raise ValueError(f"{path}: these targets were prepared with other settings ({', '.join(differ)} differ); "
+                             "give a new --out, or the settings they were prepared with to resume them")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(meta, indent=2) + "\n")
+
+
+class StoredTargets:
+    """targets(input_ids, attention_mask) -> (top ids (N, k) long, top log-probabilities (N, k)) for the target
+    positions of a padded batch, in row-major order, read from a prepared directory."""
+
+    def __init__(self, directory: str | Path, top_k: int, max_length: int, teacher_sha256: str | None = None,
+                 precision: str | None = None) -> None:
+        self.directory = Path(directory)
+        path = self.directory / META
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: is {self.directory} a directory written by "
+                                    "`maskplay distill prepare`?")
+        self.meta = read_json_object(path)
+        self._check(top_k, max_length, teacher_sha256)
+        stored = self.meta.get("teacher_precision", "fp32")
+        if precision is not None and stored != precision:
+            raise ValueError(f"targets {self.directory} were computed by the teacher in {stored}, the run's "
+                             f"teacher_precision is {precision}: the targets on the fly would differ")
+        self.top_k = top_k
+        self.files: list[Any] = []
+        self.index: dict[bytes, tuple[int, int, int]] = {}  # token ids -> (file, first row, rows)
+        for split, info in self.meta["splits"].items():
+            for k in range(-(-int(info["sequences"]) // int(self.meta["shard_sequences"]))):
+                self._open(self.directory / shard_name(split, k))
+
+    def _check(self, top_k: int, max_length: int, teacher_sha256: str | None) -> None:
+        where = f"targets {self.directory}"
+        if self.meta.get("format") != FORMAT:
+            raise ValueError(f"{where}: format {self.meta.get('format')!r}, this maskplay reads {FORMAT}")
+        if top_k > int(self.meta["top_k"]):
+            raise ValueError(f"{where} keep the top {self.meta['top_k']} teacher ids; distill top_k={top_k} needs "
+                             "at least that many (prepare them again, or lower top_k)")
+        if int(self.meta["max_length"]) != max_length:
+            raise ValueError(f"{where} were prepared at max_length={self.meta['max_length']}, the run truncates at "
+                             f"data.max_length={max_length}: the sequences would not match")
+        if teacher_sha256 is not None and self.meta["teacher"]["weights_sha256"] != teacher_sha256:
+            raise ValueError(f"{where} were prepared by another teacher (its weights' sha256 differs)")
+
+    def _open(self, path: Path) -> None:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: `maskplay distill prepare` did not finish; run it again with "
+                                    "the same arguments to complete it")
+        handle = safe_open(str(path), framework="pt")
+        lengths, counts = handle.get_tensor("lengths"), handle.get_tensor("target_counts")
+        ids = handle.get_tensor("input_ids").numpy()
+        starts = np.concatenate([[0], np.cumsum(lengths.numpy())])
+        rows = np.concatenate([[0], np.cumsum(counts.numpy())])
+        file = len(self.files)
+        self.files.append(handle)
+        for s in range(len(lengths)):
+            self.index.setdefault(ids[starts[s]:starts[s + 1]].tobytes(), (file, int(rows[s]), int(counts[s])))
+
+    def sequence(self, sequence: Tensor) -> tuple[Tensor, Tensor]:
+        key = sequence.detach().to("cpu", torch.int32).numpy().tobytes()
+        found = self.index.get(key)
+        if found is None:
+            raise ValueError(f"targets {self.directory} hold no sequence of these {len(sequence)} token ids: were "
+                             "they prepared from the run's data (--data) and its max_length?")
+        file, first, n = found
+        handle = self.files[file]
+        return (handle.get_slice("top_ids")[first:first + n][:, :self.top_k],
+                handle.get_slice("top_logprobs")[first:first + n][:, :self.top_k])
+
+    def batch(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
+        lengths = attention_mask.sum(1).tolist()
+        parts = [self.sequence(input_ids[b, :n]) for b, n in enumerate(lengths)]
+        device = input_ids.device
+        return torch.cat([p[0] for p in parts]).to(device), torch.cat([p[1] for p in parts]).to(device)

@@ -1,0 +1,103 @@
+"""`maskplay export --to-hf RUN_DIR --revisions --out DIR`: a run's models by words seen (run.checkpoint_at_words
+writes RUN_DIR/words/<N>, each with words.json) and its final model as ONE HuggingFace repository: DIR is a git
+repository with a branch per checkpoint named as the BabyLM Challenge asks (`chck_1M` ... `chck_10M`, `chck_20M`
+... `chck_100M`: "chck_" + the words/ directory's name) and `main` the final model, checked out. The commits run in
+the order of words seen, so `git log main` is the run's history. transformers reads a local directory as it is
+checked out (its `revision=` applies to the Hub only): `git -C DIR checkout chck_1M` before loading a checkpoint
+locally, or upload each branch (`hf upload USER/NAME DIR --revision chck_1M`; docs/BABYLM.md)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from ...runtime.files import replace_directory
+from .hf import _check_out, _load, model_export, write_into
+from .to_hf import SUBFOLDER, tower_exports, write_towers
+
+WORDS_DIR, WORDS_INFO, FINAL_DIR = "words", "words.json", "final"  # train/export.py's layout of a run
+MAIN = "main"
+# the commits' author where the user's git has none configured (git refuses to commit without one)
+IDENTITY = ("-c", "user.name=maskplay export", "-c", "user.email=export@maskplay.invalid")
+
+
+def word_checkpoints(run_dir: Path) -> list[tuple[str, Path, dict[str, Any]]]:
+    """(branch, model directory, words.json) of each model of the run by words seen, fewest words first."""
+    found = []
+    for directory in sorted((run_dir / WORDS_DIR).glob("*")):
+        info = directory / WORDS_INFO
+        if directory.is_dir() and info.is_file():
+            found.append((f"chck_{directory.name}", directory, json.loads(info.read_text())))
+    return sorted(found, key=lambda item: item[2]["checkpoint_at_words"])
+
+
+def _git(repo: Path, *args: str) -> str:
+    identity = () if _configured(repo) else IDENTITY
+    done = subprocess.run(["git", *identity, "-C", str(repo), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ValueError(f"git {' '.join(args)} in {repo} failed: {(done.stderr or done.stdout).strip()}")
+    return done.stdout
+
+
+def _configured(repo: Path) -> bool:
+    done = subprocess.run(["git", "-C", str(repo), "config", "user.email"], capture_output=True, text=True)
+    return done.returncode == 0 and bool(done.stdout.strip())
+
+
+def _commit(repo: Path, source: Path, message: str, name: str, custom_code: bool, card: dict[str, Any]) -> str:
+    """The export of `source` as the repository's whole tree (files of the commit before removed), committed."""
+    for path in repo.iterdir():
+        if path.name != ".git":
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    source, model, tokenizer = _load(source)
+    if model.parts:  # ELECTRA: the discriminator, and the generator in generator/ (to_hf.py)
+        disc, gen = tower_exports(source, model, tokenizer, name, f"{name}/{SUBFOLDER}", custom_code, card)
+        write_towers(repo, disc, gen)
+        notes = disc[2]
+    else:
+        files, weights, notes = model_export(source, model, tokenizer, name, custom_code, card)
+        write_into(repo, files, weights)
+    _git(repo, "add", "--all")
+    # two marks one step crossed hold the same model: an empty commit keeps a branch for each
+    # the user's hooks and signing settings are for their own work, not for this generated repository
+    _git(repo, "-c", "commit.gpgsign=false", "commit", "--quiet", "--no-verify", "--allow-empty", "--message", message)
+    return notes[0]
+
+
+def export_revisions(run_dir: str | Path, out: str | Path, custom_code: bool = False, license: str = "other",
+                     datasets: list[str] | None = None) -> list[str]:
+    """Write the repository of the run `run_dir` (final/ and words/<N>/) to `out`; returns what to tell the user."""
+    run_dir, out = Path(run_dir), Path(out)
+    _check_out(out)
+    if not (run_dir / FINAL_DIR).is_dir():
+        raise FileNotFoundError(f"{run_dir} has no {FINAL_DIR}/: --revisions takes a run directory (RUN_DIR of "
+                                "maskplay pretrain) whose run has finished")
+    checkpoints = word_checkpoints(run_dir)
+    if not checkpoints:
+        raise FileNotFoundError(f"{run_dir} has no {WORDS_DIR}/<N>/{WORDS_INFO}: train with run.checkpoint_at_words "
+                                "to save models by words seen")
+    if shutil.which("git") is None:
+        raise FileNotFoundError("--revisions writes a git repository, and git is not on PATH")
+    card = {"license": license, "datasets": datasets}
+    what: list[str] = []
+
+    def write(tmp: Path) -> None:
+        tmp.mkdir(parents=True)
+        _git(tmp, "init", "--quiet", "--initial-branch", MAIN)
+        for branch, directory, info in checkpoints:
+            words = info["checkpoint_at_words"]
+            _commit(tmp, directory, f"{branch}: the model at {words:,} words seen (step {info.get('step')})",
+                    out.name, custom_code, card)
+            _git(tmp, "branch", branch)
+        what.append(_commit(tmp, run_dir / FINAL_DIR, "main: the final model", out.name, custom_code, card))
+
+    replace_directory(out, write)
+    branches = " ".join(branch for branch, _, _ in checkpoints)
+    return [f"wrote {out}: a git repository of {what[0]}, branch main the final model and a branch per checkpoint "
+            f"by words seen: {branches}",
+            f"to load a checkpoint from the directory: git -C {out} checkout BRANCH (transformers ignores revision= "
+            "for a local directory); to the Hub: for each branch, check it out and "
+            f"`hf upload USER/NAME {out} --revision BRANCH` (docs/BABYLM.md)"]

@@ -1,0 +1,161 @@
+"""One optimizer step: forward and backward of every micro-batch in the run's precision (gradient accumulation,
+DDP synchronising only on the last one), the all-reduce that makes the gradient that of the global batch's mean
+token loss, clipping, and the update."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ...config import ModelConfig
+from ...families import MaskplayModel
+from ...nn.attention.long_attention import clamp_spans, span_penalty
+from ...runtime.precision import Precision
+from .config import TrainConfig
+from .distributed import Dist, all_reduce_sum
+from .ema import WeightEma
+from .metrics import Window
+from .schedule import learning_rate
+from .stream import SegmentMemory
+
+# the loop's own forward_in and count_targets are passed in, so that what a test patches there is what runs
+Forward = Callable[..., Any]
+CountTargets = Callable[[MaskplayModel, dict[str, Tensor]], int]
+
+
+def pins(config: TrainConfig, device: torch.device) -> bool:
+    """Whether micro-batches go to the device through page-locked memory: data.pin_memory, on a CUDA device."""
+    return config.data.pin_memory and device.type == "cuda"
+
+
+def to_device(batch: dict[str, Any], device: torch.device, pin: bool) -> dict[str, Any]:
+    """The family's batch (CPU tensors) on `device`; with `pin`, copied from page-locked memory, which runs
+    asynchronously, so that the CPU prepares the next micro-batch while the GPU still computes this one (from
+    pageable memory the copy first waits for every kernel queued before it)."""
+    return {k: (v.pin_memory() if pin and v.device.type == "cpu" else v).to(device, non_blocking=True)
+            for k, v in batch.items()}
+
+
+class NonFinite(Exception):
+    """The loss or the gradient of a step is nan or inf; raised before the optimizer steps."""
+
+
+@dataclass
+class StepOutcome:
+    lr: float
+    loss: float  # the global batch's summed token loss (all processes)
+    targets: float  # and its target count
+    tokens: float
+    words: float  # the global batch's source words (data/words.py; 0 for data without word counts)
+    grad_norm: float
+    signal: bool  # some process received SIGINT / SIGTERM
+    budget: bool  # some process ran out of run.max_minutes
+
+
+class Stepper:
+    def __init__(self, config: TrainConfig, d: Dist, model: MaskplayModel, model_config: ModelConfig,
+                 optimizer: torch.optim.Optimizer, generator: torch.Generator, precision: Precision,
+                 forward: Forward, count_targets: CountTargets, ema: WeightEma | None = None,
+                 memory: SegmentMemory | None = None) -> None:
+        self.config, self.d = config, d
+        self.memory = memory  # run.memory_length: Transformer-XL's memory, carried per micro-batch (stream.py)
+        self.ema = ema  # optim.ema: the weights' moving average, updated after every optimizer step
+        self.model, self.model_config = model, model_config
+        self.optimizer, self.generator, self.precision = optimizer, generator, precision
+        self.forward, self.count_targets = forward, count_targets
+        self.pin = pins(config, d.device)
+        self.ddp = None
+        if d.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.ddp = DistributedDataParallel(model, device_ids=[d.device] if d.device.type == "cuda" else None)
+        # run.compile: the forward in the run's precision, compiled once (and again for new shapes); its backward
+        # is compiled with it. The model itself stays uncompiled, so its weights, batches and saving are unchanged
+        self.compiled = (torch.compile(functools.partial(forward, self.ddp or model, precision))
+                         if config.run.compile else None)
+
+    def step(self, step: int, next_batches: Callable[[], list[tuple[Tensor, Tensor]]],
+             stop_flags: Callable[[], list[float]], window: Window) -> StepOutcome:
+        """Optimizer step number step + 1 on this process's micro-batches of the global batch; stop_flags are
+        read once the micro-batches are done and all-reduced with the loss, so every process decides alike."""
+        cfg, d = self.config, self.d
+        lr = learning_rate(step, cfg.optim)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        micro_batches = next_batches()
+        loss_sum, n_targets, n_tokens = 0.0, 0, 0
+        for m, (ids, mask) in enumerate(micro_batches):
+            part, n, parts = self.micro_step(step, ids, mask, sync=m == len(micro_batches) - 1, micro=m)
+            loss_sum += part
+            n_targets += n
+            window.add_micro(n, parts)
+            n_tokens += int(mask.sum())
+        n_words = getattr(micro_batches, "words", 0)  # batches.MicroBatches
+        totals = all_reduce_sum(
+            d, torch.tensor([loss_sum, n_targets, n_tokens, n_words, *stop_flags()], dtype=torch.float64)).tolist()
+        g_loss, g_targets, g_tokens, g_words, g_signal, g_budget = totals
+        if g_targets == 0:
+            raise ValueError(f"step {step}: the global batch has no target tokens")
+        if not math.isfinite(g_loss):
+            raise NonFinite(f"the training loss is {g_loss}")
+        grad_norm = self._scaled_clipped_gradient(g_targets)
+        self.optimizer.step()
+        if self.model_config.long.adaptive_span:
+            clamp_spans(self.model)  # spans back into [0, max_span]
+        if self.ema is not None:
+            self.ema.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepOutcome(lr=lr, loss=g_loss, targets=g_targets, tokens=g_tokens, words=g_words,
+                           grad_norm=grad_norm, signal=bool(g_signal), budget=bool(g_budget))
+
+    def _scaled_clipped_gradient(self, g_targets: float) -> float:
+        # DDP averaged the per-process sums over world_size processes; undo that and divide by the count
+        scale = self.d.world_size / g_targets
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        clip = self.config.optim.clip
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf))
+        if not math.isfinite(grad_norm):  # a finite loss whose gradient overflowed
+            raise NonFinite(f"the gradient norm is {grad_norm}")
+        return grad_norm
+
+    def micro_step(self, step: int, ids: Tensor, mask: Tensor, sync: bool,
+                   micro: int = 0) -> tuple[float, int, dict[str, float]]:
+        """Forward and backward one micro-batch's summed token loss; returns (loss sum, target count, the
+        family's loss parts (ModelOutput.parts) times the target count). With memory, the micro-batch reads
+        the memory its predecessor at index `micro` left and leaves its own."""
+        self.model.set_training_progress(step / self.config.optim.max_steps)  # an objective that changes over training
+        batch: dict[str, Any] = self.model.training_batch(ids, mask, generator=self.generator)  # device-independent
+        batch = to_device(batch, self.d.device, self.pin)
+        if self.memory is not None:
+            batch.update(mems=self.memory.get(micro), memory_length=self.memory.length)
+        module = self.ddp if self.ddp is not None else self.model
+        no_sync = self.ddp.no_sync() if self.ddp is not None and not sync else contextlib.nullcontext()
+        n = self.count_targets(self.model, batch)
+        if n == 0:
+            # nothing to learn from (only special tokens); skipping is exact, except where DDP expects this
+            # process's backward to start the gradient all-reduce
+            if self.ddp is not None and sync:
+                raise ValueError(f"step {step}: the last micro-batch of process {self.d.rank} has no target "
+                                 "tokens (its sequences hold only special tokens); drop such sequences from the "
+                                 "data")
+            return 0.0, 0, {}
+        with no_sync:
+            out = (self.compiled(**batch) if self.compiled is not None
+                   else self.forward(module, self.precision, **batch))
+            if self.memory is not None:
+                self.memory.put(micro, out.mems)
+            total = out.loss.float() * n  # the family's loss is the mean over its n targets: n * mean is their sum
+            if self.model_config.long.adaptive_span:  # + adaptive span's L1 term (attention/long_attention.py)
+                (total + span_penalty(self.model) * n).backward()
+            else:
+                total.backward()
+        return float(total.detach()), n, {k: float(v.detach()) * n for k, v in (out.parts or {}).items()}

@@ -1,0 +1,142 @@
+"""The static cache and the compiled decode step (maskplay.nn.static_decode, generate(compile=True)) against the plain
+cached path: the same tokens and the same logits, for every family that generates."""
+
+import pytest
+import torch
+
+from maskplay import preset
+from maskplay.families import build_model
+from maskplay.nn.cache import KVCache, StaticKVCache
+from maskplay.nn.static_decode import CAPACITY_STEP, static_step
+from maskplay.tasks.decoding import generate, generating_families
+
+PROMPTS = [[3, 10, 11, 12, 13, 14], [3, 20, 21], [3, 40, 41, 42, 43, 44, 45, 46, 47]]
+
+
+def tiny(family: str, **overrides):
+    torch.manual_seed(0)
+    return build_model(preset("tiny", family=family, **overrides)).eval()
+
+
+@pytest.fixture
+def eager_compile(monkeypatch):
+    """torch.compile as the identity: the static cache's step run eagerly, so that these tests check the cache's
+    bookkeeping without paying a compilation per model (test_compiled_step_... compiles once)."""
+    monkeypatch.setattr(torch, "compile", lambda fn, **_: fn)
+
+
+def same_as_plain(model, **options):
+    plain = generate(model, PROMPTS, max_new_tokens=10, output_logits=True, **options)
+    fast = generate(model, PROMPTS, max_new_tokens=10, output_logits=True, compile=True, **options)
+    assert [g.token_ids for g in fast] == [g.token_ids for g in plain]
+    assert [g.finish_reason for g in fast] == [g.finish_reason for g in plain]
+    for f, p in zip(fast, plain, strict=True):
+        torch.testing.assert_close(f.logits, p.logits, atol=1e-5, rtol=1e-5)
+        assert f.log_prob == pytest.approx(p.log_prob, abs=1e-4)
+    return plain
+
+
+@pytest.mark.parametrize("family", generating_families())
+def test_static_cache_gives_the_plain_paths_tokens_and_logits(eager_compile, family):
+    same_as_plain(tiny(family), stop_ids=[])
+
+
+@pytest.mark.parametrize("positions", ["rotary", "alibi"])
+def test_static_cache_with_position_terms_inside_attention(eager_compile, positions):
+    same_as_plain(tiny("gpt", positions=positions), stop_ids=[])
+
+
+def test_rows_that_stop_early_leave_holes_as_in_the_plain_path(eager_compile):
+    model = tiny("gpt")
+    first = generate(model, PROMPTS, max_new_tokens=10, stop_ids=[])
+    stop = first[1].token_ids[2]  # the second row stops after two tokens
+    plain = same_as_plain(model, stop_ids=[stop])
+    assert plain[1].finish_reason == "stop"
+
+
+def test_sampling_with_a_seed_draws_the_same_tokens(eager_compile):
+    model = tiny("gpt")
+    options = dict(strategy="sample", seed=7, top_k=20, temperature=0.8, stop_ids=[])
+    same_as_plain(model, **options)
+
+
+def test_compiled_steps_give_the_plain_paths_tokens_and_are_reused():
+    """Compiled for real. Each step skips its guards after its first call (static_decode.StaticStep), so steps of
+    other shapes and of changed weights, called in turn, must each still run their own program."""
+    model = tiny("gpt")
+    same_as_plain(model, stop_ids=[])
+    step = static_step(model, len(PROMPTS), 9 + 10, torch.device("cpu"), torch.float32)
+    one = generate(model, PROMPTS[:1], max_new_tokens=10, stop_ids=[])
+    assert generate(model, PROMPTS[:1], max_new_tokens=10, compile=True, stop_ids=[])[0].token_ids == one[0].token_ids
+    same_as_plain(model, stop_ids=[])
+    assert static_step(model, len(PROMPTS), 9 + 10, torch.device("cpu"), torch.float32) is step
+    assert step.cache.capacity == CAPACITY_STEP and step.calls > 9
+    before = [g.token_ids for g in generate(model, PROMPTS, max_new_tokens=10, stop_ids=[])]
+    with torch.no_grad():
+        model.encoder.layers[0].attn.value.weight.mul_(3.0)  # the frozen constants are stale now
+    assert [g.token_ids for g in same_as_plain(model, stop_ids=[])] != before
+
+
+def test_the_compiled_step_freezes_its_weights(monkeypatch):
+    """Inductor's freezing pass (weights made prepacked constants) runs when the step compiles: torch 2.13 ignores
+    compile(options={"freezing": True}) for this: Dynamo has lifted the weights to inputs before inductor reads it, so
+    the pass ran with nothing to freeze, at half the speed."""
+    import torch._inductor.freezing as freezing
+
+    frozen = []  # inputs of each frozen graph that became constants
+    real = freezing.freeze
+
+    def spy(dynamo_gm, aot_gm, example_inputs):
+        graph, kept = real(dynamo_gm, aot_gm, example_inputs)
+        frozen.append(len(example_inputs) - len(kept))
+        return graph, kept
+
+    monkeypatch.setattr(freezing, "freeze", spy)
+    torch.manual_seed(1)
+    model = build_model(preset("tiny", family="gpt", hidden_size=48)).eval()  # a graph no other test compiled
+    same_as_plain(model, stop_ids=[])
+    weights = sum(1 for _ in model.parameters())
+    assert frozen and frozen[0] >= weights - 2  # every weight but those the graph does not read
+
+
+def test_a_prompt_that_fills_the_capacity_and_no_new_tokens(eager_compile):
+    model = tiny("gpt")
+    prompt = [[3, *range(10, 10 + CAPACITY_STEP - 1)]]  # exactly CAPACITY_STEP tokens
+    for steps in (0, 1, 2):
+        plain = generate(model, prompt, max_new_tokens=steps, stop_ids=[])
+        assert generate(model, prompt, max_new_tokens=steps, stop_ids=[], compile=True)[0].token_ids == plain[0].token_ids
+
+
+def test_compile_refuses_beam_search_and_the_uncached_path():
+    model = tiny("gpt")
+    with pytest.raises(ValueError, match="compile"):
+        generate(model, PROMPTS, compile=True, strategy="beam")
+    with pytest.raises(ValueError, match="compile"):
+        generate(model, PROMPTS, compile=True, use_cache=False)
+
+
+def test_static_cache_refuses_what_it_cannot_hold():
+    model = tiny("gpt")
+    ids = torch.tensor([[3, 10, 11], [0, 0, 0]])
+    with torch.inference_mode():
+        cache, _ = model.prefill(ids, ids != 0)
+    static = StaticKVCache(model.config.num_layers, 2, 8)
+    with pytest.raises(ValueError, match="needs a real cached token"):
+        static.load(cache)
+    with pytest.raises(ValueError, match="cannot take"):
+        StaticKVCache(model.config.num_layers, 3, 8).load(cache)
+    with pytest.raises(ValueError, match="one new token per row"):
+        static.extend(torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(NotImplementedError):
+        static.reorder(torch.tensor([0, 0]))
+    assert not KVCache(1).static and static.static
+
+
+def test_a_weight_change_makes_a_new_step(eager_compile):
+    model = tiny("gpt")
+    generate(model, PROMPTS, max_new_tokens=4, compile=True, stop_ids=[])
+    step = static_step(model, len(PROMPTS), 9 + 4, torch.device("cpu"), torch.float32)
+    with torch.no_grad():
+        next(model.parameters()).add_(0.5)
+    assert static_step(model, len(PROMPTS), 9 + 4, torch.device("cpu"), torch.float32) is not step
+    same_as_plain(model, stop_ids=[])  # and the new weights are the ones decoded with

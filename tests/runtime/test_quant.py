@@ -1,0 +1,140 @@
+"""int8 inference (quant.Int8Linear, precision.quantize_int8): the oneDNN kernel against the arithmetic it
+stands for, and the quantised models against their fp32 originals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from maskplay.nn.feedforward import FeedForward
+from maskplay.runtime.precision import quantize_int8
+from maskplay.runtime.quant import ONEDNN_INT8, Int8Linear, quantize_activations
+
+needs_onednn = pytest.mark.skipif(not ONEDNN_INT8, reason="this PyTorch build has no oneDNN int8 linear kernel")
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def test_activation_quantisation_round_trips_within_half_a_step():
+    x = torch.randn(64, 48) * 3 + 1
+    q, scale, zero_point = quantize_activations(x)
+    assert q.dtype == torch.uint8 and q.shape == x.shape and 0 <= zero_point <= 255
+    assert float(((q.float() - zero_point) * scale - x).abs().max()) <= scale / 2 + 1e-6
+    q0, _, z0 = quantize_activations(torch.zeros(3, 4))
+    assert torch.equal(q0, torch.full((3, 4), z0, dtype=torch.uint8))  # 0 is exact (padding, ReLU-like zeros)
+    pos, _, zp = quantize_activations(torch.rand(8, 8) + 1)  # the range always holds 0
+    assert zp == 0 and int(pos.max()) == 255
+    with pytest.raises(ValueError, match="non-finite"):
+        quantize_activations(torch.tensor([[1.0, float("nan")]]))
+
+
+def test_activation_quantisation_fallback_matches_the_fused_kernel(monkeypatch):
+    x = torch.randn(256, 64)
+    fast, scale, zero_point = quantize_activations(x)
+
+    def missing(*args, **kwargs):
+        raise RuntimeError("no quantized tensors in this build")
+
+    monkeypatch.setattr(torch, "quantize_per_tensor", missing)
+    slow, scale2, zero_point2 = quantize_activations(x)
+    assert (scale, zero_point) == (scale2, zero_point2)
+    diff = (fast.int() - slow.int()).abs()
+    assert int(diff.max()) <= 1 and float((diff > 0).float().mean()) < 1e-3  # only ties may round apart
+
+
+@needs_onednn
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_onednn_kernel_computes_the_reference_arithmetic(activation):
+    torch.manual_seed(0)
+    layer = Int8Linear.from_linear(nn.Linear(96, 80), activation=activation)
+    assert layer._packed is not None
+    x = torch.randn(5, 7, 96)
+    got = layer(x)
+    assert got.shape == (5, 7, 80) and got.dtype == torch.float32
+    want = layer.reference(*quantize_activations(x.reshape(-1, 96)), dtype=torch.float64).view(5, 7, 80)
+    assert rel(got, want) < 1e-5  # int32 accumulation is exact; only the fp32 dequantisation rounds
+    if activation == "gelu":  # the fused GELU is the erf one, like nn.GELU's default (tanh would be ~1e-3 off)
+        assert float((got.double() - want).abs().max()) < 1e-4
+    assert layer(x.bfloat16()).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_int8_linear_is_close_to_the_fp32_layer(activation):
+    torch.manual_seed(0)
+    linear = nn.Linear(128, 64)
+    x = torch.randn(32, 128)
+    want = linear(x) if activation == "none" else F.gelu(linear(x))
+    err = rel(Int8Linear.from_linear(linear, activation)(x).detach(), want.detach())
+    assert 1e-4 < err < 0.02  # above zero: it really quantised
+
+
+def test_concatenated_layers_equal_the_separate_ones():
+    torch.manual_seed(0)
+    layers = [Int8Linear.from_linear(nn.Linear(64, n)) for n in (32, 48, 16)]
+    x = torch.randn(10, 64)
+    fused = Int8Linear.concatenated(layers)(x).split([32, 48, 16], dim=-1)
+    for one, layer in zip(fused, layers, strict=True):
+        torch.testing.assert_close(one, layer(x), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="same input size"):
+        Int8Linear.concatenated([layers[0], Int8Linear.from_linear(nn.Linear(8, 8))])
+
+
+@pytest.mark.parametrize("family", ["tta", "bert", "gpt", "electra"])
+def test_quantised_model_is_close_to_fp32_and_leaves_the_original_alone(tiny_model, family):
+    from tests.conftest import padded_batch
+
+    model = tiny_model(family)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    q = quantize_int8(model)
+    linears = [m for m in q.encoder.modules() if isinstance(m, (nn.Linear, Int8Linear))]
+    assert linears and all(isinstance(m, Int8Linear) for m in linears)
+    ffns = [m for m in q.encoder.modules() if isinstance(m, FeedForward)]
+    assert all(f.up.activation == "gelu" and isinstance(f.act, nn.Identity) for f in ffns)
+    ids, mask = padded_batch([9, 6, 3], vocab=model.config.vocab_size)
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).last_hidden_state[mask]
+        got = q(ids, attention_mask=mask).last_hidden_state[mask]
+    assert 1e-4 < rel(got, want) < 0.05
+    assert F.cosine_similarity(got, want).min() > 0.99
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert isinstance(model.encoder.layers[0].ffn.up, nn.Linear) and isinstance(model.encoder.layers[0].ffn.act, nn.GELU)
+
+
+@needs_onednn
+def test_the_kernel_is_checked_once_and_7_bit_weights_are_used_where_8_bits_saturate(monkeypatch):
+    """Where full-range weights fail the check (an AVX2 CPU's saturating int16 sums), weights use 7 bits; where
+    both fail, int8 is refused in one line. The real check runs on this CPU as well."""
+    import maskplay.runtime.quant as quant
+
+    assert quant._kernel_error(quant.kernel_weight_range()) < 1e-5  # whatever this CPU is, the chosen range is exact
+    monkeypatch.setattr(quant, "_WEIGHT_RANGE", None)  # monkeypatch puts both verdicts back afterwards
+    monkeypatch.setattr(quant, "_KERNEL_ERROR", None)
+    checked: list[int] = []
+
+    def saturating(weight_range: int) -> float:
+        checked.append(weight_range)
+        return 0.27 if weight_range == quant.FULL_RANGE else 1e-8
+
+    monkeypatch.setattr(quant, "_kernel_error", saturating)
+    torch.manual_seed(0)
+    linear = nn.Linear(128, 64)
+    layer = Int8Linear.from_linear(linear)
+    Int8Linear.from_linear(nn.Linear(8, 8))  # checked once per process, not per layer
+    assert checked == [127, 63] and int(layer.weight_int8.abs().max()) == 63
+    x = torch.randn(32, 128)
+    assert rel(layer(x), linear(x).detach()) < 0.02
+    with pytest.raises(ValueError, match="would saturate this CPU's int8 kernel"):
+        Int8Linear(torch.full((4, 8), 127, dtype=torch.int8), torch.ones(4), torch.zeros(4))
+
+    monkeypatch.setattr(quant, "_WEIGHT_RANGE", None)
+    monkeypatch.setattr(quant, "_kernel_error", lambda weight_range: 0.3)
+    with pytest.raises(ValueError, match=r"int8: oneDNN's int8 kernel on this CPU does not compute"):
+        Int8Linear.from_linear(linear)
+    monkeypatch.setattr(quant, "_kernel_error", lambda weight_range: 0.0)
+    with pytest.raises(ValueError, match="use --precision fp32 or bf16"):  # the verdict holds for the process
+        Int8Linear.from_linear(linear)

@@ -1,0 +1,42 @@
+"""run.compile: the trainer's forward and backward under torch.compile give the eager run's weights (to rounding),
+with the head's plain cross-entropy standing in for its CPU-fused one inside the compiled graph."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from maskplay.data.dataset import write_split
+from maskplay.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
+from maskplay.tasks.train import train
+from tests.tasks.train.test_train import NO_DROPOUT, VOCAB, small_config, weights
+
+pytestmark = pytest.mark.slow  # compiling takes half a minute or more on a 2-core machine
+
+
+def fixed_length_data(directory):
+    """Sequences of one length, so that the run compiles once (a new shape compiles again)."""
+    directory.mkdir(parents=True)
+    (directory / "vocab.txt").write_text("\n".join(SPECIAL_TOKENS + [f"w{i}" for i in range(7, VOCAB)]) + "\n")
+    load_tokenizer(directory / "vocab.txt").save(directory)
+    rng = np.random.default_rng(0)
+    seqs = [[3, *rng.integers(7, VOCAB, 14).tolist(), 1] for _ in range(64)]
+    write_split(directory / "train", seqs[:48], VOCAB)
+    write_split(directory / "valid", seqs[48:], VOCAB)
+    return directory
+
+
+def test_compiled_training_gives_the_eager_weights(tmp_path):
+    data = fixed_length_data(tmp_path / "data")
+    common = [*NO_DROPOUT, "optim.max_steps=3", "optim.warmup_steps=1", "run.precision=fp32", "data.bucket_window=1"]
+    from torch._dynamo.utils import counters
+
+    eager = train(small_config(data, tmp_path / "eager", *common, family="gpt"))
+    counters.clear()
+    compiled = train(small_config(data, tmp_path / "compiled", *common, "run.compile=true", family="gpt"))
+    assert counters["stats"]["unique_graphs"] >= 1  # it did compile
+    a, b = weights(eager.run_dir), weights(compiled.run_dir)
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
