@@ -14,8 +14,9 @@ look a family up by name there and ask it, so no module outside families/ compar
                                   config.<family>)
     left-to-right (T5 buckets,    causal                             False
       windows, minicons' class)
-    scoring                       score_rules (scoring.ScoreRule;    PLL and PLL-word; the head at the
-                                  first = auto; score_methods are    position itself
+    scoring                       score_rules (nn.score_rules'    PLL and PLL-word; the head at the
+                                  ScoreRule; first = auto;           position itself
+                                  score_methods are
                                   their names),
                                   score_positions(run, ..., rule),
                                   pll_hidden(run, ...),
@@ -72,7 +73,7 @@ class MaskplayModel(ModelBase):
     # config.<family> in code ("-" read as "_": registry.section_name); every ModelConfig holds every family's
     settings: ClassVar[type | None] = None
     causal: ClassVar[bool] = False
-    # how the family scores (scoring.ScoreRule, declared here and in each family's file); the first is "auto"
+    # how the family scores (score_rules.ScoreRule, declared here and in each family's file); the first is "auto"
     score_rules: ClassVar[tuple[ScoreRule, ...]] = PLL_RULES
     score_methods: ClassVar[tuple[str, ...]] = tuple(rule.name for rule in PLL_RULES)  # the rules' names
     masked_lm_method: ClassVar[str | None] = None  # minicons' MaskedLMScorer default, where not the first method

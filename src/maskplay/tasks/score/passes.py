@@ -1,6 +1,6 @@
 """What every scoring method shares: the methods' names and which family has which (each family declares its
-scoring.ScoreRule's; the scorer batches by rule, never by name), the segments a text is cut into, the Runner (the
-core's scoring.PassRunner: a forward pass and the LM head in one precision, its bf16 / int8 copies made once) and
+score_rules.ScoreRule's; the scorer batches by rule, never by name), the segments a text is cut into, the Runner (the
+core's score_rules.PassRunner: a forward pass and the LM head in one precision, its bf16 / int8 copies made once) and
 the batching helpers."""
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def check_compatible(model: MaskplayModel, tokenizer: Tokenizer) -> None:
 
 
 class Runner:
-    """The model's forward pass and LM head in one precision (maskplay.runtime.precision; the core's scoring.PassRunner):
+    """The model's forward pass and LM head in one precision (maskplay.runtime.precision; the core's score_rules.PassRunner):
     fp32; bf16 end to end (a copy of the model with its parameters cast to bf16 once, here - the model keeps its
     fp32 weights);
     or bf16 autocast; or int8 (the encoder's linear layers in int8, precision.quantize_int8; the LM head in

@@ -180,7 +180,7 @@ class Scorer:
                              "use 'error' or 'window' for scoring")
         check_memory_options(self.overflow, segment_tokens, memory_tokens)
         self.method = resolve_method(model.config.family, method)
-        self.rule = type(model).score_rule(str(getattr(self.method, "value", self.method)))  # scoring.ScoreRule
+        self.rule = type(model).score_rule(str(getattr(self.method, "value", self.method)))  # score_rules.ScoreRule
         self.max_length = pass_length(model.config, max_length)
         self.segment_tokens = self.memory_tokens = None
         if self.overflow is Overflow.MEMORY:
@@ -266,7 +266,7 @@ class Scorer:
 
     def _by_rule(self, rule: ScoreRule, segments: list[Segment],
                  runner: Callable[[MaskplayModel], Runner]) -> list[tuple[tuple[int, int], float]]:
-        """The passes a rule batches (scoring.ScoreRule.batching): one pass per batch of segments, one copy per
+        """The passes a rule batches (score_rules.ScoreRule.batching): one pass per batch of segments, one copy per
         piece (PLL, on the family's masked LM), or the sum of other rules, run in the order listed (the last one's
         order is the order returned)."""
         if rule.batching in (PLL, PLL_WORD):
