@@ -14,7 +14,7 @@ look a family up by name there and ask it, so no module outside families/ compar
                                   config.<family>)
     left-to-right (T5 buckets,    causal                             False
       windows, minicons' class)
-    scoring                       score_rules (nn.score_rules'    PLL and PLL-word; the head at the
+    scoring                       score_rules (nn.score_rules'       PLL and PLL-word; the head at the
                                   ScoreRule; first = auto;           position itself
                                   score_methods are
                                   their names),
