@@ -198,6 +198,16 @@ def test_its_own_scoring_rule_runs_through_the_scorer_and_the_command_line(train
     assert [r["log_prob"] for r in rows] == pytest.approx([s.log_prob for s in scores], abs=1e-4)
     with pytest.raises(ValueError, match=f"method {OWN_METHOD!r} does not apply to a 'bert' model"):
         Scorer(build_model(preset("tiny", family="bert")), tok, method=OWN_METHOD)
+    # and `maskplay eval` takes it: the pair is right where the rule's sentence log p says so
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"sentence_good": sentences[0], "sentence_bad": sentences[1]}) + "\n"
+                     + json.dumps({"sentence_good": sentences[1], "sentence_bad": sentences[0]}) + "\n")
+    report = tmp_path / "pairs.json"
+    assert main(["eval", "pairs", str(result.final_dir), "--data", str(pairs), "--method", OWN_METHOD,
+                 "--normalize", "sum", "--out", str(report)]) == 0
+    evaluated = json.loads(report.read_text())
+    assert evaluated["method"] == OWN_METHOD
+    assert evaluated["results"]["accuracy"] == 50.0  # exactly one of the two orders has the higher log p first
 
 
 def test_it_embeds_and_fine_tunes(trained):

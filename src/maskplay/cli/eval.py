@@ -11,6 +11,7 @@ from ..runtime.files import OutputLock, prepare_output_file
 from ..runtime.precision import Precision
 from ..runtime.precision_probe import AUTO
 from ..tasks.eval.run import run_blimp, run_blimp_plot, run_cola, run_nbest, run_pairs, run_spelling, run_sts
+from ..tasks.score.passes import method_names
 from ..tasks.score.scorer import Method
 from .common import add_sif_arguments, positive_int
 
@@ -94,7 +95,8 @@ def _task(tasks: argparse._SubParsersAction, name: str, help_text: str, func: Ca
     t.add_argument("--precision", choices=[AUTO, *(x.value for x in Precision)], default=AUTO,
                    help="auto (default): bf16 where this machine runs it faster than fp32, else fp32")
     if scoring:
-        t.add_argument("--method", choices=[m.value for m in Method], default=Method.AUTO.value)
+        t.add_argument("--method", choices=method_names(), default=Method.AUTO.value,
+                       help="auto (default): the family's own score; any method a registered family declares")
     source = t.add_mutually_exclusive_group(required=name == "pairs")  # blimp's default: the shared blimp-dev
     if name == "pairs":
         source.add_argument("--data", nargs="+", default=None, help="JSONL files or directories of them (as --file)")

@@ -16,14 +16,15 @@ from ...runtime.devices import resolve_device
 from ...runtime.files import prepare_output_file
 from ...runtime.precision import Precision
 from ...runtime.precision_probe import resolve_cli
-from ..score.scorer import Method, Overflow, Scorer
+from ..score.passes import as_method, method_name
+from ..score.scorer import Overflow, Scorer
 from .files import portable
 
 
 def _scorer(options: argparse.Namespace) -> Scorer:
     # Evaluations never fail on one long sentence: it is scored in windows (see docs/SCORING.md).
     return Scorer.from_pretrained(options.model_dir, batch_size=options.batch_size, device=resolve_device(options.device),
-                                  method=Method(options.method), overflow=Overflow.WINDOW,
+                                  method=as_method(options.method), overflow=Overflow.WINDOW,
                                   precision=_precision(options), progress=True)
 
 
@@ -172,14 +173,14 @@ def run_nbest(options: argparse.Namespace) -> int:
                              FirstPass(options.first_pass), options.weights, options.bonuses)
     lists = "your lists" if options.file else "LibriSpeech 30-best (ESPnet conformer+HuBERT)"
     print(f"N-best reranking, {lists}; LM {scorer.model.config.family} "
-          f"({scorer.method.value}); first pass = {options.first_pass}; WER %")
+          f"({method_name(scorer.method)}); first pass = {options.first_pass}; WER %")
     width = max(11, *(len(x) + 2 for x in results))
     print(f"{'split':<{width}}{'utts':>6}{'words':>7}{'1-best':>8}{'oracle':>8}{'rerank':>8}  weight (tuned on)")
     for name, r in results.items():
         print(f"{name:<{width}}{r['utterances']:>6}{r['ref_words']:>7}{r['one_best_wer']:>8.2f}{r['oracle_wer']:>8.2f}"
               f"{r['reranked_wer']:>8.2f}  w={r['weight']:g} b={r['bonus']:g} ({r['tuned_on']})")
     done()
-    write_results(options.out, {**_header(options, {"method": scorer.method.value, "first_pass": options.first_pass,
+    write_results(options.out, {**_header(options, {"method": method_name(scorer.method), "first_pass": options.first_pass,
                                               "weights": options.weights, "bonuses": options.bonuses}),
                              "results": results})
     return 0
@@ -211,14 +212,15 @@ def run_pairs(options: argparse.Namespace) -> int:
     scorer = _scorer(options)
     done = _timed("pairs")
     results = evaluate_pairs(files, _sentence_values(scorer, options.normalize))
-    print(f"Minimal pairs ({scorer.model.config.family}, {scorer.method.value}, {options.normalize} log p): accuracy %")
+    print(f"Minimal pairs ({scorer.model.config.family}, {method_name(scorer.method)}, {options.normalize} log p): "
+          "accuracy %")
     width = max(12, *(len(k) for k in results["files"]))
     for name, r in results["files"].items():
         print(f"{name:<{width}}{r['pairs']:>7}{r['accuracy']:>8.1f}")
     print(f"{'overall':<{width}}{results['pairs']:>7}{results['accuracy']:>8.1f}   (mean over files "
           f"{results['macro_accuracy']:.1f})")
     done()
-    write_results(options.out, {**_header(options, {"method": scorer.method.value, "normalize": options.normalize,
+    write_results(options.out, {**_header(options, {"method": method_name(scorer.method), "normalize": options.normalize,
                                               **({} if options.file else {"files": [portable(p) for p in options.data]})}),
                              "results": results})
     return 0
@@ -240,13 +242,14 @@ def run_blimp(options: argparse.Namespace) -> int:
     done = _timed("blimp")
     result = evaluate_blimp(_sentence_values(scorer, "sum"), pairs)
     print(f"BLiMP, {len(result['paradigms'])} paradigms ({'your files' if options.file else source['data']}), "
-          f"{scorer.model.config.family} ({scorer.method.value}, {scorer.precision.value}): right when "
+          f"{scorer.model.config.family} ({method_name(scorer.method)}, {scorer.precision.value}): right when "
           f"log p(good) > log p(bad) (a tie is wrong); accuracy %")
     print("\n".join(format_table(result, options.per_paradigm)))
     done()
-    write_results(options.out, {**_header(options, {"method": scorer.method.value, "family": scorer.model.config.family,
-                                              "precision": scorer.precision.value, **source,
-                                              "references": reference_points(result)}),
+    write_results(options.out, {**_header(options, {"method": method_name(scorer.method),
+                                                    "family": scorer.model.config.family,
+                                                    "precision": scorer.precision.value, **source,
+                                                    "references": reference_points(result)}),
                              "results": result})
     return 0
 
@@ -321,7 +324,7 @@ def run_spelling(options: argparse.Namespace) -> int:
     scorer = _scorer(options)
     done = _timed("spelling")
     results = evaluate_spelling(files, scorer.score, tune_on)
-    print(f"Real-word error detection (Zesch 2012), {scorer.model.config.family} ({scorer.method.value}); "
+    print(f"Real-word error detection (Zesch 2012), {scorer.model.config.family} ({method_name(scorer.method)}); "
           f"threshold {results['threshold']:.2f} nats tuned on {tune_on}")
     width = max(22, *(len(x) + 2 for x in files))
     print(f"{'file':<{width}}{'items':>6}{'top1':>7}{'pair':>7}   always-flag P/R/F1      tuned P/R/F1")
@@ -332,7 +335,7 @@ def run_spelling(options: argparse.Namespace) -> int:
               f"{a['precision']:5.1f} {a['recall']:5.1f} {a['f1']:5.1f}   {t['precision']:5.1f} {t['recall']:5.1f} "
               f"{t['f1']:5.1f}{mark}")
     done()
-    write_results(options.out, {**_header(options, {"method": scorer.method.value, "tune_on": tune_on}),
+    write_results(options.out, {**_header(options, {"method": method_name(scorer.method), "tune_on": tune_on}),
                              "results": results})
     return 0
 
@@ -363,7 +366,7 @@ def run_cola(options: argparse.Namespace) -> int:
     results = evaluate_cola(train, devs, _sentence_values(scorer, options.normalize))
     results["in_sample"] = in_sample
     source = ("the files themselves (in-sample)" if in_sample else portable(options.tune_file)) if options.file else "train"
-    print(f"Unsupervised CoLA, {scorer.model.config.family} ({scorer.method.value}, {options.normalize} log p >= "
+    print(f"Unsupervised CoLA, {scorer.model.config.family} ({method_name(scorer.method)}, {options.normalize} log p >= "
           f"{results['threshold']:.3f}; threshold tuned on {len(train)} sentences of {source}, MCC there "
           f"{results['train']['mcc']:.1f})")
     width = max(22, *(len(x) + 2 for x in devs))
@@ -372,7 +375,7 @@ def run_cola(options: argparse.Namespace) -> int:
         r = results[name]
         print(f"{name:<{width}}{r['sentences']:>10}{r['mcc']:>10.1f}{r['accuracy']:>8.1f}")
     done()
-    write_results(options.out, {**_header(options, {"method": scorer.method.value, "normalize": options.normalize,
+    write_results(options.out, {**_header(options, {"method": method_name(scorer.method), "normalize": options.normalize,
                                               "train_limit": options.train_limit,
                                               **({"tune_file": portable(options.tune_file)} if options.tune_file else {})}),
                              "results": results})

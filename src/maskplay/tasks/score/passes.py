@@ -61,10 +61,15 @@ def as_method(name: str) -> Method | str:
     return Method(name) if name in Method._value2member_map_ else name
 
 
+def method_name(method: Method | str) -> str:
+    """A method's name, built-in (a Method) or a family's own (a string)."""
+    return str(getattr(method, "value", method))
+
+
 def resolve_method(family: str, method: Method | str) -> Method | str:
     """The family's own score for 'auto' (the first of its score_methods), else the method if the family has it.
     UniLM is a BERT under a mask: a sentence has no separator, so its mask is bidirectional and its PLL is BERT's."""
-    name = str(getattr(method, "value", method))
+    name = method_name(method)
     own = family_class(family).score_methods
     if name == Method.AUTO.value:
         return as_method(own[0])
