@@ -2,12 +2,12 @@
 # Issue 44, item 2 (docs/RESULTS.md section 16): the bundled unilm-titles-mini as teacher, T-TA students of its
 # shape at equal student compute (the same steps, batch 32, data and AdamW), the teacher's PLL against the
 # students' one pass. Run from the repository root; W is a scratch directory (nothing of it goes in the repo).
-#   benchmarks/distill_measure.sh [STEPS ...]      (default: 450 900)
+#   benchmarks/distill_measure.sh [STEPS ...]      (default: 450 900 1800; scratch-kl at 450 and 900 only)
 set -euo pipefail
 W=${W:-runs/distill44}
 D=${D:-../shared/data}
 PY=${PY:-python}
-STEPS=("${@:-450 900}")
+STEPS=("${@:-450 900 1800}")
 run() { OMP_NUM_THREADS=1 nice "$PY" "$@"; }
 mkdir -p "$W" results/distill
 
@@ -22,7 +22,7 @@ run -m maskplay distill prepare unilm-titles-mini --data "$W/data" --out "$W/tar
 # fp32); 900 = 30 minutes. lr 1e-3, 45-step warmup (90 for 900), linear decay to 0, bf16 (precision auto)
 for n in ${STEPS[@]}; do
   for v in warm-kl scratch-ce scratch-kl; do
-    [ "$v" = scratch-kl ] && [ "$n" != 450 ] && continue
+    [ "$v" = scratch-kl ] && [ "$n" = 1800 ] && continue
     run benchmarks/distill_measure.py train "$v" --teacher unilm-titles-mini --data "$W/data" \
         --targets "$W/targets" --out "$W/$v-$n" --steps "$n" --warmup $((n / 10))
   done
@@ -38,7 +38,7 @@ for n in ${STEPS[@]}; do
 done
 run benchmarks/distill_measure.py eval --teacher unilm-titles-mini "${students[@]}" --blimp "$D/blimp-dev" \
     --blimp-limit 100 --heldout-file "$D/enwiki-wikiextractor/wiki_63.gz" --heldout 2000 \
-    --json results/distill/eval.json
+    --teacher-cache "$W/teacher-cache.json" --json results/distill/eval.json
 
 # scoring speed alone: teacher PLL against a student's one pass (all students share one shape) and the bundled
 # T-TA, 300 held-out sentences, interleaved, median of 5 rounds; precision auto (bf16 here), then fp32
@@ -48,12 +48,14 @@ for prec in auto fp32; do
 done
 
 # N-best reranking (LibriSpeech dev 30-best, weights tuned on the other split): the teacher's PLL on 50
-# utterances a split (its PLL is slow), every student on the same 50
+# utterances a split (its PLL is slow), every student on the same 50 and on 200 (tta-two-hour's 200: section 14)
 run -m maskplay eval nbest unilm-titles-mini --method pll --limit 50 --out results/distill/nbest-teacher-50.json
 for n in ${STEPS[@]}; do
   for v in warm-kl scratch-ce scratch-kl; do
-    [ -d "$W/$v-$n/final" ] && run -m maskplay eval nbest "$W/$v-$n/final" --limit 50 \
-        --out "results/distill/nbest-$v-$n-50.json"
+    for lim in 50 200; do
+      [ -d "$W/$v-$n/final" ] && run -m maskplay eval nbest "$W/$v-$n/final" --limit $lim \
+          --out "results/distill/nbest-$v-$n-$lim.json"
+    done
   done
 done
 run -m maskplay eval nbest tta-two-hour --limit 50 --out results/distill/nbest-tta-two-hour-50.json
