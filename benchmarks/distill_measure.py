@@ -1,7 +1,7 @@
 """Issue 44, item 2: a distilled T-TA against its teacher and a from-scratch T-TA at equal student compute (the
 same optimizer steps, batch, data and optimizer), measured on this machine. Two subcommands:
 
-train: one student run through maskplay.distill's training loop.
+train: one student run through maskplay.tasks.distill's training loop.
   warm-kl     distilled (KL to the stored teacher targets), warm start from the teacher (the default)
   scratch-kl  distilled, random initialisation (separates the warm start from the KL)
   scratch-ce  from scratch on T-TA's own objective: the same loop, positions, data, steps and optimizer with
@@ -40,12 +40,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved, machine  # noqa: E402
 
 from maskplay.data.sentences import split_sentences  # noqa: E402
-from maskplay.distill import DistillConfig  # noqa: E402
-from maskplay.distill.loop import DistillTrainer  # noqa: E402
-from maskplay.distill.teacher import target_mask  # noqa: E402
-from maskplay.score.scorer import Scorer  # noqa: E402
-from maskplay.train.config import TrainConfig  # noqa: E402
-from maskplay.train.loop import train  # noqa: E402
+from maskplay.tasks.distill import DistillConfig  # noqa: E402
+from maskplay.tasks.distill.loop import DistillTrainer  # noqa: E402
+from maskplay.tasks.distill.teacher import target_mask  # noqa: E402
+from maskplay.tasks.score.scorer import Scorer  # noqa: E402
+from maskplay.tasks.train.config import TrainConfig  # noqa: E402
+from maskplay.tasks.train.loop import train  # noqa: E402
 
 VARIANTS = {"warm-kl": ("warm", 0.0), "scratch-kl": ("scratch", 0.0), "scratch-ce": ("scratch", 1.0)}
 
