@@ -92,6 +92,15 @@ def layer_key(key: str, layers: str) -> tuple[int, str] | None:
     return (int(index), rest) if index.isdigit() else None
 
 
+def top_key(key: str, value: Tensor, top: dict[str, str | None]) -> Renamed | None:
+    """A key outside the layers (embeddings, final norm, head) renamed by the converter's `top` table; one mapped to
+    None is a buffer the config rebuilds (dropped); None for a key the table does not know."""
+    if key not in top:
+        return None
+    name = top[key]
+    return iter([] if name is None else [(name, value)])
+
+
 def map_keys(state: dict[str, Tensor], rename: Callable[[str, Tensor], Renamed | None]) -> dict[str, Tensor]:
     """Every HuggingFace weight through `rename`, which yields (maskplay key, tensor) pairs (none: a buffer dropped on
     purpose) or returns None for a key it does not know: an error naming it."""

@@ -10,7 +10,17 @@ from typing import Any
 from torch import Tensor
 
 from ...config import ModelConfig
-from .causal import CausalConverter, Renamed, activation, causal_config, layer_key, map_keys, strip_prefix, without_tied_head
+from .causal import (
+    CausalConverter,
+    Renamed,
+    activation,
+    causal_config,
+    layer_key,
+    map_keys,
+    strip_prefix,
+    top_key,
+    without_tied_head,
+)
 
 GPT2_DEFAULTS: dict[str, Any] = {
     "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None,
@@ -19,8 +29,10 @@ GPT2_DEFAULTS: dict[str, Any] = {
     "eos_token_id": 50256, "pad_token_id": None, "scale_attn_by_inverse_layer_idx": False,
     "reorder_and_upcast_attn": False, "add_cross_attention": False, "tie_word_embeddings": True,
 }
-_TOP = {"wte.weight": "embeddings.word.weight", "wpe.weight": "embeddings.position.weight",
-        "ln_f.weight": "encoder.final_norm.weight", "ln_f.bias": "encoder.final_norm.bias"}
+_TOP: dict[str, str | None] = {
+    "wte.weight": "embeddings.word.weight", "wpe.weight": "embeddings.position.weight",
+    "ln_f.weight": "encoder.final_norm.weight", "ln_f.bias": "encoder.final_norm.bias",
+    "lm_head.weight": "head.decoder.weight"}
 _LAYER = {"ln_1": "attn_norm", "ln_2": "ffn_norm", "attn.c_proj": "attn.out", "mlp.c_fc": "ffn.up",
           "mlp.c_proj": "ffn.down"}
 
@@ -42,13 +54,9 @@ def config_from_hf_gpt2(hf: Any) -> ModelConfig:
 
 
 def _rename(key: str, value: Tensor) -> Renamed | None:
-    if key in _TOP:
-        return iter([(_TOP[key], value)])
-    if key == "lm_head.weight":
-        return iter([("head.decoder.weight", value)])
     found = layer_key(key, "h")
     if found is None:
-        return None
+        return top_key(key, value, _TOP)
     index, rest = found
     module, _, leaf = rest.rpartition(".")
     prefix = f"encoder.layers.{index}."

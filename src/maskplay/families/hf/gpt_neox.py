@@ -20,6 +20,7 @@ from .causal import (
     map_keys,
     rope,
     strip_prefix,
+    top_key,
     without_tied_head,
 )
 
@@ -30,8 +31,10 @@ GPT_NEOX_DEFAULTS: dict[str, Any] = {
     "layer_norm_eps": 1e-5, "bos_token_id": 0, "eos_token_id": 2, "pad_token_id": None, "tie_word_embeddings": False,
     "use_parallel_residual": True, "attention_bias": True,
 }
-_TOP = {"embed_in.weight": "embeddings.word.weight", "final_layer_norm.weight": "encoder.final_norm.weight",
-        "final_layer_norm.bias": "encoder.final_norm.bias"}
+_TOP: dict[str, str | None] = {
+    "embed_in.weight": "embeddings.word.weight", "final_layer_norm.weight": "encoder.final_norm.weight",
+    "final_layer_norm.bias": "encoder.final_norm.bias", "embed_out.weight": "head.decoder.weight",
+    "rotary_emb.inv_freq": None}  # a buffer rebuilt from the config
 _LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "attention.dense": "attn.out",
           "mlp.dense_h_to_4h": "ffn.up", "mlp.dense_4h_to_h": "ffn.down"}
 _BUFFERS = ("attention.bias", "attention.masked_bias", "attention.rotary_emb.inv_freq")
@@ -53,15 +56,9 @@ def config_from_hf_gpt_neox(hf: Any) -> ModelConfig:
 
 def _renamer(heads: int):  # noqa: ANN202
     def rename(key: str, value: Tensor) -> Renamed | None:
-        if key in _TOP:
-            return iter([(_TOP[key], value)])
-        if key == "embed_out.weight":
-            return iter([("head.decoder.weight", value)])
-        if key == "rotary_emb.inv_freq":  # a buffer rebuilt from the config
-            return iter([])
         found = layer_key(key, "layers")
         if found is None:
-            return None
+            return top_key(key, value, _TOP)
         index, rest = found
         module, _, leaf = rest.rpartition(".")
         prefix = f"encoder.layers.{index}."

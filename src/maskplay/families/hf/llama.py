@@ -12,7 +12,17 @@ import torch
 from torch import Tensor
 
 from ...config import ModelConfig
-from .causal import CausalConverter, Renamed, causal_config, layer_key, map_keys, rope, strip_prefix, without_tied_head
+from .causal import (
+    CausalConverter,
+    Renamed,
+    causal_config,
+    layer_key,
+    map_keys,
+    rope,
+    strip_prefix,
+    top_key,
+    without_tied_head,
+)
 
 LLAMA_DEFAULTS: dict[str, Any] = {
     "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
@@ -21,7 +31,9 @@ LLAMA_DEFAULTS: dict[str, Any] = {
     "tie_word_embeddings": False, "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False,
     "head_dim": None,
 }
-_TOP = {"embed_tokens.weight": "embeddings.word.weight", "norm.weight": "encoder.final_norm.weight"}
+_TOP: dict[str, str | None] = {
+    "embed_tokens.weight": "embeddings.word.weight", "norm.weight": "encoder.final_norm.weight",
+    "lm_head.weight": "head.decoder.weight", "rotary_emb.inv_freq": None}  # a buffer rebuilt from the config
 _LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn.query",
           "self_attn.k_proj": "attn.key", "self_attn.v_proj": "attn.value", "self_attn.o_proj": "attn.out",
           "mlp.down_proj": "ffn.down"}
@@ -54,15 +66,9 @@ def config_from_hf_llama(hf: Any, architecture: str = "LlamaForCausalLM", qkv_bi
 
 
 def _rename(key: str, value: Tensor) -> Renamed | None:
-    if key in _TOP:
-        return iter([(_TOP[key], value)])
-    if key == "lm_head.weight":
-        return iter([("head.decoder.weight", value)])
-    if key == "rotary_emb.inv_freq":  # a buffer rebuilt from the config
-        return iter([])
     found = layer_key(key, "layers")
     if found is None:
-        return None
+        return top_key(key, value, _TOP)
     index, rest = found
     module, _, leaf = rest.rpartition(".")
     if rest == "self_attn.rotary_emb.inv_freq":

@@ -15,7 +15,17 @@ from typing import Any
 from torch import Tensor
 
 from ...config import ModelConfig
-from .causal import CausalConverter, Renamed, activation, causal_config, layer_key, map_keys, strip_prefix, without_tied_head
+from .causal import (
+    CausalConverter,
+    Renamed,
+    activation,
+    causal_config,
+    layer_key,
+    map_keys,
+    strip_prefix,
+    top_key,
+    without_tied_head,
+)
 
 OPT_POSITION_OFFSET = 2
 OPT_DEFAULTS: dict[str, Any] = {
@@ -25,8 +35,9 @@ OPT_DEFAULTS: dict[str, Any] = {
     "activation_function": "relu", "init_std": 0.02, "pad_token_id": 1, "bos_token_id": 2, "eos_token_id": 2,
     "enable_bias": True, "layer_norm_elementwise_affine": True, "tie_word_embeddings": True,
 }
-_TOP = {"embed_tokens.weight": "embeddings.word.weight", "final_layer_norm.weight": "encoder.final_norm.weight",
-        "final_layer_norm.bias": "encoder.final_norm.bias"}
+_TOP: dict[str, str | None] = {
+    "embed_tokens.weight": "embeddings.word.weight", "final_layer_norm.weight": "encoder.final_norm.weight",
+    "final_layer_norm.bias": "encoder.final_norm.bias"}
 _LAYER = {"self_attn.q_proj": "attn.query", "self_attn.k_proj": "attn.key", "self_attn.v_proj": "attn.value",
           "self_attn.out_proj": "attn.out", "self_attn_layer_norm": "attn_norm", "fc1": "ffn.up", "fc2": "ffn.down",
           "final_layer_norm": "ffn_norm"}
@@ -54,13 +65,11 @@ def config_from_hf_opt(hf: Any) -> ModelConfig:
 
 
 def _rename(key: str, value: Tensor) -> Renamed | None:
-    if key in _TOP:
-        return iter([(_TOP[key], value)])
     if key == "embed_positions.weight":  # rows 0 and 1: never a real token's (the offset, above)
         return iter([("embeddings.position.weight", value[OPT_POSITION_OFFSET:])])
     found = layer_key(key, "layers")
     if found is None:
-        return None
+        return top_key(key, value, _TOP)
     index, rest = found
     module, _, leaf = rest.rpartition(".")
     if module in _LAYER:
