@@ -36,6 +36,15 @@ def jacobian_norms(model, ids, mask, **kwargs):
     return norms
 
 
+
+def assert_tta_reads_all_but_itself(norms, mask, label):
+    """T-TA's leak check at every depth: output i never depends on token i, every other real token reaches it, and
+    padding reaches nothing."""
+    assert torch.all(torch.diagonal(norms, dim1=2, dim2=3) == 0), f"T-TA leaks token i into output i ({label})"
+    for b, n in enumerate(mask.sum(1).tolist()):
+        assert torch.all(norms[:, b, :n, :n] + torch.eye(n) > 0)  # every other token does reach output i
+        assert torch.all(norms[:, b, :, n:] == 0)
+
 @pytest.fixture
 def batch():
     return padded_batch([7, 4])
