@@ -10,7 +10,8 @@ family's mask allows, as the model does on its own):
 - babylm: the 12 x 384 models (6 heads, FFN 1,536, 128 tokens, batch 256, vocabulary 16,384) for GPT, BERT, T-TA
   and GPT-BERT, each family against its HuggingFace twin (GPT -> GPT2LMHeadModel, the others -> BertForMaskedLM,
   the same size), and with --recipe each family as `maskplay pretrain` runs configs/babylm/strict-small-*.toml
-  (its architecture: disentangled positions, GEGLU, ...; its LAMB; its run.compile), which benchmarks/gpu_babylm.sh
+  (its architecture: disentangled positions, GEGLU, ...; its LAMB; its run.compile, or --recipe-compile's scope:
+  step, the whole forward, or layers, block by block), which benchmarks/gpu_babylm.sh
   plans its training budgets from.
 
 Each of maskplay's cases also records what its attention hands SDPA ("attention": sdpa_forms): GPT's causal mask
@@ -49,6 +50,7 @@ from maskplay.families import build_model  # noqa: E402
 from maskplay.families.bert import mask_tokens  # noqa: E402
 from maskplay.runtime.flops import family_training_flops_per_token, training_flops_per_token  # noqa: E402
 from maskplay.runtime.precision import forward_in  # noqa: E402
+from maskplay.tasks.train.stepping import compile_forward  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # bf16 dense tensor-core peaks (no sparsity), FLOP/s, by a name fragment of torch.cuda.get_device_name
@@ -128,7 +130,8 @@ class Cases:
 
     def ours(self, shape: Shape, family: str, recipe: bool = False) -> tuple[Callable[[], None], float]:
         """With `recipe`, what `maskplay pretrain` runs for the family's strict-small config: its architecture,
-        its optimizer (LAMB) and its run.compile (or --recipe-compile), minus the data loading."""
+        its optimizer (LAMB) and its run.compile and run.compile_scope (or --recipe-compile), minus the data
+        loading."""
         torch.manual_seed(0)
         config = model_config(shape, family, recipe)
         model = build_model(config).to(self.device).train()
@@ -142,8 +145,8 @@ class Cases:
 
             train_config = load_train_config(REPO / "configs" / "babylm" / f"strict-small-{family}.toml")
             opt = build_optimizer(model, train_config.optim)
-            compiled = {"config": train_config.run.compile, "on": True, "off": False}[self.args.recipe_compile]
-            forward = torch.compile(forward) if compiled else forward
+            scope = recipe_scope(self.args.recipe_compile, train_config.run)
+            forward = compile_forward(forward, model, scope) if scope else forward
         else:
             forward = self.maybe_compile(forward)
 
@@ -243,6 +246,14 @@ class Cases:
             out += [("babylm HF gpt2", b, lambda: self.hf_gpt2(b)), ("babylm HF bert", b, lambda: self.hf_bert(b))]
             out += [(f"babylm {f}", b, lambda f=f: self.ours(b, f)) for f in self.args.families]
         return out
+
+
+def recipe_scope(choice: str, run) -> str | None:  # noqa: ANN001 - run: train config's RunSection
+    """--recipe-compile as a run.compile_scope, None for no compiling: "config" reads the recipe's run section, "on" is
+    "step" (the whole forward)."""
+    if choice == "config":
+        return run.compile_scope if run.compile else None
+    return {"off": None, "on": "step"}.get(choice, choice)
 
 
 def sdpa_forms(forward: Callable[[], object]) -> list[str]:
@@ -353,8 +364,9 @@ def main() -> None:
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     p.add_argument("--recipe", action="store_true", help="also time each family at its strict-small architecture")
     p.add_argument("--recipe-only", action="store_true", help="time the --recipe cases alone")
-    p.add_argument("--recipe-compile", default="config", choices=["config", "on", "off"],
-                   help="the recipe cases under torch.compile: as their config's run.compile says, or on, or off")
+    p.add_argument("--recipe-compile", default="config", choices=["config", "on", "off", "step", "layers"],
+                   help="the recipe cases under torch.compile: as their config's run.compile and run.compile_scope "
+                        "say, or off, or compiled whole (step, or on), or block by block (layers: run.compile_scope)")
     p.add_argument("--compile", default="auto", choices=["auto", "on", "off"], help="auto: on for cuda")
     p.add_argument("--warmup", type=int, default=3, help="steps before timing (compiling happens here)")
     p.add_argument("--steps", type=int, default=10, help="timed steps per case")

@@ -29,6 +29,7 @@ from .feedforward import make_feedforward
 from .norms import deepnorm_alpha, make_norm
 from .pass_modes import Cached, LastLayerRows, Packed, PassMode, WithMemory
 from .positions import IN_ATTENTION, Disentangled, Frame, PassPositions, PositionScheme, relative_frame, sinusoidal_embedding
+from .regional import compiled_parts, for_layer
 
 T = TypeVar("T")
 
@@ -273,6 +274,7 @@ class Encoder(nn.Module):
         # streams, builds its own frame and never reads this)
         self.frame_dropout = Dropout(config.hidden_dropout) if config.positions == "transformer-xl" else None
         self.width = config.hidden_size
+        self.regional = False  # the blocks through one compiled code (regional.compiled_blocks turns it on)
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
                 mode: PassMode | None = None, mask_kind: str | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
@@ -343,7 +345,7 @@ class Encoder(nn.Module):
             if index == last:
                 h = layer(*self._rows(h, inputs, rows.positions), index)
             else:
-                h = layer(h, inputs, index)
+                h = self._block("forward", layer, h, inputs, index)
             if states is not None:
                 states.append(h if packing is None else packing.pad(h))
         return self._finish(h, states, packing)
@@ -359,13 +361,20 @@ class Encoder(nn.Module):
                 h, layer_inputs = self._rows(h, inputs, rows.positions)
                 at = torch.arange(h.shape[0], device=h.device), rows.positions
                 outputs = [x[at][:, None] for x in outputs]
-            outputs.append(layer.attend(h, layer_inputs, index))
+            outputs.append(self._block("attend", layer, h, layer_inputs, index))
             h = self.dense(outputs, 2 * index)
-            outputs.append(layer.feed_forward(h))
+            outputs.append(compiled_parts()["feed_forward"](layer, h) if self.regional else layer.feed_forward(h))
             h = self.dense(outputs, 2 * index + 1)
             if states is not None:
                 states.append(h if packing is None else packing.pad(h))
         return self._finish(h, states, packing)
+
+    def _block(self, part: str, layer: nn.Module, h: Tensor, inputs: PassInputs, index: int) -> Tensor:
+        """layer.<part>(h, inputs, index) ("forward": the block's call); while `regional` is on, through the compiled
+        code every block shares (nn/regional.py), unless the pass has a key/value cache."""
+        if self.regional and inputs.cache is None:
+            return compiled_parts()[part](layer, h, for_layer(inputs, index))
+        return layer(h, inputs, index) if part == "forward" else getattr(layer, part)(h, inputs, index)
 
     def _run_with_memory(self, h: Tensor, mask: Tensor, memory: Sequence[Tensor],
                          output_hidden_states: bool) -> tuple[Tensor, tuple[Tensor, ...] | None]:

@@ -17,6 +17,7 @@ from torch import Tensor
 from ...config import ModelConfig
 from ...families import MaskplayModel
 from ...nn.attention.long_attention import clamp_spans, span_penalty
+from ...nn.regional import compiled_blocks, encoders
 from ...runtime.precision import Precision
 from .config import TrainConfig
 from .distributed import Dist, all_reduce_sum
@@ -41,6 +42,20 @@ def to_device(batch: dict[str, Any], device: torch.device, pin: bool) -> dict[st
     pageable memory the copy first waits for every kernel queued before it)."""
     return {k: (v.pin_memory() if pin and v.device.type == "cpu" else v).to(device, non_blocking=True)
             for k, v in batch.items()}
+
+
+def compile_forward(forward: Forward, model: torch.nn.Module, scope: str) -> Forward:
+    """run.compile's forward (run.compile_scope): `forward` compiled whole ("step"), or run eagerly with every block
+    of `model` through one compiled code ("layers", nn/regional.py; raises ValueError for a model it cannot serve)."""
+    if scope == "step":
+        return torch.compile(forward)
+    encoders(model)  # the check, before the first step
+
+    def regional(*args: Any, **kwargs: Any) -> Any:
+        with compiled_blocks(model):
+            return forward(*args, **kwargs)
+
+    return regional
 
 
 class NonFinite(Exception):
@@ -78,8 +93,8 @@ class Stepper:
             self.ddp = DistributedDataParallel(model, device_ids=[d.device] if d.device.type == "cuda" else None)
         # run.compile: the forward in the run's precision, compiled once (and again for new shapes); its backward
         # is compiled with it. The model itself stays uncompiled, so its weights, batches and saving are unchanged
-        self.compiled = (torch.compile(functools.partial(forward, self.ddp or model, precision))
-                         if config.run.compile else None)
+        self.compiled = (compile_forward(functools.partial(forward, self.ddp or model, precision), model,
+                                         config.run.compile_scope) if config.run.compile else None)
 
     def step(self, step: int, next_batches: Callable[[], list[tuple[Tensor, Tensor]]],
              stop_flags: Callable[[], list[float]], window: Window) -> StepOutcome:

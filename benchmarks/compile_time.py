@@ -1,0 +1,111 @@
+"""Compiling a strict-small recipe: how long the first training steps take under torch.compile (compiling included),
+the steady step time after, and what dynamo counted (graph breaks, recompiles, frames, graphs), for each
+run.compile_scope, "step" (the whole forward and loss, every layer unrolled into one graph) and "layers" (each block
+compiled alone, one code reused by every layer: nn/regional.py), with the eager step as the baseline, in one run.
+
+Each case is what gpu_train_speed.py --recipe times (its Cases.ours: the recipe's architecture at the 12 x 384 shape,
+LAMB, bf16 autocast, a full optimizer step), at a small batch (--batch x --seq-len) so that a step is cheap and the
+compile dominates: the compile's work depends on the graph (layers, width, ops), not on the batch. Caches are off
+and dynamo is reset before each case, so every case compiles cold, as a fresh GPU machine does. Graph breaks and
+recompiles are facts of the code, the same on any machine; the seconds are this machine's (a CPU's inductor
+compile is a proxy for a GPU's: C++ kernels there, Triton here).
+
+    OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/compile_time.py --out compile-time.json
+    python benchmarks/compile_time.py --tiny --steps 1          # a dry run: 2 x 32 models
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import torch._dynamo
+import torch._inductor.config
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402
+from gpu_train_speed import Cases, shapes  # noqa: E402
+
+SCOPES = ("eager", "layers", "step")
+
+
+def dynamo_counts() -> dict[str, int]:
+    """What dynamo counted since the last reset: graph breaks, recompiles (guard failures that compiled again),
+    frames compiled and the graphs they made."""
+    from torch._dynamo.utils import counters, guard_failures
+
+    return {"graph_breaks": sum(counters["graph_break"].values()),
+            "recompiles": sum(len(v) for v in guard_failures.values()),
+            "frames": counters["frames"]["total"], "graphs": counters["stats"]["unique_graphs"]}
+
+
+def run_case(family: str, scope: str, args: argparse.Namespace) -> dict:
+    """The first steps one by one (compiling happens here), then the median of --steps steps."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    shape = replace(shapes(args.tiny)["babylm"], batch=args.batch, seq_len=args.seq_len,
+                    **({"layers": args.layers} if args.layers else {}))
+    cases = Cases(argparse.Namespace(compile="off", recipe_compile="off" if scope == "eager" else scope),
+                  torch.device("cpu"))
+    step, *_ = cases.ours(shape, family, recipe=True)
+    first = []
+    for _ in range(2):  # the first compiles forward and backward; the second shows any recompile
+        start = time.perf_counter()
+        step()
+        first.append(time.perf_counter() - start)
+    times = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    steady = statistics.median(times)
+    gc.collect()
+    return {"family": family, "scope": scope, "shape": vars(shape), "first_step_s": first[0],
+            "second_step_s": first[1], "step_ms": 1000 * steady,
+            "compile_s": first[0] + first[1] - 2 * steady, **dynamo_counts()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--families", nargs="+", default=["gpt-bert", "tta"], choices=["gpt", "bert", "tta", "gpt-bert"])
+    p.add_argument("--scopes", nargs="+", default=list(SCOPES), choices=SCOPES)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--layers", type=int, default=None, help="default: the recipe's 12 (2 with --tiny)")
+    p.add_argument("--steps", type=int, default=3, help="timed steps after the first two")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--tiny", action="store_true", help="the 2 x 32 models, for a dry run")
+    p.add_argument("--out", default=None, help="write the results as JSON here (after every case)")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch._inductor.config.force_disable_caches = True  # every case compiles cold, as a fresh machine does
+    result = {"machine": machine(), "torch": torch.__version__, "args": vars(args), "rows": []}
+    print(result["machine"], flush=True)
+    print(f"{'family':<10}{'scope':<8}{'first s':>9}{'second s':>10}{'compile s':>11}{'step ms':>9}{'x eager':>9}"
+          f"{'breaks':>8}{'recompiles':>12}{'frames':>8}{'graphs':>8}", flush=True)
+    for family in args.families:
+        eager_ms = None
+        for scope in args.scopes:
+            row = run_case(family, scope, args)
+            eager_ms = row["step_ms"] if scope == "eager" else eager_ms
+            if eager_ms:
+                row["step_vs_eager"] = row["step_ms"] / eager_ms
+            result["rows"].append(row)
+            print(f"{family:<10}{scope:<8}{row['first_step_s']:>9.1f}{row['second_step_s']:>10.1f}"
+                  f"{row['compile_s']:>11.1f}{row['step_ms']:>9.0f}{row.get('step_vs_eager', float('nan')):>9.2f}"
+                  f"{row['graph_breaks']:>8}{row['recompiles']:>12}{row['frames']:>8}{row['graphs']:>8}", flush=True)
+            if args.out:
+                Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
