@@ -274,7 +274,8 @@ class Encoder(nn.Module):
         # streams, builds its own frame and never reads this)
         self.frame_dropout = Dropout(config.hidden_dropout) if config.positions == "transformer-xl" else None
         self.width = config.hidden_size
-        self.regional = False  # the blocks through one compiled code (regional.compiled_blocks turns it on)
+        # a torch.compile backend while the blocks run through one compiled code (regional.compiled_blocks), else None
+        self.regional: str | None = None
 
     def forward(self, h: Tensor, mask: Tensor, kv: Tensor | None = None, output_hidden_states: bool = False,
                 mode: PassMode | None = None, mask_kind: str | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
@@ -363,7 +364,8 @@ class Encoder(nn.Module):
                 outputs = [x[at][:, None] for x in outputs]
             outputs.append(self._block("attend", layer, h, layer_inputs, index))
             h = self.dense(outputs, 2 * index)
-            outputs.append(compiled_parts()["feed_forward"](layer, h) if self.regional else layer.feed_forward(h))
+            outputs.append(compiled_parts(self.regional)["feed_forward"](layer, h) if self.regional
+                           else layer.feed_forward(h))
             h = self.dense(outputs, 2 * index + 1)
             if states is not None:
                 states.append(h if packing is None else packing.pad(h))
@@ -373,7 +375,7 @@ class Encoder(nn.Module):
         """layer.<part>(h, inputs, index) ("forward": the block's call); while `regional` is on, through the compiled
         code every block shares (nn/regional.py), unless the pass has a key/value cache."""
         if self.regional and inputs.cache is None:
-            return compiled_parts()[part](layer, h, for_layer(inputs, index))
+            return compiled_parts(self.regional)[part](layer, h, for_layer(inputs, index))
         return layer(h, inputs, index) if part == "forward" else getattr(layer, part)(h, inputs, index)
 
     def _run_with_memory(self, h: Tensor, mask: Tensor, memory: Sequence[Tensor],

@@ -35,11 +35,11 @@ def _feed_forward(layer: nn.Module, h: Tensor) -> Tensor:
 
 
 @functools.cache
-def compiled_parts() -> dict[str, Callable[..., Tensor]]:
-    """The compiled block methods, made once per process: dynamo keeps its compiled code on each function's code
-    object, shared by every model and layer that passes its guards."""
-    return {"forward": torch.compile(_forward), "attend": torch.compile(_attend),
-            "feed_forward": torch.compile(_feed_forward)}
+def compiled_parts(backend: str = "inductor") -> dict[str, Callable[..., Tensor]]:
+    """The compiled block methods, made once per process and backend: dynamo keeps its compiled code on each
+    function's code object, shared by every model and layer that passes its guards."""
+    return {name: torch.compile(fn, backend=backend)
+            for name, fn in (("forward", _forward), ("attend", _attend), ("feed_forward", _feed_forward))}
 
 
 def for_layer(inputs: PassInputs, index: int) -> PassInputs:
@@ -61,13 +61,13 @@ def encoders(model: nn.Module) -> list[nn.Module]:
 
 
 @contextlib.contextmanager
-def compiled_blocks(model: nn.Module) -> Iterator[None]:
-    """Within the block, `model`'s encoders run their blocks through compiled_parts() (where a pass has no key/value
-    cache); outside it, as they were."""
+def compiled_blocks(model: nn.Module, backend: str = "inductor") -> Iterator[None]:
+    """Within the block, `model`'s encoders run their blocks through compiled_parts(backend) (where a pass has no
+    key/value cache); outside it, as they were. ("eager": dynamo alone, what tests count frames with.)"""
     found = encoders(model)
     before = [e.regional for e in found]
     for e in found:
-        e.regional = True
+        e.regional = backend
     try:
         yield
     finally:

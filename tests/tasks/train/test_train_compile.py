@@ -40,3 +40,25 @@ def test_compiled_training_gives_the_eager_weights(tmp_path):
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_layers_scope_gives_the_eager_weights(tmp_path):
+    """run.compile_scope = "layers" on T-TA with GPT-BERT's DenseFormer and disentangled positions (the strict-small
+    recipes' architecture): each block compiled once for every layer (two frames, attention and feed-forward
+    sub-layers, at any depth: tests/nn/test_regional.py), and the eager run's weights."""
+    data = fixed_length_data(tmp_path / "data")
+    common = [*NO_DROPOUT, "optim.max_steps=3", "optim.warmup_steps=1", "run.precision=fp32", "data.bucket_window=1",
+              "model.denseformer=true", "model.positions=disentangled", "model.norm_placement=pre", "model.num_layers=3"]
+    import torch._dynamo
+    from torch._dynamo.utils import counters, guard_failures
+
+    eager = train(small_config(data, tmp_path / "eager", *common, family="tta"))
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = train(small_config(data, tmp_path / "compiled", *common, "run.compile=true",
+                                  "run.compile_scope=layers", family="tta"))
+    assert counters["frames"]["total"] == 2 and not guard_failures  # one code for all 3 layers, compiled once
+    a, b = weights(eager.run_dir), weights(compiled.run_dir)
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
