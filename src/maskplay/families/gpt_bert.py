@@ -136,7 +136,10 @@ class GPTBert(MaskplayModel):
         if causal_rows is None:
             causal_rows = torch.full((input_ids.shape[0],), causal, dtype=torch.bool, device=input_ids.device)
         last_layer_rows = self._last_layer_rows(last_layer_rows, labels)
-        h, states = self.encode_under(batch_modes(causal_rows), input_ids, attention_mask,
+        # batch_modes' one-mode forms only serve SDPA's mask_kind; without it, the rows' modes as they are (the
+        # same mask, and no read-back of causal_rows: a graph break under torch.compile)
+        modes = batch_modes(causal_rows) if self.encoder.reads_mask_kind else row_modes(causal_rows)
+        h, states = self.encode_under(modes, input_ids, attention_mask,
                                       output_hidden_states=output_hidden_states, last_layer_rows=last_layer_rows)
         if labels is None:
             return self.output(h, None, states)

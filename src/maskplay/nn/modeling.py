@@ -80,7 +80,7 @@ class ModelBase(nn.Module):
             seen = mask.new_ones(1, 1, 1, memory[0].shape[1]).expand(B, 1, L, -1)
             mask = torch.cat([seen, mask.expand(B, -1, -1, -1)], dim=-1)
         else:  # SDPA told "causal" or "full" instead of the mask where that is exact (once per batch, here)
-            kind = sdpa_kind(structure, attention_mask, self.training)
+            kind = sdpa_kind(structure, attention_mask, self.training) if self.encoder.reads_mask_kind else None
         mode = WithMemory(memory) if memory is not None else self.pass_mode(attention_mask, last_layer_rows)
         return self.encoder(self.embed(input_ids, token_type_ids), mask, output_hidden_states=output_hidden_states,
                             mode=mode, mask_kind=kind)
@@ -182,19 +182,28 @@ class ModelBase(nn.Module):
         if labels is None:
             return ModelOutput(logits=self._deferred_logits(hidden), last_hidden_state=hidden, hidden_states=states)
         selected = labels != IGNORE_INDEX
+        if torch.compiler.is_compiling() and getattr(self, "predicted_fraction", 0.0) == 1.0:
+            # a family that predicts every real token (GPT, T-TA): the head at every position, padding's ignored by
+            # the cross-entropy, costs next to nothing more, and keeps a compiled graph free of the data-dependent
+            # shape of hidden[selected] (a graph break, and a recompile when the count of targets changes)
+            loss = self.head.loss(hidden.flatten(0, -2), self.embeddings.word.weight, labels.flatten())
+            return ModelOutput(loss=loss, logits=self._deferred_logits(hidden, selected), last_hidden_state=hidden,
+                               hidden_states=states)
         selected_hidden = hidden[selected]
         loss = self.head.loss(selected_hidden, self.embeddings.word.weight, labels[selected])
         return ModelOutput(loss=loss, logits=self._deferred_logits(selected_hidden), last_hidden_state=hidden,
                            hidden_states=states)
 
-    def _deferred_logits(self, hidden: Tensor) -> Callable[[], Tensor]:
-        """The head's logits, computed on first access (features and losses never need them), under the
-        grad / inference mode of the forward pass that produced `hidden`."""
-        grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+    def _deferred_logits(self, hidden: Tensor, rows: Tensor | None = None) -> Callable[[], Tensor]:
+        """The head's logits (at hidden[rows] where given), computed on first access (features and losses never
+        need them), under the grad / inference mode of the forward pass that produced `hidden` (a compiled
+        forward's: not inference, whose query dynamo cannot trace)."""
+        grad = torch.is_grad_enabled()
+        inference = not torch.compiler.is_compiling() and torch.is_inference_mode_enabled()
 
         def compute() -> Tensor:
             with torch.inference_mode(inference), torch.set_grad_enabled(grad):
-                return self.logits(hidden)
+                return self.logits(hidden if rows is None else hidden[rows])
 
         return compute
 
