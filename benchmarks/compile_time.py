@@ -12,6 +12,7 @@ compile is a proxy for a GPU's: C++ kernels there, Triton here).
 
     OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/compile_time.py --out compile-time.json
     python benchmarks/compile_time.py --tiny --steps 1          # a dry run: 2 x 32 models
+    python3 benchmarks/compile_time.py --device cuda --batch 256 --out compile-time-gpu.json   # on a GPU machine
 """
 
 from __future__ import annotations
@@ -54,19 +55,19 @@ def run_case(family: str, scope: str, args: argparse.Namespace) -> dict:
     counters.clear()
     shape = replace(shapes(args.tiny)["babylm"], batch=args.batch, seq_len=args.seq_len,
                     **({"layers": args.layers} if args.layers else {}))
-    cases = Cases(argparse.Namespace(compile="off", recipe_compile="off" if scope == "eager" else scope),
-                  torch.device("cpu"))
+    device = torch.device(args.device)
+    cases = Cases(argparse.Namespace(compile="off", recipe_compile="off" if scope == "eager" else scope), device)
     step, *_ = cases.ours(shape, family, recipe=True)
-    first = []
-    for _ in range(2):  # the first compiles forward and backward; the second shows any recompile
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def timed() -> float:
         start = time.perf_counter()
         step()
-        first.append(time.perf_counter() - start)
-    times = []
-    for _ in range(args.steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
+        sync()
+        return time.perf_counter() - start
+
+    first = [timed(), timed()]  # the first compiles forward and backward; the second shows any recompile
+    times = [timed() for _ in range(args.steps)]
     steady = statistics.median(times)
     gc.collect()
     return {"family": family, "scope": scope, "shape": vars(shape), "first_step_s": first[0],
@@ -83,12 +84,13 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=None, help="default: the recipe's 12 (2 with --tiny)")
     p.add_argument("--steps", type=int, default=3, help="timed steps after the first two")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU machine (then try --batch 256)")
     p.add_argument("--tiny", action="store_true", help="the 2 x 32 models, for a dry run")
     p.add_argument("--out", default=None, help="write the results as JSON here (after every case)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch._inductor.config.force_disable_caches = True  # every case compiles cold, as a fresh machine does
-    result = {"machine": machine(), "torch": torch.__version__, "args": vars(args), "rows": []}
+    result = {"machine": machine(), "device": args.device, "torch": torch.__version__, "args": vars(args), "rows": []}
     print(result["machine"], flush=True)
     print(f"{'family':<10}{'scope':<8}{'first s':>9}{'second s':>10}{'compile s':>11}{'step ms':>9}{'x eager':>9}"
           f"{'breaks':>8}{'recompiles':>12}{'frames':>8}{'graphs':>8}", flush=True)
