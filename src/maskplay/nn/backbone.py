@@ -275,10 +275,10 @@ class Encoder(nn.Module):
         self.frame_dropout = Dropout(config.hidden_dropout) if config.positions == "transformer-xl" else None
         self.width = config.hidden_size
         # whether a pass's mask_kind can reach SDPA (dense.sdpa_known): not past a disentangled or Transformer-XL
-        # score term, a window or another attention kind; where it cannot, the family need not ask (masks.sdpa_kind
-        # reads the mask back: a sync on a GPU, a graph break under torch.compile)
+        # score term, a window or a synthesizer; where it cannot, the family need not ask (masks.sdpa_kind reads the
+        # mask back: a sync on a GPU, a graph break under torch.compile)
         self.reads_mask_kind = (self.relative is None and self.frame_dropout is None and self.long is None
-                                and config.attention == "dot")
+                                and not config.attention.startswith("synthesizer"))
         # a torch.compile backend while the blocks run through one compiled code (regional.compiled_blocks), else None
         self.regional: str | None = None
 
