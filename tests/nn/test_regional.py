@@ -83,3 +83,23 @@ def test_models_whose_blocks_it_cannot_serve_are_refused(family, overrides):
 def test_a_bad_compile_scope_is_named(overrides, match):
     with pytest.raises(ValueError, match=match):
         apply_overrides(TrainConfig(), overrides)
+
+
+def test_bf16_weights_cast_per_forward_share_one_code_too():
+    """run.precision = "bf16" hands the blocks bf16 copies of the weights (functional_call, precision.forward_in):
+    still one compiled code for every layer, and the eager loss."""
+    from maskplay.runtime.precision import forward_in
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = build_model(preset("tiny", family="tta", num_layers=3, hidden_dropout=0.0, attention_dropout=0.0,
+                               **GPT_BERT)).train()
+    batch = tiny_batch(model, 0)
+    eager = forward_in(model, "bf16", **batch).loss
+    for _ in range(2):
+        with compiled_blocks(model, backend="eager"):
+            loss = forward_in(model, "bf16", **batch).loss
+        loss.backward()
+        torch.testing.assert_close(loss, eager, rtol=1e-5, atol=1e-5)
+    assert counters["frames"]["total"] == 2 and not guard_failures
