@@ -42,13 +42,37 @@ def test_compiled_training_gives_the_eager_weights(tmp_path):
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
+RECIPE_ARCH = ["model.denseformer=true", "model.positions=disentangled", "model.norm_placement=pre", "model.num_layers=3"]
+
+
+def test_a_recipe_compiles_whole_without_a_graph_break(tmp_path):
+    """T-TA at the strict-small recipes' architecture (DenseFormer, disentangled positions, pre-LN) under the step
+    scope: one graph, no break (no read-back of dead rows, mask kind or target count inside the forward), and the
+    eager run's weights."""
+    data = fixed_length_data(tmp_path / "data")
+    common = [*NO_DROPOUT, "optim.max_steps=3", "optim.warmup_steps=1", "run.precision=fp32", "data.bucket_window=1",
+              *RECIPE_ARCH]
+    import torch._dynamo
+    from torch._dynamo.utils import counters, guard_failures
+
+    eager = train(small_config(data, tmp_path / "eager", *common, family="tta"))
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = train(small_config(data, tmp_path / "compiled", *common, "run.compile=true", family="tta"))
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] == 1 and not guard_failures
+    a, b = weights(eager.run_dir), weights(compiled.run_dir)
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
 def test_layers_scope_gives_the_eager_weights(tmp_path):
     """run.compile_scope = "layers" on T-TA with GPT-BERT's DenseFormer and disentangled positions (the strict-small
     recipes' architecture): each block compiled once for every layer (two frames, attention and feed-forward
     sub-layers, at any depth: tests/nn/test_regional.py), and the eager run's weights."""
     data = fixed_length_data(tmp_path / "data")
     common = [*NO_DROPOUT, "optim.max_steps=3", "optim.warmup_steps=1", "run.precision=fp32", "data.bucket_window=1",
-              "model.denseformer=true", "model.positions=disentangled", "model.norm_placement=pre", "model.num_layers=3"]
+              *RECIPE_ARCH]
     import torch._dynamo
     from torch._dynamo.utils import counters, guard_failures
 
