@@ -19,7 +19,8 @@
 # BABYLM_SET (more --set overrides for every run), BENCH_ARGS (more gpu_train_speed.py arguments), BLIMP_DATA,
 # BLIMP_LIMIT (pairs per paradigm; default all), MARK_SCALE (the checkpoint marks times this; dry runs), and the
 # limits PREP_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, EVAL_LIMIT (seconds), NUM_WORKERS (data loader processes, 4), NPROC
-# (GPUs to train on, 1).
+# (GPUs to train on, 1), WHEELS (a folder of wheels carried to the machine, default .whl: installed into
+# $WORK/site without an index or dependencies; benchmarks/gpu_wheels.sh fetches litgpt's for its baseline).
 # What runs fast on the GPU without a knob: pinned host memory for every micro-batch (data.pin_memory, on by default
 # on CUDA) and DataLoader workers prefetching the steps (NUM_WORKERS); in the benchmark, SDPA told is_causal (GPT) or
 # no mask (unpadded BERT) so that flash can run (its JSON's "attention" says per case). The recipes' disentangled
@@ -33,6 +34,12 @@ DEVICE=${DEVICE:-cuda}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+WHEELS=${WHEELS:-.whl}
+if compgen -G "$WHEELS/*.whl" > /dev/null; then  # carried wheels (litgpt's baseline): installed beside, not over
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" \
+    "$WHEELS"/*.whl && export PYTHONPATH=$PYTHONPATH:$WORK/site
+  echo "wheels from $WHEELS installed into $WORK/site: $(ls "$WHEELS" | tr '\n' ' ')"
+fi
 if [ -z "${DATA_ROOT:-}" ]; then
   for d in ../shared/data shared/data; do [ -d "$d" ] && DATA_ROOT=$d && break; done
 fi
