@@ -232,6 +232,8 @@ class Cases:
         plan reads them), then GPT-2 small's shape, then the 12 x 384 comparisons, so that a time limit cuts
         the least needed."""
         s = shapes(self.args.tiny)
+        if self.args.gpt2_batch:  # GPT-2 small's MFU against its batch (16 by default: 16 k tokens a step)
+            s["gpt2-small"].batch = self.args.gpt2_batch
         chosen = set(self.args.shapes)
         out: list = []
         b = s["babylm"]
@@ -371,6 +373,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3, help="steps before timing (compiling happens here)")
     p.add_argument("--steps", type=int, default=10, help="timed steps per case")
     p.add_argument("--tiny", action="store_true", help="tiny shapes, for a dry run on a CPU")
+    p.add_argument("--gpt2-batch", type=int, default=0, help="sequences a step at GPT-2 small's shape (default 16)")
     p.add_argument("--out", default=None, help="write the results as JSON here (after every case)")
     args = p.parse_args()
     device = torch.device(args.device)
