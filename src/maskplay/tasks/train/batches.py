@@ -87,6 +87,13 @@ class MicroBatches(list):
         self.words = words
 
 
+def row_tokens(data: TokenDataset, packed: np.ndarray | None, i: int) -> np.ndarray:
+    """The pieces of item i: a sequence, or with `packed` the sequences of packed row i back to back."""
+    if packed is None:
+        return data[i]
+    return np.concatenate([data[j] for j in range(int(packed[i]), int(packed[i + 1]))])
+
+
 def row_words(data: TokenDataset, packed: np.ndarray | None, i: int, length: int) -> int:
     """The source words of item i (a sequence, or with `packed` a packed row) truncated to `length` pieces: one
     slice of words.bin, since a packed row's sequences lie back to back in the split."""
@@ -124,15 +131,9 @@ class StepBatches(torch.utils.data.Dataset):
         for m in range(self.grad_accum):
             first = (self.rank * self.grad_accum + m) * self.micro
             mine = [int(i) for i in rows[first:first + self.micro]]
-            out.append(pad_batch([self._row(i)[: self.max_length] for i in mine], self.pad_id))
+            out.append(pad_batch([row_tokens(self._data, self.packed, i)[: self.max_length] for i in mine], self.pad_id))
             words += sum(row_words(self._data, self.packed, i, self.max_length) for i in mine)
         return MicroBatches(out, words)
-
-    def _row(self, i: int) -> np.ndarray:
-        assert self._data is not None
-        if self.packed is None:
-            return self._data[i]
-        return np.concatenate([self._data[j] for j in range(int(self.packed[i]), int(self.packed[i + 1]))])
 
     def __getstate__(self) -> dict:
         # a worker process reopens the memory map rather than receiving a copy of it

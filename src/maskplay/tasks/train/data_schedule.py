@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ...data.dataset import TokenDataset, pad_batch
-from .batches import MicroBatches, epoch_steps, pack_groups, row_words
+from .batches import MicroBatches, epoch_steps, pack_groups, row_tokens, row_words
 from .config import TrainConfig
 from .distributed import Dist
 from .state import TrainState
@@ -153,14 +153,9 @@ class ScheduledBatches(torch.utils.data.Dataset):
         parts = np.array_split(self.order[offset:offset + size], self.world_size * self.grad_accum)
         mine = parts[self.rank * self.grad_accum:(self.rank + 1) * self.grad_accum]
         words = sum(row_words(self._data, self.packed, int(i), self.length) for part in mine for i in part)
-        return MicroBatches([pad_batch([self._row(int(i))[: self.length] for i in part], self.pad_id)
+        return MicroBatches([pad_batch([row_tokens(self._data, self.packed, int(i))[: self.length] for i in part],
+                                       self.pad_id)
                              for part in mine], words)
-
-    def _row(self, i: int) -> np.ndarray:
-        assert self._data is not None
-        if self.packed is None:
-            return self._data[i]
-        return np.concatenate([self._data[j] for j in range(int(self.packed[i]), int(self.packed[i + 1]))])
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_data": None}
