@@ -17,7 +17,9 @@
 # the shared Wikipedia + Gutenberg; BabyLM's own train_10M/ folder works), BABYLM_TOKENIZER (default: the bundled
 # gpt-two-hour 16 k WordPiece, trained on the same mix), BABYLM_FAMILIES, BABYLM_WORDS, TRAIN_SECONDS (50),
 # BABYLM_SET (more --set overrides for every run), BENCH_ARGS (more gpu_train_speed.py arguments), BLIMP_DATA,
-# BLIMP_LIMIT (pairs per paradigm; default all), MARK_SCALE (the checkpoint marks times this; dry runs), and the
+# BLIMP_LIMIT (pairs per paradigm; default all), EVAL_BATCH (rows a BLiMP forward pass: sentences, or for BERT's
+# PLL one masked copy a piece; 2048, since a 12 x 384 model's pass over 256 short rows is too small to keep a GPU busy:
+# session 17's BERT PLL, some 800 k copies in batches of 256, ran past its 40-s limit), MARK_SCALE (the checkpoint marks times this; dry runs), and the
 # limits PREP_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, EVAL_LIMIT (seconds), NUM_WORKERS (data loader processes, 4), NPROC
 # (GPUs to train on, 1), WHEELS (a folder of wheels carried to the machine, default .whl: installed into
 # $WORK/site without an index or dependencies; benchmarks/gpu_wheels.sh fetches litgpt's for its baseline).
@@ -97,7 +99,7 @@ while read -r fam steps words warmup marks; do
   echo "train $fam exit $?"; tail -2 "$OUT/train-$fam.log"
   if [ -d "$WORK/$fam/final" ]; then
     timeout "${EVAL_LIMIT:-75}" $PY -m maskplay eval blimp "$WORK/$fam/final" --data "$BLIMP_DATA" --device "$DEVICE" \
-      --batch-size 256 ${BLIMP_LIMIT:+--limit "$BLIMP_LIMIT"} --out "$OUT/blimp-$fam.json" < /dev/null > "$OUT/blimp-$fam.log" 2>&1
+      --batch-size "${EVAL_BATCH:-2048}" ${BLIMP_LIMIT:+--limit "$BLIMP_LIMIT"} --out "$OUT/blimp-$fam.json" < /dev/null > "$OUT/blimp-$fam.log" 2>&1
     echo "blimp $fam exit $?"; grep -i "macro" "$OUT/blimp-$fam.log" | tail -1
   fi
 done < "$OUT/plan.txt"

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import getpass
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -49,6 +51,14 @@ def padded_batch(lengths: list[int], vocab: int = 100, seed: int = 0) -> tuple[t
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
+
+# Inductor's FX-graph cache keys a compiled graph without the vector ISA it was built for, so a run under
+# ATEN_CPU_CAPABILITY (below) reused the AVX-512 run's kernels from the shared cache and failed inside them
+# ("returned a result with an exception set", or a segfault). Each capability gets a cache of its own.
+_CAPABILITY = os.environ.get("ATEN_CPU_CAPABILITY")
+if _CAPABILITY and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_{_CAPABILITY}")
 
 # `make test-avx2` runs the tests marked `isa` again as on a CPU without AVX-512 (ONEDNN_MAX_CPU_ISA=AVX2
 # ATEN_CPU_CAPABILITY=avx2). That setting changes oneDNN's bf16 and int8 kernels (no native bf16 matmul, no VNNI:
