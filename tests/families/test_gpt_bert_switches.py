@@ -491,7 +491,7 @@ def test_the_default_model_is_unchanged_by_the_switches_existing():
 def test_denseformer_sum_and_its_gradients_are_the_multiply_add_loops():
     """DepthWeights' one-kernel weighted sum (and its hand-written backward) against the plain loop of
     multiply-adds autograd differentiates itself, in float64; gradcheck checks the backward numerically too."""
-    from maskplay.nn.backbone import DepthWeights, _WeightedSum
+    from maskplay.nn.denseformer import DepthWeights, _WeightedSum
 
     torch.manual_seed(0)
     dense = DepthWeights(3).double()

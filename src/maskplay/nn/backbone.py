@@ -24,6 +24,7 @@ from .attention.packing import Packing
 from .attention.reformer import ReversibleBlock, ReversibleSequence
 from .attention.select import make_attention
 from .cache import KVCache
+from .denseformer import DepthWeights
 from .dropout import Dropout
 from .feedforward import make_feedforward
 from .norms import deepnorm_alpha, make_norm
@@ -172,57 +173,6 @@ def _stand_ins(value: T, pairs: dict[int, tuple[Tensor, Tensor]]) -> T:
     return value
 
 
-class DepthWeights(nn.Module):
-    """DenseFormer's depth-weighted averages (Pagliardini et al. 2024; `denseformer = true`), as GPT-BERT uses them:
-    after sub-layer n of S (attention and feed-forward of every block, n = 0..S-1) the stream becomes
-    x = sum_j alpha_n[j] x_j over x_0, the embedding output, and x_1..x_{n+1}, the sub-layer outputs so far
-    (x_{n+1} the one just computed, residual included). alpha_n (n + 2 weights) starts at (0, ..., 0, 1): the plain
-    residual stream, exactly. Position by position, so it runs on any layout (packed, PLL's rows, a cache's new
-    tokens)."""
-
-    def __init__(self, sublayers: int) -> None:
-        super().__init__()
-        self.alphas = nn.ParameterList(nn.Parameter(torch.zeros(n + 2)) for n in range(sublayers))
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        with torch.no_grad():
-            for alpha in self.alphas:
-                alpha.zero_()
-                alpha[-1] = 1.0
-
-    def no_weight_decay(self) -> list[nn.Parameter]:
-        """Identity-initialised: weight decay would pull them towards zero, not towards the plain residual."""
-        return list(self.alphas)
-
-    def forward(self, states: list[Tensor], n: int) -> Tensor:
-        """The weighted sum after sub-layer n of `states` (x_0..x_{n+1})."""
-        return _WeightedSum.apply(self.alphas[n].to(states[-1].dtype), *states)
-
-
-class _WeightedSum(torch.autograd.Function):
-    """sum_j alpha[j] x_j as one matrix-vector product over the states stacked for the moment, and its backward as
-    three kernels (stack, matrix-vector, outer product). A loop of multiply-adds launched ~200 kernels a sub-layer
-    in the forward and backward passes of a 12-layer model, two thirds of a GPT-BERT recipe's training step's
-    kernels (docs/BENCHMARKS.md, "Training on a GPU"); the stack is freed after each pass, the states are saved by
-    reference as the loop saved them, so the memory a step keeps is the same. In the states' own precision (not
-    autocast's: the residual stream stays as wide as it is)."""
-
-    @staticmethod
-    def forward(ctx, alpha: Tensor, *states: Tensor) -> Tensor:  # noqa: ANN001
-        ctx.save_for_backward(alpha, *states)
-        with torch.autocast(states[0].device.type, enabled=False):
-            return torch.tensordot(alpha, torch.stack(states), dims=1)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
-        alpha, *states = ctx.saved_tensors
-        with torch.autocast(grad.device.type, enabled=False):
-            grad_alpha = torch.stack(states).flatten(1).mv(grad.flatten()) if ctx.needs_input_grad[0] else None
-            shares = torch.outer(alpha, grad.flatten()).view(len(states), *grad.shape)
-        return (grad_alpha, *shares.unbind(0))
-
-
 class SharedLayers(nn.Module):
     """ALBERT's cross-layer sharing (Lan et al. 2020): one block applied `depth` times. Indexing, len() and iteration
     see `depth` layers (what Encoder, XLNet's loop and the key/value cache, which keeps one entry per depth, expect);
@@ -360,18 +310,16 @@ class Encoder(nn.Module):
                    rows: LastLayerRows | None) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         """_run under DenseFormer: the sub-layers one by one, each followed by its depth-weighted average."""
         packing = inputs.packing
-        outputs = [h]  # x_0, then every sub-layer's output
+        # x_0, then every sub-layer's output; one buffer unless the whole step is traced or PLL's rows re-gather them
+        stream = self.dense.stream(h, buffered=rows is None and not torch.compiler.is_compiling())
         for index, layer in enumerate(self.layers):
             layer_inputs = inputs
             if index == last:
                 h, layer_inputs = self._rows(h, inputs, rows.positions)
-                at = torch.arange(h.shape[0], device=h.device), rows.positions
-                outputs = [x[at][:, None] for x in outputs]
-            outputs.append(self._block("attend", layer, h, layer_inputs, index))
-            h = self.dense(outputs, 2 * index)
-            outputs.append(compiled_parts(self.regional)["feed_forward"](layer, h) if self.regional
+                stream.rows((torch.arange(h.shape[0], device=h.device), rows.positions))
+            h = stream.add(self._block("attend", layer, h, layer_inputs, index))
+            h = stream.add(compiled_parts(self.regional)["feed_forward"](layer, h) if self.regional
                            else layer.feed_forward(h))
-            h = self.dense(outputs, 2 * index + 1)
             if states is not None:
                 states.append(h if packing is None else packing.pad(h))
         return self._finish(h, states, packing)

@@ -1,0 +1,134 @@
+"""DenseFormer's depth-weighted averages (Pagliardini et al. 2024; `denseformer = true`), as GPT-BERT uses them: after
+sub-layer n of S (attention and feed-forward of every block, n = 0..S-1) the stream becomes
+x = sum_j alpha_n[j] x_j over x_0, the embedding output, and x_1..x_{n+1}, the sub-layer outputs so far (x_{n+1} the
+one just computed, residual included). alpha_n (n + 2 weights) starts at (0, ..., 0, 1): the plain residual stream,
+exactly. Position by position, so it runs on any layout (packed, PLL's rows, a cache's new tokens).
+
+A pass keeps its states in a stream (`DepthWeights.stream`). Every weighted sum reads all earlier states, so written
+naively a step costs O(S^2) kernels and copies; two streams keep that down:
+
+- `BufferedStream` (a pass that may train, eagerly): the states live in one (S + 1, ...) buffer, each written once, and
+  every weighted sum is one matrix-vector product over a slice of it. Its backward adds its share to every earlier
+  state's gradient in one outer-product update of a gradient buffer, and hands autograd the gradient of its own new
+  state only (complete by then: every later weighted sum runs its backward first, being downstream). So autograd
+  accumulates nothing: the list stream's O(S^2) accumulations and stacked copies become one kernel a sum.
+- `ListStream` (under torch.compile's whole-step scope, which cannot trace a buffer written in a backward, and for
+  PLL's last-layer rows, which re-gather the states): a list, each sum over the states stacked for the moment
+  (`_WeightedSum`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+
+
+class DepthWeights(nn.Module):
+    """The weights alpha_0..alpha_{S-1} of DenseFormer's averages (alpha_n has n + 2 entries), identity-initialised."""
+
+    def __init__(self, sublayers: int) -> None:
+        super().__init__()
+        self.alphas = nn.ParameterList(nn.Parameter(torch.zeros(n + 2)) for n in range(sublayers))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            for alpha in self.alphas:
+                alpha.zero_()
+                alpha[-1] = 1.0
+
+    def no_weight_decay(self) -> list[nn.Parameter]:
+        """Identity-initialised: weight decay would pull them towards zero, not towards the plain residual."""
+        return list(self.alphas)
+
+    def forward(self, states: list[Tensor], n: int) -> Tensor:
+        """The weighted sum after sub-layer n of `states` (x_0..x_{n+1})."""
+        return _WeightedSum.apply(self.alphas[n].to(states[-1].dtype), *states)
+
+    def stream(self, x0: Tensor, buffered: bool) -> ListStream | BufferedStream:
+        """A pass's stream starting at x0: buffered (one buffer, one kernel a sum forward and backward) or a list."""
+        return BufferedStream(self, x0) if buffered else ListStream(self, x0)
+
+
+class ListStream:
+    """The states as a list; `add` appends a sub-layer's output and returns the stream's next value."""
+
+    def __init__(self, weights: DepthWeights, x0: Tensor) -> None:
+        self.weights, self.states = weights, [x0]
+
+    def add(self, x: Tensor) -> Tensor:
+        self.states.append(x)
+        return self.weights(self.states, len(self.states) - 2)
+
+    def rows(self, at: tuple[Tensor, Tensor]) -> None:
+        """Keep one position per row of every state (the last block at PLL's rows: (B, 1, H) states)."""
+        self.states = [x[at][:, None] for x in self.states]
+
+
+class BufferedStream:
+    """The states in one buffer (see the module's docstring). The buffer's values are written outside autograd; each
+    weighted sum hands autograd its own new state (and the first one x_0) and keeps the rest to itself."""
+
+    def __init__(self, weights: DepthWeights, x0: Tensor) -> None:
+        self.weights, self.first, self.added = weights, x0, 0
+        self.values = x0.new_empty((len(weights.alphas) + 1, *x0.shape))
+        self.grads: Tensor | None = None  # made at the first backward, dropped after the last (retain_graph reruns)
+
+    def add(self, x: Tensor) -> Tensor:
+        n = self.added
+        self.added += 1
+        return _BufferedSum.apply(self.weights.alphas[n].to(x.dtype), x, self.first if n == 0 else None, self, n)
+
+    def rows(self, at: tuple[Tensor, Tensor]) -> None:
+        raise ValueError("a buffered DenseFormer stream keeps every position: PLL's last-layer rows take the list one")
+
+
+class _BufferedSum(torch.autograd.Function):
+    """sum_j alpha[j] x_j over the stream's buffer, x_{n+1} = `new` written into it first (and x_0 = `first` when
+    n = 0). In the states' own precision (not autocast's: the residual stream stays as wide as it is)."""
+
+    @staticmethod
+    def forward(ctx, alpha: Tensor, new: Tensor, first: Tensor | None, stream: BufferedStream,  # noqa: ANN001
+                n: int) -> Tensor:
+        if first is not None:
+            stream.values[0].copy_(first)
+        stream.values[n + 1].copy_(new)
+        ctx.save_for_backward(alpha)
+        ctx.stream, ctx.n = stream, n
+        with torch.autocast(new.device.type, enabled=False):
+            return torch.tensordot(alpha, stream.values[: n + 2], dims=1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
+        (alpha,), stream, n = ctx.saved_tensors, ctx.stream, ctx.n
+        if stream.grads is None:
+            stream.grads = torch.zeros_like(stream.values)
+        flat = grad.reshape(-1)
+        with torch.autocast(grad.device.type, enabled=False):
+            grad_alpha = stream.values[: n + 2].flatten(1).mv(flat) if ctx.needs_input_grad[0] else None
+            stream.grads[: n + 2].flatten(1).addr_(alpha, flat)
+        grad_new, grad_first = stream.grads[n + 1], stream.grads[0] if n == 0 else None
+        if n == 0:  # the last to run: a second backward through a retained graph starts from zeros
+            stream.grads = None
+        return grad_alpha, grad_new, grad_first, None, None
+
+
+class _WeightedSum(torch.autograd.Function):
+    """sum_j alpha[j] x_j as one matrix-vector product over the states stacked for the moment, and its backward as
+    three kernels (stack, matrix-vector, outer product). In the states' own precision, as _BufferedSum."""
+
+    @staticmethod
+    def forward(ctx, alpha: Tensor, *states: Tensor) -> Tensor:  # noqa: ANN001
+        ctx.save_for_backward(alpha, *states)
+        with torch.autocast(states[0].device.type, enabled=False):
+            return torch.tensordot(alpha, torch.stack(states), dims=1)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
+        alpha, *states = ctx.saved_tensors
+        with torch.autocast(grad.device.type, enabled=False):
+            grad_alpha = torch.stack(states).flatten(1).mv(grad.flatten()) if ctx.needs_input_grad[0] else None
+            shares = torch.outer(alpha, grad.flatten()).view(len(states), *grad.shape)
+        return (grad_alpha, *shares.unbind(0))
