@@ -9,6 +9,11 @@ cost is tracked where no GPU is lent.
 
     python benchmarks/step_ops.py                  # every recipe and both HuggingFace twins
     python benchmarks/step_ops.py --families gpt-bert --set denseformer=false
+    python benchmarks/step_ops.py --rows 256 --blocking cpu --no-hf   # the recipes' real batch, the loss as a CPU walks it
+
+The loss and the scores walk the (N, V) logits in blocks whose size depends on the device (heads.blocking: a CPU's
+cache-sized ones, a GPU's few large ones), so their share of the count grows with the rows a step holds unless the
+GPU's blocking is counted (--blocking gpu, the default: what a GPU launches).
 """
 
 from __future__ import annotations
@@ -99,17 +104,24 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--families", nargs="+", default=["gpt", "bert", "tta", "gpt-bert"])
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="model overrides for ours")
-    p.add_argument("--rows", type=int, default=2, help="rows per batch (the count does not depend on it)")
+    p.add_argument("--rows", type=int, default=2, help="rows of 128 tokens per batch")
+    p.add_argument("--blocking", choices=["gpu", "cpu"], default="gpu",
+                   help="walk the loss's logits as on a GPU (few large blocks) or as on a CPU (cache-sized blocks)")
     p.add_argument("--no-hf", action="store_true", help="leave out the HuggingFace twins")
     p.add_argument("--out", default=None, help="also write the counts as JSON here")
     args = p.parse_args()
+    from maskplay.nn import heads
+
+    policy = heads.GPU_BLOCKING if args.blocking == "gpu" else heads.CPU_BLOCKING
+    heads.blocking = lambda device: policy  # this process counts; it trains nothing
     counts = {f"{f} recipe": count_ops(ours(f, args.set, args.rows)) for f in args.families}
     if not args.no_hf:
         counts |= {"HF bert (AdamW)": count_ops(hf("bert", args.rows)), "HF gpt2 (AdamW)": count_ops(hf("gpt2", args.rows))}
     for name, n in counts.items():
         print(f"{name:<24}{n:>8,} operators a step")
     if args.out:
-        Path(args.out).write_text(json.dumps({"set": args.set, "counts": counts}, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps({"set": args.set, "rows": args.rows, "blocking": args.blocking,
+                                              "counts": counts}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

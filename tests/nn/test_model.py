@@ -132,11 +132,21 @@ def test_presets_are_selectable_for_every_family():
             paper.max_position, paper.vocab_size) == (3, 512, 8, 2048, 128, 29530)
 
 
+def _blocking_of(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tensors on this CPU walked as the `kind` device's blocking would (a GPU's: one matmul, large chunks)."""
+    from maskplay.nn import heads
+
+    policy = heads.CPU_BLOCKING if kind == "cpu" else heads.GPU_BLOCKING
+    monkeypatch.setattr(heads, "blocking", lambda device: policy)
+
+
+@pytest.mark.parametrize("blocking", ["cpu", "gpu"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n", [37, 601])  # within one row block; across three (ROW_BLOCK = 256), 48-row chunks
-def test_fused_linear_cross_entropy_matches_the_naive_loss_and_gradients(dtype, n):
+def test_fused_linear_cross_entropy_matches_the_naive_loss_and_gradients(dtype, n, blocking, monkeypatch):
     from maskplay.nn.heads import linear_cross_entropy
 
+    _blocking_of(blocking, monkeypatch)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n, 16, generator=g).to(dtype).requires_grad_()
     w = (torch.randn(50, 16, generator=g)).to(dtype).requires_grad_()
@@ -230,10 +240,12 @@ def test_bf16_evaluation_loss_is_accumulated_in_fp32():
     torch.testing.assert_close(got, exact, atol=5e-3, rtol=0)  # bf16 inputs, but no bf16 sums
 
 
+@pytest.mark.parametrize("blocking", ["cpu", "gpu"])
 @pytest.mark.parametrize("n", [5, 700])
-def test_linear_log_probs_equal_the_log_softmax_of_the_full_logits(n):
+def test_linear_log_probs_equal_the_log_softmax_of_the_full_logits(n, blocking, monkeypatch):
     from maskplay.nn.heads import linear_log_probs
 
+    _blocking_of(blocking, monkeypatch)
     g = torch.Generator().manual_seed(1)
     x, w, b = torch.randn(n, 16, generator=g), torch.randn(90, 16, generator=g), torch.randn(90, generator=g)
     t = torch.randint(90, (n,), generator=g)
@@ -321,3 +333,29 @@ def test_mask_probability_through_set_and_toml(tmp_path):
     assert load_train_config(path).model.build({"vocab_size": 100}).mask_probability == 0.4
     with pytest.raises(ValueError, match="mask_probability must be in"):
         apply_overrides(TrainConfig(model=ModelSection(family="bert")), ["model.mask_probability=0"])
+
+
+@pytest.mark.parametrize("blocking", ["cpu", "gpu"])
+def test_the_loss_and_the_scores_launch_few_operators_on_a_gpu_and_the_same_values(blocking, monkeypatch):
+    """A GPU's blocking walks 4,096 rows in a handful of operators (one matmul, one softmax chunk), where the CPU's
+    cache-sized blocks call a dozen per 64 rows: the count is what a GPU launches, the values are the same."""
+    from maskplay.nn.heads import linear_cross_entropy, linear_log_probs
+
+    g = torch.Generator().manual_seed(0)
+    n, vocab = 4096, 16384
+    x = torch.randn(n, 32, generator=g).requires_grad_()
+    w, b = torch.randn(vocab, 32, generator=g).requires_grad_(), torch.zeros(vocab, requires_grad=True)
+    t = torch.randint(vocab, (n,), generator=g)
+    _blocking_of(blocking, monkeypatch)
+    with torch.profiler.profile() as prof:
+        loss = linear_cross_entropy(x, w, b, t)
+        loss.backward()
+        scores = linear_log_probs(x.detach(), w.detach(), b.detach(), t)
+    ops = sum(1 for e in prof.events() if e.name.startswith("aten::") and (e.cpu_parent is None
+              or not e.cpu_parent.name.startswith("aten::")))
+    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(torch.nn.functional.linear(x, w, b), t))
+    torch.testing.assert_close(scores, torch.nn.functional.linear(x, w, b).log_softmax(-1)[torch.arange(n), t])
+    if blocking == "gpu":
+        assert ops < 100, ops  # 59 here: most of them views and the autograd bookkeeping around one chunk
+    else:
+        assert ops > 16 * 64, ops  # 16 blocks of 256 rows, 4 chunks of 64 rows each, a dozen operators a chunk

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -106,16 +107,43 @@ def make_lm_head(config: ModelConfig) -> nn.Module:
 ROW_BLOCK = 256
 
 
+@dataclass(frozen=True)
+class Blocking:
+    """How the loss and the scores walk the (N, V) logits: `rows` per vocabulary matmul (None: all at once) and
+    `chunk_bytes` of fp32 per softmax chunk."""
+
+    rows: int | None
+    chunk_bytes: int
+
+
+# A CPU wants blocks that stay in cache (above). A GPU wants few, large kernels: each launch costs about as much
+# host time as a small kernel takes, and the CPU's blocking launched ~12 kernels per 64 rows, some 6,000 a step
+# for a 12 x 384 GPT at 32 k tokens, more than all of its layers (docs/BENCHMARKS.md, "The loss on a GPU").
+CPU_BLOCKING = Blocking(rows=ROW_BLOCK, chunk_bytes=4 * 2**20)
+GPU_BLOCKING = Blocking(rows=None, chunk_bytes=256 * 2**20)
+
+
+def blocking(device: torch.device) -> Blocking:
+    """The blocking for tensors on `device`."""
+    return CPU_BLOCKING if device.type == "cpu" else GPU_BLOCKING
+
+
+def _chunk_rows(chunk_bytes: int | None, x: Tensor, vocab: int) -> int:
+    return max(1, (chunk_bytes or blocking(x.device).chunk_bytes) // (4 * vocab))
+
+
 def _logit_chunks(x: Tensor, weight: Tensor, bias32: Tensor, chunk: int,
                   buffer: Tensor | None = None) -> Iterator[tuple[int, Tensor, Tensor]]:
     """(first row, bias-free logits rows, their fp32 logits with the bias) for chunks of `chunk` rows, the
-    logits computed ROW_BLOCK rows per matmul (into `buffer` when given, so the rows can be overwritten)."""
-    for block_start in range(0, x.shape[0], ROW_BLOCK):
-        rows_x = x[block_start:block_start + ROW_BLOCK]
+    logits computed blocking(device).rows rows per matmul (into `buffer` when given, so the rows can be
+    overwritten)."""
+    step = blocking(x.device).rows or max(1, x.shape[0])
+    for block_start in range(0, x.shape[0], step):
+        rows_x = x[block_start:block_start + step]
         if buffer is None:
             block = torch.mm(rows_x, weight.t())
         else:
-            block = torch.mm(rows_x, weight.t(), out=buffer[block_start:block_start + ROW_BLOCK])
+            block = torch.mm(rows_x, weight.t(), out=buffer[block_start:block_start + step])
         for offset in range(0, block.shape[0], chunk):
             rows = block[offset:offset + chunk]
             yield block_start + offset, rows, torch.add(rows, bias32)  # fp32: the bias is fp32
@@ -139,12 +167,13 @@ def _scratch(shape: tuple[int, int], dtype: torch.dtype, device: torch.device) -
 
 
 def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
-                         chunk_bytes: int = 4 * 2**20) -> Tensor:
+                         chunk_bytes: int | None = None) -> Tensor:
     """mean_n CE(x[n] @ weight.T + bias, targets[n]), equal to F.cross_entropy(F.linear(x, weight, bias), t).
 
     The (N, V) projection is the largest tensor of a training step, and on a CPU the passes over it (softmax,
     casts, the gradient) cost more than its matmuls. Here the logits are computed once in the input dtype; the
-    softmax runs in fp32 over row chunks small enough to stay in cache (`chunk_bytes`), and each chunk's
+    softmax runs in fp32 over row chunks (`chunk_bytes`; default the device's `blocking`: on a CPU small enough
+    to stay in cache, on a GPU large, so that few kernels are launched), and each chunk's
     gradient (softmax - one-hot) is written back over its logits at once. The two gradient matmuls then read
     that buffer, still inside the forward pass: backward only scales the stored gradients. So there is one
     (N, V) buffer in the input dtype, not fp32 logits plus fp32 probabilities plus their gradient.
@@ -153,7 +182,7 @@ def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor, targets: Tenso
 
 
 def linear_cross_entropy_and_sample(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
-                                    uniforms: Tensor | None, chunk_bytes: int = 4 * 2**20) -> tuple[Tensor, Tensor]:
+                                    uniforms: Tensor | None, chunk_bytes: int | None = None) -> tuple[Tensor, Tensor]:
     """linear_cross_entropy, and with `uniforms` (N,) in [0, 1) one sample per row from the same softmax
     (temperature 1), drawn by inverse CDF in the chunk loop that computes the loss: ELECTRA's generator needs
     its loss and its samples from one pass over the (N, V) logits. The samples carry no gradient. Without
@@ -173,8 +202,7 @@ def linear_cross_entropy_and_sample(x: Tensor, weight: Tensor, bias: Tensor, tar
         # round the summed loss to bf16)
         log_probs, samples = _log_probs_and_samples(x, weight, bias, targets, uniforms, chunk_bytes)
         return -log_probs.sum() / targets.numel(), samples
-    chunk = max(1, chunk_bytes // (4 * weight.shape[0]))
-    return _LinearCrossEntropy.apply(x, weight, bias, targets, chunk, uniforms)
+    return _LinearCrossEntropy.apply(x, weight, bias, targets, _chunk_rows(chunk_bytes, x, weight.shape[0]), uniforms)
 
 
 def sample_rows(probs: Tensor, uniforms: Tensor) -> Tensor:
@@ -234,18 +262,19 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 
 def linear_log_probs(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
-                     chunk_bytes: int = 4 * 2**20) -> Tensor:
-    """log_softmax(x @ weight.T + bias)[n, targets[n]] in fp32, (N,). The logits are computed ROW_BLOCK rows
-    at a time and the log-softmax over row chunks small enough to stay in cache (`chunk_bytes` of fp32), so no
-    (N, V) tensor is ever held: memory stays flat however many positions are scored."""
+                     chunk_bytes: int | None = None) -> Tensor:
+    """log_softmax(x @ weight.T + bias)[n, targets[n]] in fp32, (N,). On a CPU the logits are computed ROW_BLOCK
+    rows at a time and the log-softmax over row chunks small enough to stay in cache (`chunk_bytes` of fp32), so
+    no (N, V) tensor is ever held: memory stays flat however many positions are scored. On a GPU, in one matmul
+    and 256 MiB chunks (`blocking`): the logits of the rows scored at once, in few kernels."""
     if weight.dtype != x.dtype or bias.dtype != x.dtype:
         weight, bias = weight.to(x.dtype), bias.to(x.dtype)
     return _log_probs_and_samples(x, weight, bias, targets, None, chunk_bytes)[0]
 
 
 def _log_probs_and_samples(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, uniforms: Tensor | None,
-                           chunk_bytes: int) -> tuple[Tensor, Tensor]:
-    chunk = max(1, chunk_bytes // (4 * weight.shape[0]))
+                           chunk_bytes: int | None) -> tuple[Tensor, Tensor]:
+    chunk = _chunk_rows(chunk_bytes, x, weight.shape[0])
     out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
     samples = torch.empty(x.shape[0] if uniforms is not None else 0, dtype=torch.long, device=x.device)
     for start, rows, logits in _logit_chunks(x, weight, bias.float(), chunk):
