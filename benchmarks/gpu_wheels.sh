@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The wheels a GPU machine lacks for benchmarks/gpu_train_speed.py's litgpt baseline (issue 45, item 1), fetched
-# here, where PyPI can be reached, into WHEELS (default .whl, which .git/info/exclude should ignore); a call to the
+# here, where PyPI can be reached, into WHEELS (default .whl, which .gitignore ignores); a call to the
 # device names that folder in its carry list, and benchmarks/gpu_babylm.sh installs what it finds there into
 # $WORK/site (no index, no dependencies: torch, lightning, huggingface-hub, psutil and the rest are on the machine
 # already; docs/BENCHMARKS.md "What one H200 gave" lists its packages). About 1.3 MB.
-#   benchmarks/gpu_wheels.sh && echo /.whl/ >> .git/info/exclude
+#   benchmarks/gpu_wheels.sh          (benchmarks/gpu_stage.sh in runs it when .whl is missing)
 set -euo pipefail
 WHEELS=${WHEELS:-.whl}
 PY=${PYTHON:-python3}
