@@ -149,12 +149,12 @@ class Stepper:
         the memory its predecessor at index `micro` left and leaves its own."""
         self.model.set_training_progress(step / self.config.optim.max_steps)  # an objective that changes over training
         batch: dict[str, Any] = self.model.training_batch(ids, mask, generator=self.generator)  # device-independent
+        n = self.count_targets(self.model, batch)  # on the host's copy: read from a GPU's, a synchronisation
         batch = to_device(batch, self.d.device, self.pin)
         if self.memory is not None:
             batch.update(mems=self.memory.get(micro), memory_length=self.memory.length)
         module = self.ddp if self.ddp is not None else self.model
         no_sync = self.ddp.no_sync() if self.ddp is not None and not sync else contextlib.nullcontext()
-        n = self.count_targets(self.model, batch)
         if n == 0:
             # nothing to learn from (only special tokens); skipping is exact, except where DDP expects this
             # process's backward to start the gradient all-reduce
