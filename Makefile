@@ -31,8 +31,8 @@ test-avx2: venv
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m "isa and not slow" tests
 
 # The tests marked `gpu` (tests/test_gpu.py; CUDA graphs in tests/test_gpu.py too): every family's forward pass, loss and
-# a bf16 training step on the GPU against the CPU, the CUDA-graph decode step, scores. Skipped where no CUDA GPU is
-# visible (as in `make test`); run it on a machine with one.
+# a bf16 training step on the GPU against the CPU, the recipes' training step (loss, gradients), the CUDA-graph
+# decode step, scores. Skipped where no CUDA GPU is visible (as in `make test`); run it on a machine with one.
 test-gpu: venv
 	$(BIN)/python -m pytest -q -m gpu tests
 

@@ -1,6 +1,6 @@
 """The code paths on a CUDA GPU (`make test-gpu`; skipped on a machine without one): every family's forward pass and
-loss equal the CPU's, a bf16 training step, the CUDA-graph decode step against the plain cached path on the GPU,
-and sentence scores equal the CPU's.
+loss equal the CPU's, a bf16 training step, the strict-small recipes' training step (loss and every gradient) equal
+the CPU's, the CUDA-graph decode step against the plain cached path on the GPU, and sentence scores equal the CPU's.
 
 MASKPLAY_TEST_DEVICE=cpu runs the same checks with the CPU as the second device (a dry run of this file's own
 logic where no GPU is lent; the decode step is then compiled by torch.compile instead of captured)."""
@@ -125,3 +125,28 @@ def test_scores_on_the_gpu_equal_the_cpus(tmp_path, family):
     got = Scorer(model, tokenizer, device=DEVICE).score(SENTENCES)
     for g, w in zip(got, want, strict=True):
         assert g.log_prob == pytest.approx(w.log_prob, abs=1e-3)
+
+
+# the strict-small recipes' architecture (configs/babylm/), dropout off: on a GPU it runs DenseFormer's buffered
+# stream and its hand-written backward, the disentangled bias through SDPA's memory-efficient kernel, and the fused
+# loss in a GPU's blocking (one matmul, large chunks), none of which a CPU run takes the same way
+RECIPE = dict(positions="disentangled", norm_placement="pre", norm_affine=False, attention_output_norm=True,
+              value_gate=True, ffn="geglu", ffn_bias=False, gelu_tanh=True, ffn_inner_norm=True, denseformer=True,
+              hidden_dropout=0.0, attention_dropout=0.0)
+
+
+@pytest.mark.parametrize("family", ["gpt", "bert", "tta", "gpt-bert"])
+def test_a_recipe_training_step_on_the_gpu_has_the_cpus_loss_and_gradients(family):
+    model = tiny(family, **RECIPE).train()
+    ids, mask = batch_of(model, [12, 9, 11])
+    batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
+    want = model(**batch).loss
+    want_grads = torch.autograd.grad(want, list(model.parameters()), allow_unused=True)
+    model.to(DEVICE)
+    got = model(**moved(batch, DEVICE)).loss
+    got_grads = torch.autograd.grad(got, list(model.parameters()), allow_unused=True)
+    torch.testing.assert_close(got.cpu(), want, atol=1e-4, rtol=1e-4)
+    for (name, _), g, w in zip(model.named_parameters(), got_grads, want_grads, strict=True):
+        assert (g is None) == (w is None), name
+        if w is not None:
+            torch.testing.assert_close(g.cpu(), w, atol=1e-4, rtol=1e-3, msg=name)
