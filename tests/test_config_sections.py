@@ -67,3 +67,12 @@ def test_a_bad_section_is_a_one_line_error(make, message):
 def test_a_missing_attribute_is_still_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'electric'"):
         _ = ModelConfig().electric
+
+
+@pytest.mark.parametrize("text, want", [("1000,2000", [1000, 2000]), ("[1000, 2000]", [1000, 2000]), ("", []),
+                                        ("[]", []), (" [ 5 ] ", [5])])
+def test_a_list_override_is_comma_separated_with_or_without_brackets(text, want):
+    from maskplay.tasks.train.config import TrainConfig
+
+    config = apply_overrides(TrainConfig(), [f"run.checkpoint_at_words={text}"])
+    assert config.run.checkpoint_at_words == want

@@ -595,9 +595,12 @@ def _coerce(text: str, hint: Any, name: str) -> Any:
         if text.lower() in ("false", "0", "no"):
             return False
         raise ValueError(f"override {name}={text!r}: expected true or false")
-    if origin is list:
+    if origin is list:  # comma-separated, optionally in TOML's brackets: "1,2", "[1, 2]", "" or "[]" (empty)
         (item,) = typing.get_args(hint)
-        return [_coerce(part, item, name) for part in text.split(",") if part]
+        inner = text.strip()
+        if inner.startswith("[") and inner.endswith("]"):
+            inner = inner[1:-1]
+        return [_coerce(part.strip(), item, name) for part in inner.split(",") if part.strip()]
     try:
         return hint(text)
     except (TypeError, ValueError) as err:
