@@ -7,6 +7,10 @@ from every later sum, O(S^2) copies and kernels for S sub-layers; the buffered o
 all earlier gradients in one kernel a sum.
 
     OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/denseformer_stream.py --rows 4 --out results/denseformer/cpu.json
+
+The operator counts are exact; the times alternate the streams in one process, which overstated the gain at 512
+tokens (1.16x here against 1.04x from fresh processes): benchmarks/step_time.py times a step against another commit
+in fresh processes, the figure docs/BENCHMARKS.md quotes first.
 """
 
 from __future__ import annotations
