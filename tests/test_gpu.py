@@ -129,7 +129,7 @@ def test_scores_on_the_gpu_equal_the_cpus(tmp_path, family):
 
 # the strict-small recipes' architecture (configs/babylm/), dropout off: on a GPU it runs DenseFormer's buffered
 # stream and its hand-written backward, the disentangled bias through SDPA's memory-efficient kernel, and the fused
-# loss in a GPU's blocking (one matmul, large chunks), none of which a CPU run takes the same way
+# loss in a GPU's blocking (large blocks and chunks), none of which a CPU run takes the same way
 RECIPE = dict(positions="disentangled", norm_placement="pre", norm_affine=False, attention_output_norm=True,
               value_gate=True, ffn="geglu", ffn_bias=False, gelu_tanh=True, ffn_inner_norm=True, denseformer=True,
               hidden_dropout=0.0, attention_dropout=0.0)

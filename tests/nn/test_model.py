@@ -133,14 +133,18 @@ def test_presets_are_selectable_for_every_family():
 
 
 def _blocking_of(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tensors on this CPU walked as the `kind` device's blocking would (a GPU's: one matmul, large chunks)."""
+    """Tensors on this CPU walked as the `kind` device's blocking would (a GPU's: few large blocks and chunks;
+    "gpu-small": a GPU's policy with blocks of 40 rows' logits, so that its matmuls cut the rows too)."""
+    import dataclasses
+
     from maskplay.nn import heads
 
-    policy = heads.CPU_BLOCKING if kind == "cpu" else heads.GPU_BLOCKING
+    policy = {"cpu": heads.CPU_BLOCKING, "gpu": heads.GPU_BLOCKING,
+              "gpu-small": dataclasses.replace(heads.GPU_BLOCKING, block_bytes=40 * 4 * 100)}[kind]
     monkeypatch.setattr(heads, "blocking", lambda device: policy)
 
 
-@pytest.mark.parametrize("blocking", ["cpu", "gpu"])
+@pytest.mark.parametrize("blocking", ["cpu", "gpu", "gpu-small"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n", [37, 601])  # within one row block; across three (ROW_BLOCK = 256), 48-row chunks
 def test_fused_linear_cross_entropy_matches_the_naive_loss_and_gradients(dtype, n, blocking, monkeypatch):
@@ -240,7 +244,7 @@ def test_bf16_evaluation_loss_is_accumulated_in_fp32():
     torch.testing.assert_close(got, exact, atol=5e-3, rtol=0)  # bf16 inputs, but no bf16 sums
 
 
-@pytest.mark.parametrize("blocking", ["cpu", "gpu"])
+@pytest.mark.parametrize("blocking", ["cpu", "gpu", "gpu-small"])
 @pytest.mark.parametrize("n", [5, 700])
 def test_linear_log_probs_equal_the_log_softmax_of_the_full_logits(n, blocking, monkeypatch):
     from maskplay.nn.heads import linear_log_probs

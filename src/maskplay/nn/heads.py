@@ -109,11 +109,13 @@ ROW_BLOCK = 256
 
 @dataclass(frozen=True)
 class Blocking:
-    """How the loss and the scores walk the (N, V) logits: `rows` per vocabulary matmul (None: all at once) and
-    `chunk_bytes` of fp32 per softmax chunk."""
+    """How the loss and the scores walk the (N, V) logits: `rows` per vocabulary matmul (None: as many as
+    `block_bytes` of logits hold, so that scoring many rows never holds more) and `chunk_bytes` of fp32 per softmax
+    chunk."""
 
     rows: int | None
     chunk_bytes: int
+    block_bytes: int = 2**30
 
 
 # A CPU wants blocks that stay in cache (above). A GPU wants few, large kernels: each launch costs about as much
@@ -135,9 +137,10 @@ def _chunk_rows(chunk_bytes: int | None, x: Tensor, vocab: int) -> int:
 def _logit_chunks(x: Tensor, weight: Tensor, bias32: Tensor, chunk: int,
                   buffer: Tensor | None = None) -> Iterator[tuple[int, Tensor, Tensor]]:
     """(first row, bias-free logits rows, their fp32 logits with the bias) for chunks of `chunk` rows, the
-    logits computed blocking(device).rows rows per matmul (into `buffer` when given, so the rows can be
+    logits computed blocking(device)'s rows per matmul (into `buffer` when given, so the rows can be
     overwritten)."""
-    step = blocking(x.device).rows or max(1, x.shape[0])
+    policy = blocking(x.device)
+    step = policy.rows or max(1, policy.block_bytes // (weight.shape[0] * x.element_size()))
     for block_start in range(0, x.shape[0], step):
         rows_x = x[block_start:block_start + step]
         if buffer is None:
@@ -265,8 +268,8 @@ def linear_log_probs(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
                      chunk_bytes: int | None = None) -> Tensor:
     """log_softmax(x @ weight.T + bias)[n, targets[n]] in fp32, (N,). On a CPU the logits are computed ROW_BLOCK
     rows at a time and the log-softmax over row chunks small enough to stay in cache (`chunk_bytes` of fp32), so
-    no (N, V) tensor is ever held: memory stays flat however many positions are scored. On a GPU, in one matmul
-    and 256 MiB chunks (`blocking`): the logits of the rows scored at once, in few kernels."""
+    no (N, V) tensor is ever held: memory stays flat however many positions are scored. On a GPU, in blocks of
+    up to 1 GiB of logits and 256 MiB chunks (`blocking`): few kernels, and still a bound on memory."""
     if weight.dtype != x.dtype or bias.dtype != x.dtype:
         weight, bias = weight.to(x.dtype), bias.to(x.dtype)
     return _log_probs_and_samples(x, weight, bias, targets, None, chunk_bytes)[0]
