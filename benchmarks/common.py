@@ -36,8 +36,8 @@ def resolve_dtype(name: str, config: object, rows: int) -> str:
     return choice.precision.value
 
 
-def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
-    """The fastest of `repeats` timed calls, in seconds (the least disturbed by other work)."""
+def call_times(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> list[float]:
+    """The seconds of each of `repeats` calls of fn, after `warmup` untimed ones."""
     for _ in range(warmup):
         fn()
     times = []
@@ -45,7 +45,17 @@ def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> fl
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return min(times)
+    return times
+
+
+def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
+    """The fastest of `repeats` timed calls, in seconds (the least disturbed by other work)."""
+    return min(call_times(fn, repeats, warmup))
+
+
+def median_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
+    """The median of `repeats` timed calls, in seconds."""
+    return statistics.median(call_times(fn, repeats, warmup))
 
 
 def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:

@@ -10,25 +10,17 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import time
+import sys
 from pathlib import Path
 
 import torch
 
-from maskplay import preset
-from maskplay.config import LongAttentionConfig
-from maskplay.families import build_model
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import median_time  # noqa: E402
 
-
-def timed(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from maskplay import preset  # noqa: E402
+from maskplay.config import LongAttentionConfig  # noqa: E402
+from maskplay.families import build_model  # noqa: E402
 
 
 def main() -> None:
@@ -58,8 +50,8 @@ def main() -> None:
                 model.zero_grad()
                 model(ids).last_hidden_state.float().pow(2).mean().backward()
 
-            row[f"{name}_forward_s"] = round(timed(forward, args.repeats), 4)
-            row[f"{name}_train_s"] = round(timed(train_step, args.repeats), 4)
+            row[f"{name}_forward_s"] = round(median_time(forward, args.repeats), 4)
+            row[f"{name}_train_s"] = round(median_time(train_step, args.repeats), 4)
         row["forward_speedup"] = round(row["dense_forward_s"] / row["banded_forward_s"], 2)
         row["train_speedup"] = round(row["dense_train_s"] / row["banded_train_s"], 2)
         print(json.dumps(row), flush=True)

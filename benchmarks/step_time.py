@@ -17,33 +17,24 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+from common import machine, median_time  # noqa: E402
 
 
 def one(family: str, rows: int, warmup: int, steps: int) -> float:
-    """This process: the median step seconds."""
+    """This process: the median step seconds (imports the package only here, from PYTHONPATH's tree)."""
     import torch
-
-    sys.path.insert(0, str(HERE))
     from step_ops import ours
 
     torch.set_num_threads(1)
-    step = ours(family, [], rows)
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_time(ours(family, [], rows), steps, warmup)
 
 
-def in_process(src: Path, args: argparse.Namespace) -> float:
+def in_fresh_process(src: Path, args: argparse.Namespace) -> float:
     env = {**os.environ, "PYTHONPATH": str(src)}
     out = subprocess.run([sys.executable, __file__, "--one", "--family", args.family, "--rows", str(args.rows),
                           "--warmup", str(args.warmup), "--steps", str(args.steps)],
@@ -65,14 +56,11 @@ def main() -> None:
     if args.one:
         print(one(args.family, args.rows, args.warmup, args.steps))
         return
-    sys.path.insert(0, str(HERE))
-    from common import machine
-
     trees = {"this": REPO / "src", **({"against": args.against.resolve() / "src"} if args.against else {})}
     seconds: dict[str, list[float]] = {name: [] for name in trees}
     for k in range(args.rounds):
         for name, src in trees.items():
-            seconds[name].append(in_process(src, args))
+            seconds[name].append(in_fresh_process(src, args))
         print(f"round {k + 1}: " + ", ".join(f"{n} {1000 * s[-1]:.0f} ms" for n, s in seconds.items()), flush=True)
     result = {"machine": machine(), "case": f"{args.family} recipe", "tokens": args.rows * 128,
               "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "against"},
