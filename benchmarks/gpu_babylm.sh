@@ -17,7 +17,8 @@
 # the shared Wikipedia + Gutenberg; BabyLM's own train_10M/ folder works), BABYLM_TOKENIZER (default: the bundled
 # gpt-two-hour 16 k WordPiece, trained on the same mix), BABYLM_FAMILIES, BABYLM_WORDS, TRAIN_SECONDS (50),
 # BABYLM_SET (more --set overrides for every run), BENCH_ARGS (more gpu_train_speed.py arguments), BLIMP_DATA,
-# BLIMP_LIMIT (pairs per paradigm; default all), EVAL_BATCH (rows a BLiMP forward pass: sentences, or for BERT's
+# SPEED_JSON (step times measured already, in gpu_train_speed.py's JSON shape: no benchmark here), PLAN_OVERHEAD (a real
+# step over a timed one, 1.3), MAX_MINUTES (run.max_minutes, default 1.5 x TRAIN_SECONDS), BLIMP_LIMIT (pairs per paradigm; default all), EVAL_BATCH (rows a BLiMP forward pass: sentences, or for BERT's
 # PLL one masked copy a piece; 2048, since a 12 x 384 model's pass over 256 short rows is too small to keep a GPU busy:
 # session 17's BERT PLL, some 800 k copies in batches of 256, ran past its 40-s limit), MARK_SCALE (the checkpoint marks times this; dry runs), and the
 # limits PREP_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, EVAL_LIMIT (seconds), NUM_WORKERS (data loader processes, 4), NPROC
@@ -70,15 +71,20 @@ echo "prepare exit $?"; tail -4 "$OUT/prepare.log"
 
 # 2. throughput: GPT at GPT-2 small's shape and the 12 x 384 families against HuggingFace, and each recipe as
 # `maskplay pretrain` runs it (the plan below reads those)
-# shellcheck disable=SC2086
-timeout "${BENCH_LIMIT:-150}" $PY benchmarks/gpu_train_speed.py --device "$DEVICE" --recipe --warmup 2 --steps 8 \
-  --out "$OUT/train-speed.json" ${BENCH_ARGS:-} > "$OUT/train-speed.log" 2>&1
-echo "train-speed exit $?"; tail -12 "$OUT/train-speed.log"
+if [ -n "${SPEED_JSON:-}" ]; then  # timed already (gpu_one_call.sh): its step times, no benchmark here
+  [ "$SPEED_JSON" -ef "$OUT/train-speed.json" ] || cp "$SPEED_JSON" "$OUT/train-speed.json"
+  echo "train-speed from $SPEED_JSON"
+else
+  # shellcheck disable=SC2086
+  timeout "${BENCH_LIMIT:-150}" $PY benchmarks/gpu_train_speed.py --device "$DEVICE" --recipe --warmup 2 --steps 8 \
+    --out "$OUT/train-speed.json" ${BENCH_ARGS:-} > "$OUT/train-speed.log" 2>&1
+  echo "train-speed exit $?"; tail -12 "$OUT/train-speed.log"
+fi
 
 # 3. each family's words budget for TRAIN_SECONDS of training
 # shellcheck disable=SC2086
 timeout 120 $PY benchmarks/babylm_plan.py plan --data "$WORK/data" --speed "$OUT/train-speed.json" \
-  --seconds "$(( ${TRAIN_SECONDS:-50} * ${NPROC:-1} ))" --mark-scale "${MARK_SCALE:-1}" ${BABYLM_WORDS:+--words "$BABYLM_WORDS"} \
+  --seconds "$(( ${TRAIN_SECONDS:-50} * ${NPROC:-1} ))" --overhead "${PLAN_OVERHEAD:-1.3}" --mark-scale "${MARK_SCALE:-1}" ${BABYLM_WORDS:+--words "$BABYLM_WORDS"} \
   --families $FAMILIES --set "${EXTRA[@]}" --out "$OUT/plan.json" > "$OUT/plan.txt" 2> "$OUT/plan.log"
 echo "plan exit $?"; cat "$OUT/plan.txt"
 
@@ -86,7 +92,7 @@ echo "plan exit $?"; cat "$OUT/plan.txt"
 # and the words budget stay the same, and the plan assumes the step time divides by NPROC)
 LAUNCH=($PY -m maskplay)
 [ "${NPROC:-1}" -gt 1 ] && LAUNCH=($PY -m torch.distributed.run --standalone --nproc_per_node "$NPROC" -m maskplay)
-MAX_MINUTES=$($PY -c "print(${TRAIN_SECONDS:-50} * 1.5 / 60)")
+MAX_MINUTES=${MAX_MINUTES:-$($PY -c "print(${TRAIN_SECONDS:-50} * 1.5 / 60)")}
 while read -r fam steps words warmup marks; do
   rm -rf "${WORK:?}/$fam"
   MARKS=()

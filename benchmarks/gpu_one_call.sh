@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# One strict-small recipe as far toward the 100 M-word budget as one 10-minute GPU command allows (issue 45;
+# docs/RESULTS.md section 15). Inside a deadline (DEADLINE seconds of this script, 540):
+#   1. the recipe's step eager and compiled block by block (benchmarks/compile_time.py at the real batch): the faster,
+#      its compile counted, is the scope the run trains in;
+#   2. benchmarks/gpu_babylm.sh for that one family (prepare, plan, train, BLiMP-dev), its words budget planned from
+#      the step time of 1. and the seconds the deadline leaves (at most the 100 M words of the rule), run.max_minutes
+#      and the training command's timeout set so that the final model is exported and scored before the deadline;
+#   3. with what is left: the GPU tests of the recipes' step (loss and gradients equal the CPU's), then GPT at GPT-2
+#      small's shape against HuggingFace (benchmarks/gpu_train_speed.py), each under a timeout that ends by the deadline.
+# Results in $OUT (babylm.json, compile.json, train-speed.json, gpt2-small.json, pytest-gpu.log).
+#   bash benchmarks/gpu_stage.sh in; then, as the device call:  OUT=$OUT DATA_ROOT=shared/data bash benchmarks/gpu_one_call.sh
+# Knobs: OUT, WORK, FAMILY (gpt-bert), DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), COMPILE_ARGS (more compile_time.py
+# arguments: --tiny --batch 2 for a dry run), GPT2_ARGS (more gpu_train_speed.py arguments), and gpu_babylm.sh's.
+set -u
+OUT=${OUT:-gpu-one-call}
+WORK=${WORK:-${TMPDIR:-/tmp}/gpu-babylm-work}
+FAMILY=${FAMILY:-gpt-bert}
+DEADLINE=${DEADLINE:-540}
+DEVICE=${DEVICE:-cuda}
+PY=${PYTHON:-python3}
+EVAL_LIMIT=${EVAL_LIMIT:-45}
+mkdir -p "$OUT" "$WORK"
+export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+left() { echo $((DEADLINE - SECONDS)); }
+
+# 1. eager against block by block, at the recipe's batch
+# shellcheck disable=SC2086
+timeout "${COMPILE_LIMIT:-110}" $PY benchmarks/compile_time.py --device "$DEVICE" --batch 256 --families "$FAMILY" \
+  --scopes eager layers --steps 5 --out "$OUT/compile.json" ${COMPILE_ARGS:-} > "$OUT/compile.log" 2>&1
+echo "compile_time exit $? at ${SECONDS}s"; cat "$OUT/compile.log"
+
+# the scope to train in: compiled blocks when their steady step, over the steps the time left allows, repays the
+# compile (which training pays again: compile_time compiled with caches off); eager otherwise, or when it failed
+read -r SCOPE COMPILE_S < <($PY - "$OUT/compile.json" "$FAMILY" "$(left)" <<'EOF'
+import json, sys
+from pathlib import Path
+path, family, left = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+rows = {r["scope"]: r for r in json.loads(path.read_text())["rows"]} if path.is_file() else {}
+eager, layers = rows.get("eager"), rows.get("layers")
+repays = (eager is not None and layers is not None
+          and layers["compile_s"] + left * layers["step_ms"] / eager["step_ms"] < left)
+scope = "layers" if repays else "eager"
+row = rows.get(scope)
+speed = {"rows": [{"case": f"babylm {family} recipe", "step_ms": row["step_ms"], "scope": scope}] if row else []}
+(path.parent / "train-speed.json").write_text(json.dumps(speed, indent=2) + "\n")
+print(scope, round(layers["compile_s"]) if repays else 0)
+EOF
+)
+SCOPE=${SCOPE:-eager} COMPILE_S=${COMPILE_S:-0}
+SET="${BABYLM_SET:-}"
+[ "$SCOPE" = layers ] && SET="$SET run.compile=true run.compile_scope=layers"
+[ "$SCOPE" = eager ] && SET="$SET run.compile=false"
+
+# 2. the budget: what is left after preparing (30 s), starting (25 s), the compile, the final export and held-out
+# pass (30 s) and BLiMP; planned at a real step 1.1 x the timed one, stopped by run.max_minutes at 1.15 x
+TRAIN_SECONDS=$(( ($(left) - 85 - COMPILE_S - EVAL_LIMIT) * 100 / 115 ))
+[ "$TRAIN_SECONDS" -lt 10 ] && TRAIN_SECONDS=10
+MAX_MINUTES=$($PY -c "print(round(($TRAIN_SECONDS * 1.15 + $COMPILE_S) / 60, 3))")
+TRAIN_LIMIT=$($PY -c "print(int($MAX_MINUTES * 60 + 55))")
+echo "scope $SCOPE (compile ${COMPILE_S}s), training ${TRAIN_SECONDS}s planned, run.max_minutes=$MAX_MINUTES," \
+  "timeout ${TRAIN_LIMIT}s, $(left)s left" | tee "$OUT/one-call.txt"
+OUT=$OUT WORK=$WORK DEVICE=$DEVICE PYTHON=$PY BABYLM_FAMILIES=$FAMILY SPEED_JSON="$OUT/train-speed.json" \
+  TRAIN_SECONDS=$TRAIN_SECONDS PLAN_OVERHEAD=1.1 MAX_MINUTES=$MAX_MINUTES TRAIN_LIMIT=$TRAIN_LIMIT \
+  EVAL_LIMIT=$EVAL_LIMIT BABYLM_SET="$SET" WHEELS=${WHEELS:-none} bash benchmarks/gpu_babylm.sh
+echo "babylm done at ${SECONDS}s, $(left)s left"
+cp "$WORK/$FAMILY/metrics.jsonl" "$OUT/metrics-$FAMILY.jsonl" 2>/dev/null  # the loss curve
+
+# 3. with what is left
+if [ "$(left)" -gt 40 ] && [ "$DEVICE" = cuda ]; then
+  timeout $(( $(left) > 90 ? 60 : $(left) - 20 )) $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py -k recipe \
+    > "$OUT/pytest-gpu.log" 2>&1
+  echo "pytest exit $?"; tail -3 "$OUT/pytest-gpu.log"
+fi
+if [ "$(left)" -gt 60 ]; then
+  # shellcheck disable=SC2086
+  timeout $(( $(left) - 5 )) $PY benchmarks/gpu_train_speed.py --device "$DEVICE" --shapes gpt2-small --families gpt \
+    --gpt2-batch 32 --out "$OUT/gpt2-small.json" ${GPT2_ARGS:-} > "$OUT/gpt2-small.log" 2>&1
+  echo "gpt2-small exit $?"; tail -6 "$OUT/gpt2-small.log"
+fi
+echo "done at ${SECONDS}s of $DEADLINE"
