@@ -232,10 +232,11 @@ def wide_linear(x: Tensor, *layers: nn.Linear) -> Tensor:
 
 def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor | None]:
     """SDPA returns NaN for a query that may attend to nothing (an XLNet order's first token, a one-token
-    T-TA input). Let such rows attend anywhere, and return them so the block zeroes their output. Under
-    torch.compile always both (zeroing no row costs a masked fill): asking whether any row is dead reads the tensor
-    back, a graph break in a compiled forward."""
+    T-TA input). Let such rows attend anywhere, and return them so the block zeroes their output. On a CPU, where
+    a read costs nothing, only when some row is dead; on a GPU and under torch.compile always both (zeroing no row
+    costs a masked fill a layer): asking whether any row is dead reads the tensor back, which makes the host wait
+    for the device (benchmarks/step_syncs.py) and is a graph break in a compiled forward."""
     dead = ~mask.any(dim=-1, keepdim=True)
-    if not torch.compiler.is_compiling() and not bool(dead.any()):
+    if mask.device.type == "cpu" and not torch.compiler.is_compiling() and not bool(dead.any()):
         return mask, None
     return mask | dead, dead

@@ -21,6 +21,14 @@ from .dense import Attention, split_heads
 from .inputs import PassInputs
 
 
+# How DisentangledScores.bias reads each pair's table row: "gather" (torch.gather, whose backward is an atomic
+# scatter-add on a GPU) or "one-hot" (batched matrix products with the pairs' one-hot rows: no atomics, more FLOPs,
+# slower on a CPU; only for an index shared by the batch). Not a model switch (the values are the same): a choice of
+# kernel that benchmarks/gpu_profile_step.py --bias compares on a GPU.
+BIAS_KERNELS = ("gather", "one-hot")
+bias_kernel = "gather"
+
+
 class DisentangledScores:
     """One layer's scores for one pass, from its projected relative tables `pos_q`, `pos_k` (R, heads x d); called
     as an attention kernel, `(q, k, v, mask, dropout_p, training, positions)` -> (B, heads, Lq, dv), with q, k, v
@@ -35,7 +43,15 @@ class DisentangledScores:
         Lk) the table row of each pair."""
         c2p = q @ self.pos_k.transpose(-1, -2)  # (B, h, Lq, R): q_i . K_r[r] for every row r
         p2c = k @ self.pos_q.transpose(-1, -2)  # (B, h, Lk, R): k_j . Q_r[r]
-        B, heads, Lq, _ = c2p.shape
+        B, heads, Lq, R = c2p.shape
+        if bias_kernel == "one-hot" and index.shape[0] == 1:
+            Lk = k.shape[2]
+            hot = F.one_hot(index[0], R).to(c2p.dtype)  # (Lq, Lk, R)
+            # c2p: for each query i, (B h, R) @ (R, Lk); p2c: for each key j, (B h, R) @ (R, Lq)
+            by_query = c2p.permute(2, 0, 1, 3).reshape(Lq, B * heads, R) @ hot.transpose(1, 2)
+            by_key = p2c.permute(2, 0, 1, 3).reshape(Lk, B * heads, R) @ hot.permute(1, 2, 0)
+            return (by_query.view(Lq, B, heads, Lk).permute(1, 2, 0, 3)
+                    + by_key.view(Lk, B, heads, Lq).permute(1, 2, 3, 0))
         index = index[:, None].expand(B, heads, Lq, k.shape[2])
         return c2p.gather(-1, index) + p2c.gather(-1, index.transpose(-1, -2)).transpose(-1, -2)
 

@@ -1,0 +1,57 @@
+"""benchmarks/step_syncs.py: the count of reads back from a device that a training step would make on a GPU, made
+on the CPU by marking the tensors that would live on the device. Against toy steps whose reads are known, and the
+recipes' counts as regressions: a change that adds a read-back to a GPU step fails here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import step_syncs  # noqa: E402
+
+
+def test_reads_of_device_tensors_are_counted_and_host_reads_are_not():
+    weight, host = torch.randn(4, 3), torch.tensor(5)
+
+    def step(mode):
+        y = weight @ torch.ones(3)          # computed from a device tensor: on the device
+        float(y.sum())                      # read back: 1
+        bool((y > 0).any())                 # read back: 2
+        y[y > 0].sum()                      # boolean indexing: the count is read back: 3
+        y[torch.tensor([0, 2])].sum()       # integer indexing: no read
+        int(host) + float(torch.ones(2).sum())  # host tensors: no read
+
+    reads = step_syncs.count_reads(step, [weight], warm=False)
+    assert sum(reads.values()) == 3, reads
+    assert {k.split(" at ")[0] for k in reads} == {"_local_scalar_dense", "index"}
+
+
+def test_marks_flow_through_in_place_updates_and_autograd():
+    weight = torch.randn(3, requires_grad=True)
+    grads = torch.zeros(3)
+
+    def step(mode):
+        loss = (weight * 2).sum()
+        loss.backward()
+        grads.add_(weight.grad)             # a host buffer updated from a device tensor lives on the device too
+        int(grads.argmax())                 # read back: 1
+        weight.grad = None
+
+    assert sum(step_syncs.count_reads(step, [weight], warm=False).values()) == 1
+
+
+def test_the_recipes_steps_read_back_only_where_their_losses_select_targets():
+    """At 2 rows: GPT's (and BERT's, T-TA's) three reads are the loss's selection of the labelled positions
+    (MaskplayModel.output's hidden[selected] and labels[selected], and the first one's backward); GPT-BERT's eight
+    are its own loss's: the targets' selection (three and two backward), whether each mode has targets (two) and the
+    masked mode's token losses (one; no causal row at 2 rows). Nothing else in a step (the dead-rows check and the ids' range check read on a CPU
+    only)."""
+    expected = {"gpt": 3, "gpt-bert": 8}
+    for family, n in expected.items():
+        step, seeds = step_syncs.recipe_step(family, rows=2, sets=["num_layers=2"])
+        reads = step_syncs.count_reads(step, seeds)
+        assert sum(reads.values()) == n, (family, reads)
+        assert not any("guard_empty_rows" in k or "check_inputs" in k for k in reads)
