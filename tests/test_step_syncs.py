@@ -47,8 +47,8 @@ def test_the_recipes_steps_read_back_only_where_their_losses_select_targets():
     """At 2 rows: GPT's (and BERT's, T-TA's) three reads are the loss's selection of the labelled positions
     (MaskplayModel.output's hidden[selected] and labels[selected], and the first one's backward); GPT-BERT's eight
     are its own loss's: the targets' selection (three and two backward), whether each mode has targets (two) and the
-    masked mode's token losses (one; no causal row at 2 rows). Nothing else in a step (the dead-rows check and the ids' range check read on a CPU
-    only)."""
+    masked mode's token losses (one; no causal row at 2 rows). Nothing else in a step (the dead-rows check and the
+    ids' range check read on a CPU only)."""
     expected = {"gpt": 3, "gpt-bert": 8}
     for family, n in expected.items():
         step, seeds = step_syncs.recipe_step(family, rows=2, sets=["num_layers=2"])

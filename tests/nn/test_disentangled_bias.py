@@ -38,7 +38,7 @@ def test_the_one_hot_bias_equals_the_gathered_one_with_its_gradients(kernel):
         results[name] = (bias.detach(), [t.grad for t in leaves])
     (gathered, grads_g), (hot, grads_h) = results["gather"], results["one-hot"]
     torch.testing.assert_close(hot, gathered, rtol=0, atol=1e-12)
-    for a, b in zip(grads_h, grads_g):
+    for a, b in zip(grads_h, grads_g, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
     # and not by accident: the bias depends on which bucket each pair reads
     kernel("one-hot")

@@ -20,7 +20,6 @@ from ..positions import PassPositions
 from .dense import Attention, split_heads
 from .inputs import PassInputs
 
-
 # How DisentangledScores.bias reads each pair's table row: "gather" (torch.gather, whose backward is an atomic
 # scatter-add on a GPU) or "one-hot" (batched matrix products with the pairs' one-hot rows: no atomics, more FLOPs,
 # slower on a CPU; only for an index shared by the batch). Not a model switch (the values are the same): a choice of
