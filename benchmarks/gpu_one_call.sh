@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One strict-small recipe as far toward the 100 M-word budget as one 10-minute GPU command allows (issue 45;
 # docs/RESULTS.md section 15). Inside a deadline (DEADLINE seconds of this script, 540):
+#   0. a short profile of the recipe's step (benchmarks/gpu_profile_step.py, both kernels of the disentangled bias);
 #   1. the recipe's step eager and compiled block by block (benchmarks/compile_time.py at the real batch): the faster,
 #      its compile counted, is the scope the run trains in;
 #   2. benchmarks/gpu_babylm.sh for that one family (prepare, plan, train, BLiMP-dev), its words budget planned from
@@ -8,10 +9,13 @@
 #      and the training command's timeout set so that the final model is exported and scored before the deadline;
 #   3. with what is left: the GPU tests of the recipes' step (loss and gradients equal the CPU's), then GPT at GPT-2
 #      small's shape against HuggingFace (benchmarks/gpu_train_speed.py), each under a timeout that ends by the deadline.
-# Results in $OUT (babylm.json, compile.json, train-speed.json, gpt2-small.json, pytest-gpu.log).
+# Results in one archive, $OUT/results.tgz (babylm.json, profile.json, compile.json, train-speed.json, gpt2-small.json,
+# pytest-gpu.log, the logs and the run's metrics; PACK=0 leaves them as files): session 20's call brought back only
+# the first 8 of its files. Do not tee the call's own output into $OUT.
 #   bash benchmarks/gpu_stage.sh in; then, as the device call:  OUT=$OUT DATA_ROOT=shared/data bash benchmarks/gpu_one_call.sh
-# Knobs: OUT, WORK, FAMILY (gpt-bert), DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), COMPILE_ARGS (more compile_time.py
-# arguments: --tiny --batch 2 for a dry run), GPT2_ARGS (more gpu_train_speed.py arguments), and gpu_babylm.sh's.
+# Knobs: OUT, WORK, FAMILY (gpt-bert), DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), PROFILE_LIMIT (75), COMPILE_LIMIT
+# (110), PACK (1), PROFILE_ARGS, COMPILE_ARGS, GPT2_ARGS (more arguments for gpu_profile_step.py, compile_time.py and
+# gpu_train_speed.py: --tiny and small batches for a dry run), and gpu_babylm.sh's (BABYLM_WORDS caps the words).
 set -u
 OUT=${OUT:-gpu-one-call}
 WORK=${WORK:-${TMPDIR:-/tmp}/gpu-babylm-work}
@@ -23,6 +27,21 @@ EVAL_LIMIT=${EVAL_LIMIT:-45}
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 left() { echo $((DEADLINE - SECONDS)); }
+
+# results: one archive at the end (a device call brings back only a few files), $OUT/results.tgz
+pack() {
+  tar czf "$OUT/results.tgz.part" -C "$OUT" --exclude 'results.tgz*' --exclude '.*.lock' . \
+    && mv "$OUT/results.tgz.part" "$OUT/results.tgz" \
+    && find "$OUT" -mindepth 1 ! -name results.tgz -delete
+}
+[ "${PACK:-1}" = 1 ] && trap pack EXIT
+
+# 0. where the step's time goes on this GPU: kernels, idle, launches, host syncs, top operators; both kernels of
+# the disentangled bias (benchmarks/gpu_profile_step.py)
+# shellcheck disable=SC2086
+timeout "${PROFILE_LIMIT:-75}" $PY benchmarks/gpu_profile_step.py --device "$DEVICE" --families "$FAMILY" \
+  --bias gather one-hot --out "$OUT/profile.json" ${PROFILE_ARGS:-} > "$OUT/profile.log" 2>&1
+echo "profile exit $? at ${SECONDS}s"; grep -v "^ \{2\}aten\|^USDT" "$OUT/profile.log" | head -12
 
 # 1. eager against block by block, at the recipe's batch
 # shellcheck disable=SC2086

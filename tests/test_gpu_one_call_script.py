@@ -1,0 +1,45 @@
+"""benchmarks/gpu_one_call.sh on the CPU at 1/1000 scale: the profile (both disentangled-bias kernels), the eager
+step timed, one family trained to its words budget and scored, GPT-2 small's case, all packed into one archive."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from tests.test_gpu_babylm_script import tiny_world
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_one_call_script_dry_run_on_the_cpu(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = {**os.environ, **tiny_world(tmp_path), "OUT": str(out), "WORK": str(work), "DEVICE": "cpu",
+           "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "DEADLINE": "240", "BABYLM_WORDS": "3000",
+           "MARK_SCALE": "0.001", "NUM_WORKERS": "0",
+           "BABYLM_SET": "model.preset=tiny data.max_length=32 data.batch_size=8 run.threads=1 run.precision=fp32 "
+                         "run.eval_batches=1",
+           "PROFILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1 --timed 1 --warmup 1",
+           "COMPILE_ARGS": "--tiny --batch 2 --seq-len 32 --scopes eager --steps 1",
+           "GPT2_ARGS": "--tiny --warmup 1 --steps 1"}
+    result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_one_call.sh")], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=300)
+    log = result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, log
+    assert [p.name for p in out.iterdir()] == ["results.tgz"], log  # one file comes back from a device call
+    with tarfile.open(out / "results.tgz") as tar:
+        files = {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    profile = json.loads(files["profile.json"])
+    assert [(r["family"], r["bias"]) for r in profile["rows"]] == [("gpt-bert", "gather"), ("gpt-bert", "one-hot")]
+    assert all(r["step_ms"] > 0 and r["top"] for r in profile["rows"])
+    assert [r["scope"] for r in json.loads(files["train-speed.json"])["rows"]] == ["eager"]
+    summary = json.loads(files["babylm.json"])
+    (family,) = summary["families"]
+    assert family["family"] == "gpt-bert" and family["words_seen"] >= 3000, family
+    assert 0 <= family["blimp_dev_macro"] <= 100
+    assert {r["case"] for r in json.loads(files["gpt2-small.json"])["rows"]} >= {"gpt2-small gpt"}
+    assert "metrics-gpt-bert.jsonl" in files
+    assert str(tmp_path).encode() not in files["babylm.json"]  # no machine paths
