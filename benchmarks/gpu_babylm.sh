@@ -18,7 +18,8 @@
 # gpt-two-hour 16 k WordPiece, trained on the same mix), BABYLM_FAMILIES, BABYLM_WORDS, TRAIN_SECONDS (50),
 # BABYLM_SET (more --set overrides for every run), BENCH_ARGS (more gpu_train_speed.py arguments), BLIMP_DATA,
 # SPEED_JSON (step times measured already, in gpu_train_speed.py's JSON shape: no benchmark here), PLAN_OVERHEAD (a real
-# step over a timed one, 1.3), MAX_MINUTES (run.max_minutes, default 1.5 x TRAIN_SECONDS), BLIMP_LIMIT (pairs per paradigm; default all), EVAL_BATCH (rows a BLiMP forward pass: sentences, or for BERT's
+# step over a timed one, 1.3), MAX_MINUTES (run.max_minutes, default 1.5 x TRAIN_SECONDS), BLIMP_LIMIT (pairs per paradigm; default all), BLIMP_METHODS (more `eval blimp --method`s to score
+# each final model with after its own, e.g. "pll"), EVAL_BATCH (rows a BLiMP forward pass: sentences, or for BERT's
 # PLL one masked copy a piece; 2048, since a 12 x 384 model's pass over 256 short rows is too small to keep a GPU busy:
 # session 17's BERT PLL, some 800 k copies in batches of 256, ran past its 40-s limit), MARK_SCALE (the checkpoint marks times this; dry runs), and the
 # limits PREP_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, EVAL_LIMIT (seconds), NUM_WORKERS (data loader processes, 4), NPROC
@@ -107,6 +108,12 @@ while read -r fam steps words warmup marks; do
     timeout "${EVAL_LIMIT:-75}" $PY -m maskplay eval blimp "$WORK/$fam/final" --data "$BLIMP_DATA" --device "$DEVICE" \
       --batch-size "${EVAL_BATCH:-2048}" ${BLIMP_LIMIT:+--limit "$BLIMP_LIMIT"} --out "$OUT/blimp-$fam.json" < /dev/null > "$OUT/blimp-$fam.log" 2>&1
     echo "blimp $fam exit $?"; grep -i "macro" "$OUT/blimp-$fam.log" | tail -1
+    for method in ${BLIMP_METHODS:-}; do  # the same model scored another way too (GPT-BERT: pll, BabyLM's mntp)
+      timeout "${EVAL_LIMIT:-75}" $PY -m maskplay eval blimp "$WORK/$fam/final" --data "$BLIMP_DATA" --device "$DEVICE" \
+        --method "$method" --batch-size "${EVAL_BATCH:-2048}" ${BLIMP_LIMIT:+--limit "$BLIMP_LIMIT"} \
+        --out "$OUT/blimp-$fam-$method.json" < /dev/null > "$OUT/blimp-$fam-$method.log" 2>&1
+      echo "blimp $fam --method $method exit $?"; grep -i "macro" "$OUT/blimp-$fam-$method.log" | tail -1
+    done
   fi
 done < "$OUT/plan.txt"
 

@@ -6,15 +6,18 @@
 #      its compile counted, is the scope the run trains in;
 #   2. benchmarks/gpu_babylm.sh for that one family (prepare, plan, train, BLiMP-dev), its words budget planned from
 #      the step time of 1. and the seconds the deadline leaves (at most the 100 M words of the rule), run.max_minutes
-#      and the training command's timeout set so that the final model is exported and scored before the deadline;
+#      and the training command's timeout set so that the final model is exported and scored before the deadline
+#      (GPT-BERT causally and by MNTP's PLL, BabyLM's mntp backend);
 #   3. with what is left: the GPU tests of the recipes' step (loss and gradients equal the CPU's), then GPT at GPT-2
 #      small's shape against HuggingFace (benchmarks/gpu_train_speed.py), each under a timeout that ends by the deadline.
 # Results in one archive, $OUT/results.tgz (babylm.json, profile.json, compile.json, train-speed.json, gpt2-small.json,
 # pytest-gpu.log, the logs and the run's metrics; PACK=0 leaves them as files): session 20's call brought back only
 # the first 8 of its files. Do not tee the call's own output into $OUT.
-#   bash benchmarks/gpu_stage.sh in; then, as the device call:  OUT=$OUT DATA_ROOT=shared/data bash benchmarks/gpu_one_call.sh
+#   bash benchmarks/gpu_stage.sh in      # here; then, as the device call:
+#   OUT=$OUT DATA_ROOT=shared/data bash benchmarks/gpu_one_call.sh
 # Knobs: OUT, WORK, FAMILY (gpt-bert), DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), PROFILE_LIMIT (75), COMPILE_LIMIT
-# (110), PACK (1), PROFILE_ARGS, COMPILE_ARGS, GPT2_ARGS (more arguments for gpu_profile_step.py, compile_time.py and
+# (110), PACK (1), BLIMP_METHODS (more ways to score the final model: "pll" for GPT-BERT, empty for none),
+# PROFILE_ARGS, COMPILE_ARGS, GPT2_ARGS (more arguments for gpu_profile_step.py, compile_time.py and
 # gpu_train_speed.py: --tiny and small batches for a dry run), and gpu_babylm.sh's (BABYLM_WORDS caps the words).
 set -u
 OUT=${OUT:-gpu-one-call}
@@ -24,6 +27,8 @@ DEADLINE=${DEADLINE:-540}
 DEVICE=${DEVICE:-cuda}
 PY=${PYTHON:-python3}
 EVAL_LIMIT=${EVAL_LIMIT:-45}
+# GPT-BERT is scored causally (its default) and by MNTP's PLL (BabyLM's mntp backend) after training
+BLIMP_METHODS=${BLIMP_METHODS-$([ "$FAMILY" = gpt-bert ] && echo pll)}
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 left() { echo $((DEADLINE - SECONDS)); }
@@ -72,8 +77,9 @@ SET="${BABYLM_SET:-}"
 [ "$SCOPE" = eager ] && SET="$SET run.compile=false"
 
 # 2. the budget: what is left after preparing (30 s), starting (25 s), the compile, the final export and held-out
-# pass (30 s) and BLiMP; planned at a real step 1.1 x the timed one, stopped by run.max_minutes at 1.15 x
-TRAIN_SECONDS=$(( ($(left) - 85 - COMPILE_S - EVAL_LIMIT) * 100 / 115 ))
+# pass (30 s) and BLiMP (EVAL_LIMIT for each way of scoring); planned at a real step 1.1 x the timed one, stopped by run.max_minutes at 1.15 x
+EVALS=$(( EVAL_LIMIT * (1 + $(wc -w <<< "$BLIMP_METHODS")) ))
+TRAIN_SECONDS=$(( ($(left) - 85 - COMPILE_S - EVALS) * 100 / 115 ))
 [ "$TRAIN_SECONDS" -lt 10 ] && TRAIN_SECONDS=10
 MAX_MINUTES=$($PY -c "print(round(($TRAIN_SECONDS * 1.15 + $COMPILE_S) / 60, 3))")
 TRAIN_LIMIT=$($PY -c "print(int($MAX_MINUTES * 60 + 55))")
@@ -81,7 +87,8 @@ echo "scope $SCOPE (compile ${COMPILE_S}s), training ${TRAIN_SECONDS}s planned, 
   "timeout ${TRAIN_LIMIT}s, $(left)s left" | tee "$OUT/one-call.txt"
 OUT=$OUT WORK=$WORK DEVICE=$DEVICE PYTHON=$PY BABYLM_FAMILIES=$FAMILY SPEED_JSON="$OUT/train-speed.json" \
   TRAIN_SECONDS=$TRAIN_SECONDS PLAN_OVERHEAD=1.1 MAX_MINUTES=$MAX_MINUTES TRAIN_LIMIT=$TRAIN_LIMIT \
-  EVAL_LIMIT=$EVAL_LIMIT BABYLM_SET="$SET" WHEELS=${WHEELS:-none} bash benchmarks/gpu_babylm.sh
+  EVAL_LIMIT=$EVAL_LIMIT BABYLM_SET="$SET" WHEELS=${WHEELS:-none} BLIMP_METHODS="$BLIMP_METHODS" \
+  bash benchmarks/gpu_babylm.sh
 echo "babylm done at ${SECONDS}s, $(left)s left"
 cp "$WORK/$FAMILY/metrics.jsonl" "$OUT/metrics-$FAMILY.jsonl" 2>/dev/null  # the loss curve
 
