@@ -86,14 +86,17 @@ def profile_case(family: str, bias: str, args: argparse.Namespace) -> dict:
             "kernel_ms": kernel_us / 1000 if on_device else None,
             "gpu_busy": kernel_us / 1000 / wall_ms if on_device else None,
             "kernels": len(kernels) * per if on_device else None,
-            "syncs": {k: v for k, v in syncs.items() if v}, "top": rows}
+            "syncs": {k: v for k, v in syncs.items() if v} if on_device else None, "top": rows}
 
 
 def show(row: dict) -> None:
     busy = "" if row["gpu_busy"] is None else (f", kernels {row['kernel_ms']:.1f} ms ({row['gpu_busy']:.0%} busy), "
                                                f"{row['kernels']:.0f} launches")
     print(f"\n{row['family']} (bias: {row['bias']}): step {row['step_ms']:.1f} ms{busy}")
-    print("  host synchronisations a step:", ", ".join(f"{k} {v:g}" for k, v in row["syncs"].items()) or "none")
+    if row["syncs"] is None:  # every read is free on a CPU, and its step reads host-only tensors too
+        print("  host synchronisations: a GPU's only (on a CPU, benchmarks/step_syncs.py counts where they would be)")
+    else:
+        print("  host synchronisations a step:", ", ".join(f"{k} {v:g}" for k, v in row["syncs"].items()) or "none")
     print(f"  {'operator':<60}{'calls':>8}{'ms':>9}")
     for r in row["top"]:
         print(f"  {r['op'][:58]:<60}{r['calls']:>8.0f}{r['ms']:>9.2f}")

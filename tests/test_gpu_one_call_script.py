@@ -23,7 +23,7 @@ def test_gpu_one_call_script_dry_run_on_the_cpu(tmp_path):
            "BABYLM_SET": "model.preset=tiny data.max_length=32 data.batch_size=8 run.threads=1 run.precision=fp32 "
                          "run.eval_batches=1",
            "PROFILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1 --timed 1 --warmup 1",
-           "COMPILE_ARGS": "--tiny --batch 2 --seq-len 32 --scopes eager --steps 1",
+           "COMPILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1",
            "GPT2_ARGS": "--tiny --warmup 1 --steps 1"}
     result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_one_call.sh")], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=300)
