@@ -8,10 +8,14 @@ A pass keeps its states in a stream (`DepthWeights.stream`). Every weighted sum 
 naively a step costs O(S^2) kernels and copies; two streams keep that down:
 
 - `BufferedStream` (a pass that may train, eagerly): the states live in one (S + 1, ...) buffer, each written once, and
-  every weighted sum is one matrix-vector product over a slice of it. Its backward adds its share to every earlier
-  state's gradient in one outer-product update of a gradient buffer, and hands autograd the gradient of its own new
-  state only (complete by then: every later weighted sum runs its backward first, being downstream). So autograd
-  accumulates nothing: the list stream's O(S^2) accumulations and stacked copies become one kernel a sum.
+  every weighted sum is one matrix-vector product over a slice of it. Its backward keeps the gradient of its output
+  in a second buffer and hands autograd the gradient of its own new state only, one matrix-vector product over the
+  gradients of the sums that read that state (all known by then: every later weighted sum runs its backward first,
+  being downstream). So autograd accumulates nothing: the list stream's O(S^2) accumulations and stacked copies
+  become one kernel a sum, and each gradient is read where it is needed, not added into every earlier state's
+  gradient at every sum (an outer-product update until session 20: three times the memory traffic). The weights'
+  gradients come all at once from the first sum's backward, the last to run: one product of the states and the
+  sums' gradients, each read once, where a matrix-vector product a sum read every earlier state again.
 - `ListStream` (under torch.compile's whole-step scope, which cannot trace a buffer written in a backward, and for
   PLL's last-layer rows, which re-gather the states): a list, each sum over the states stacked for the moment
   (`_WeightedSum`).
@@ -72,29 +76,39 @@ class BufferedStream:
 
     def __init__(self, weights: DepthWeights, x0: Tensor) -> None:
         self.weights, self.first, self.added = weights, x0, 0
-        self.values = x0.new_empty((len(weights.alphas) + 1, *x0.shape))
-        self.grads: Tensor | None = None  # made at the first backward, dropped after the last (retain_graph reruns)
+        sums = len(weights.alphas)
+        self.values = x0.new_empty((sums + 1, *x0.shape))
+        self.alphas = x0.new_zeros((sums, sums + 1))  # row n: the weights sum n used (x_0..x_{n+1}), zeros after
+        # each sum's output gradient: made at the first backward, dropped after the last (retain_graph reruns)
+        self.out_grads: Tensor | None = None
+        self.reached = [False] * sums  # which sums ran a backward (a loss on a middle layer stops short of the rest)
 
     def add(self, x: Tensor) -> Tensor:
+        """x_{n+1}; the stream's next value. The first sum takes every alpha as its input: its backward, the last
+        to run, gives all their gradients at once."""
         n = self.added
         self.added += 1
-        return _BufferedSum.apply(self.weights.alphas[n].to(x.dtype), x, self.first if n == 0 else None, self, n)
+        if n == 0:
+            return _BufferedSum.apply(x, self.first, self, 0, *(alpha.to(x.dtype) for alpha in self.weights.alphas))
+        return _BufferedSum.apply(x, None, self, n)
 
     def rows(self, at: tuple[Tensor, Tensor]) -> None:
         raise ValueError("a buffered DenseFormer stream keeps every position: PLL's last-layer rows take the list one")
 
 
 class _BufferedSum(torch.autograd.Function):
-    """sum_j alpha[j] x_j over the stream's buffer, x_{n+1} = `new` written into it first (and x_0 = `first` when
-    n = 0). In the states' own precision (not autocast's: the residual stream stays as wide as it is)."""
+    """sum_j alpha_n[j] x_j over the stream's buffer, x_{n+1} = `new` written into it first (and x_0 = `first` when
+    n = 0, which also takes every alpha: `alphas`). In the states' own precision (not autocast's: the residual stream
+    stays as wide as it is)."""
 
     @staticmethod
-    def forward(ctx, alpha: Tensor, new: Tensor, first: Tensor | None, stream: BufferedStream,  # noqa: ANN001
-                n: int) -> Tensor:
+    def forward(ctx, new: Tensor, first: Tensor | None, stream: BufferedStream, n: int,  # noqa: ANN001
+                *alphas: Tensor) -> Tensor:
+        alpha = (alphas[0] if n == 0 else stream.weights.alphas[n]).detach().to(new.dtype)
         if first is not None:
             stream.values[0].copy_(first)
         stream.values[n + 1].copy_(new)
-        ctx.save_for_backward(alpha)
+        stream.alphas[n, : n + 2].copy_(alpha)
         ctx.stream, ctx.n = stream, n
         with torch.autocast(new.device.type, enabled=False):
             return torch.tensordot(alpha, stream.values[: n + 2], dims=1)
@@ -102,17 +116,27 @@ class _BufferedSum(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
-        (alpha,), stream, n = ctx.saved_tensors, ctx.stream, ctx.n
-        if stream.grads is None:
-            stream.grads = torch.zeros_like(stream.values)
-        flat = grad.reshape(-1)
+        stream, n = ctx.stream, ctx.n
+        if stream.out_grads is None:  # zeros: a sum whose output reached no loss runs no backward
+            stream.out_grads = grad.new_zeros((len(stream.alphas), *grad.shape))
+        stream.out_grads[n].copy_(grad)
+        stream.reached[n] = True
+        later = stream.out_grads[n:].flatten(1)  # the gradients of sum n and of every sum after it
         with torch.autocast(grad.device.type, enabled=False):
-            grad_alpha = stream.values[: n + 2].flatten(1).mv(flat) if ctx.needs_input_grad[0] else None
-            stream.grads[: n + 2].flatten(1).addr_(alpha, flat)
-        grad_new, grad_first = stream.grads[n + 1], stream.grads[0] if n == 0 else None
-        if n == 0:  # the last to run: a second backward through a retained graph starts from zeros
-            stream.grads = None
-        return grad_alpha, grad_new, grad_first, None, None
+            # x_{n+1} is read by sums n..S-1, with weights alphas[n:, n + 1]; x_0 (at n = 0) by all, alphas[:, 0]
+            grad_new = later.t().mv(stream.alphas[n:, n + 1]).view(grad.shape)
+            if n > 0:
+                return grad_new, None, None, None
+            grad_first = later.t().mv(stream.alphas[:, 0]).view(grad.shape)
+            # every alpha's gradient at once, d loss / d alpha_m[j] = x_j . g_m: one product of the states and the
+            # sums' gradients, each read once (not every earlier state again at every sum)
+            ran = stream.added
+            gram = stream.values[: ran + 1].flatten(1) @ stream.out_grads[:ran].flatten(1).t()  # (ran + 1, ran)
+            grad_alphas = [gram[: m + 2, m].contiguous() if m < ran and stream.reached[m] and ctx.needs_input_grad[4 + m]
+                           else None for m in range(len(stream.alphas))]
+        # the last to run: a second backward through a retained graph starts from zeros
+        stream.out_grads, stream.reached = None, [False] * len(stream.alphas)
+        return grad_new, grad_first, None, None, *grad_alphas
 
 
 class _WeightedSum(torch.autograd.Function):
