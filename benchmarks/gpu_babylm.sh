@@ -13,6 +13,10 @@
 # a machine and a time limit that allow it). run.max_minutes stops a run that is slower than planned (it still
 # exports its model).
 #
+# Across two commands on a machine kept warm (the full budget where one command's minutes do not reach it): the
+# first with STOP_AT_STEP=N (run.stop_at_step: the run checkpoints and stops there) and SKIP_EVAL=1, the second with
+# RESUME=1 (the data and the run in $WORK as they are; `pretrain --resume` continues it exactly) and the same words
+# budget (BABYLM_WORDS), so that both plan the same schedule.
 # Knobs (environment): OUT, WORK, DEVICE (cuda), DATA_ROOT (../shared/data or shared/data), BABYLM_CORPUS (default:
 # the shared Wikipedia + Gutenberg; BabyLM's own train_10M/ folder works), BABYLM_TOKENIZER (default: the bundled
 # gpt-two-hour 16 k WordPiece, trained on the same mix), BABYLM_FAMILIES, BABYLM_WORDS, TRAIN_SECONDS (50),
@@ -63,11 +67,15 @@ for s in "${EXTRA[@]}"; do SETS+=(--set "$s"); done
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-# 1. the data, on every core of this machine (corpus globs expand here)
-# shellcheck disable=SC2086
-timeout "${PREP_LIMIT:-150}" $PY -m maskplay prepare --corpus $CORPUS --tokenizer "$TOKENIZER" --out "$WORK/data" \
-  --workers "$(nproc)" --max-length 128 --overwrite --quiet > "$OUT/prepare.log" 2>&1
-echo "prepare exit $?"; tail -4 "$OUT/prepare.log"
+# 1. the data, on every core of this machine (corpus globs expand here); a resumed run reads what is there
+if [ "${RESUME:-0}" = 1 ] && [ -f "$WORK/data/summary.json" ]; then
+  echo "prepare: resuming, $WORK/data as it is"
+else
+  # shellcheck disable=SC2086
+  timeout "${PREP_LIMIT:-150}" $PY -m maskplay prepare --corpus $CORPUS --tokenizer "$TOKENIZER" --out "$WORK/data" \
+    --workers "$(nproc)" --max-length 128 --overwrite --quiet > "$OUT/prepare.log" 2>&1
+  echo "prepare exit $?"; tail -4 "$OUT/prepare.log"
+fi
 [ -f "$WORK/data/summary.json" ] && cp "$WORK/data/summary.json" "$OUT/prepare-summary.json"
 
 # 2. throughput: GPT at GPT-2 small's shape and the 12 x 384 families against HuggingFace, and each recipe as
@@ -95,16 +103,17 @@ LAUNCH=($PY -m maskplay)
 [ "${NPROC:-1}" -gt 1 ] && LAUNCH=($PY -m torch.distributed.run --standalone --nproc_per_node "$NPROC" -m maskplay)
 MAX_MINUTES=${MAX_MINUTES:-$($PY -c "print(${TRAIN_SECONDS:-50} * 1.5 / 60)")}
 while read -r fam steps words warmup marks; do
-  rm -rf "${WORK:?}/$fam"
-  MARKS=()
+  MARKS=() RUN=()
+  if [ "${RESUME:-0}" = 1 ] && [ -d "$WORK/$fam" ]; then RUN=(--resume); else rm -rf "${WORK:?}/$fam"; fi
+  [ -n "${STOP_AT_STEP:-}" ] && RUN+=(--set "run.stop_at_step=$STOP_AT_STEP")
   [ "$marks" != "-" ] && MARKS=(--set "run.checkpoint_at_words=$marks")
   timeout "${TRAIN_LIMIT:-120}" "${LAUNCH[@]}" pretrain --config "configs/babylm/strict-small-$fam.toml" \
     --data "$WORK/data" --out "$WORK/$fam" --set "run.max_words=$words" --set "optim.max_steps=$steps" \
     --set "optim.warmup_steps=$warmup" --set "optim.cooldown_steps=$warmup" --set optim.ema=0 \
     --set "run.max_minutes=$MAX_MINUTES" --set run.eval_every=0 --set run.save_every=0 --set run.progress=false \
-    --set run.tensorboard=false --set "run.device=$DEVICE" --set "data.num_workers=${NUM_WORKERS:-4}" "${MARKS[@]}" "${SETS[@]}" < /dev/null > "$OUT/train-$fam.log" 2>&1
+    --set run.tensorboard=false --set "run.device=$DEVICE" --set "data.num_workers=${NUM_WORKERS:-4}" "${MARKS[@]}" "${SETS[@]}" "${RUN[@]}" < /dev/null > "$OUT/train-$fam.log" 2>&1
   echo "train $fam exit $?"; tail -2 "$OUT/train-$fam.log"
-  if [ -d "$WORK/$fam/final" ]; then
+  if [ -d "$WORK/$fam/final" ] && [ "${SKIP_EVAL:-0}" != 1 ]; then
     timeout "${EVAL_LIMIT:-75}" $PY -m maskplay eval blimp "$WORK/$fam/final" --data "$BLIMP_DATA" --device "$DEVICE" \
       --batch-size "${EVAL_BATCH:-2048}" ${BLIMP_LIMIT:+--limit "$BLIMP_LIMIT"} --out "$OUT/blimp-$fam.json" < /dev/null > "$OUT/blimp-$fam.log" 2>&1
     echo "blimp $fam exit $?"; grep -i "macro" "$OUT/blimp-$fam.log" | tail -1

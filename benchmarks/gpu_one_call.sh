@@ -15,7 +15,12 @@
 # the first 8 of its files. Do not tee the call's own output into $OUT.
 #   bash benchmarks/gpu_stage.sh in      # here; then, as the device call:
 #   OUT=$OUT DATA_ROOT=shared/data bash benchmarks/gpu_one_call.sh
-# Knobs: OUT, WORK, FAMILY (gpt-bert), DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), PROFILE_LIMIT (75), COMPILE_LIMIT
+# The full budget where one command's minutes do not reach it: two commands on a machine kept warm (the next within
+# its idle window), the same run continued exactly, both with BABYLM_WORDS=100000000:
+#   PART=1 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # trains, checkpoints, stops
+#   PART=2 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # resumes, finishes, scores
+# Knobs: OUT, WORK, FAMILY (gpt-bert), PART (1 or 2), PART_STEPS (the steps a part trains: default what fits),
+# PROFILE (1), DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), PROFILE_LIMIT (75), COMPILE_LIMIT
 # (110), COMPILE_SCOPES (eager), PACK (1), BLIMP_METHODS (more ways to score the final model: "pll" for GPT-BERT, empty for none),
 # PROFILE_ARGS, COMPILE_ARGS, GPT2_ARGS (more arguments for gpu_profile_step.py, compile_time.py and
 # gpu_train_speed.py: --tiny and small batches for a dry run), and gpu_babylm.sh's (BABYLM_WORDS caps the words).
@@ -43,10 +48,12 @@ pack() {
 
 # 0. where the step's time goes on this GPU: kernels, idle, launches, host syncs, top operators; both kernels of
 # the disentangled bias (benchmarks/gpu_profile_step.py)
-# shellcheck disable=SC2086
-timeout "${PROFILE_LIMIT:-75}" $PY benchmarks/gpu_profile_step.py --device "$DEVICE" --families "$FAMILY" \
-  --bias gather one-hot --out "$OUT/profile.json" ${PROFILE_ARGS:-} > "$OUT/profile.log" 2>&1
-echo "profile exit $? at ${SECONDS}s"; grep -v "^ \{2\}aten\|^USDT" "$OUT/profile.log" | head -12
+if [ "${PROFILE:-1}" = 1 ]; then
+  # shellcheck disable=SC2086
+  timeout "${PROFILE_LIMIT:-75}" $PY benchmarks/gpu_profile_step.py --device "$DEVICE" --families "$FAMILY" \
+    --bias gather one-hot --out "$OUT/profile.json" ${PROFILE_ARGS:-} > "$OUT/profile.log" 2>&1
+  echo "profile exit $? at ${SECONDS}s"; grep -v "^ \{2\}aten\|^USDT" "$OUT/profile.log" | head -12
+fi
 
 # 1. the step eager (and compiled block by block with COMPILE_SCOPES="eager layers": session 20's H200 ran it no
 # faster, 111 against 110 ms, so by default the 20 s it takes go to training), at the recipe's batch
@@ -80,13 +87,29 @@ SET="${BABYLM_SET:-}"
 # 2. the budget: what is left after preparing (30 s), starting (25 s), the compile, the final export and held-out
 # pass (30 s) and BLiMP (EVAL_LIMIT for each way of scoring); planned at a real step 1.1 x the timed one, stopped by run.max_minutes at 1.15 x
 EVALS=$(( EVAL_LIMIT * (1 + $(wc -w <<< "$BLIMP_METHODS")) ))
+[ "${PART:-}" = 1 ] && EVALS=0  # the first of two commands scores nothing
 TRAIN_SECONDS=$(( ($(left) - 85 - COMPILE_S - EVALS) * 100 / 115 ))
 [ "$TRAIN_SECONDS" -lt 10 ] && TRAIN_SECONDS=10
 MAX_MINUTES=$($PY -c "print(round(($TRAIN_SECONDS * 1.15 + $COMPILE_S) / 60, 3))")
 TRAIN_LIMIT=$($PY -c "print(int($MAX_MINUTES * 60 + 55))")
+PARTS=()
+if [ -n "${PART:-}" ]; then
+  # one run over two commands (PART=1, then PART=2 on the same machine): the schedule is BABYLM_WORDS' (set it), and
+  # each command stops at the step its time allows (run.stop_at_step; run.max_minutes counts both commands' time)
+  RESUMED=0
+  [ "$PART" = 2 ] && [ -f "$WORK/$FAMILY/metrics.jsonl" ] && RESUMED=$($PY -c "import json, sys
+print(max((json.loads(line).get('step', 0) for line in open(sys.argv[1]) if line.strip()), default=0))" \
+    "$WORK/$FAMILY/metrics.jsonl")
+  STEP_MS=$($PY -c "import json, sys; print(json.load(open(sys.argv[1]))['rows'][0]['step_ms'])" "$OUT/train-speed.json")
+  STOP_AT_STEP=$($PY -c "print($RESUMED + ${PART_STEPS:-max(1, int($TRAIN_SECONDS * 1000 / ($STEP_MS * 1.1)))})")
+  MAX_MINUTES=none
+  PARTS=(STOP_AT_STEP="$STOP_AT_STEP" RESUME=$([ "$PART" = 2 ] && echo 1 || echo 0)
+         SKIP_EVAL=$([ "$PART" = 1 ] && echo 1 || echo 0))
+  echo "part $PART of 2: from step $RESUMED to at most $STOP_AT_STEP" | tee -a "$OUT/one-call.txt"
+fi
 echo "scope $SCOPE (compile ${COMPILE_S}s), training ${TRAIN_SECONDS}s planned, run.max_minutes=$MAX_MINUTES," \
-  "timeout ${TRAIN_LIMIT}s, $(left)s left" | tee "$OUT/one-call.txt"
-OUT=$OUT WORK=$WORK DEVICE=$DEVICE PYTHON=$PY BABYLM_FAMILIES=$FAMILY SPEED_JSON="$OUT/train-speed.json" \
+  "timeout ${TRAIN_LIMIT}s, $(left)s left" | tee -a "$OUT/one-call.txt"
+env "${PARTS[@]}" OUT="$OUT" WORK="$WORK" DEVICE="$DEVICE" PYTHON="$PY" BABYLM_FAMILIES="$FAMILY" SPEED_JSON="$OUT/train-speed.json" \
   TRAIN_SECONDS=$TRAIN_SECONDS PLAN_OVERHEAD=1.1 MAX_MINUTES=$MAX_MINUTES TRAIN_LIMIT=$TRAIN_LIMIT \
   EVAL_LIMIT=$EVAL_LIMIT BABYLM_SET="$SET" WHEELS=${WHEELS:-none} BLIMP_METHODS="$BLIMP_METHODS" \
   bash benchmarks/gpu_babylm.sh

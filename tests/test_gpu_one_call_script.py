@@ -44,3 +44,30 @@ def test_gpu_one_call_script_dry_run_on_the_cpu(tmp_path):
     assert {r["case"] for r in json.loads(files["gpt2-small.json"])["rows"]} >= {"gpt2-small gpt"}
     assert "metrics-gpt-bert.jsonl" in files
     assert str(tmp_path).encode() not in files["babylm.json"]  # no machine paths
+
+
+def test_one_run_over_two_commands_resumes_and_finishes(tmp_path):
+    """PART=1 trains to its stop step and checkpoints, scoring nothing; PART=2, on the same $WORK, resumes that run,
+    reaches the words budget and scores it: the two parts' steps add up to one run's."""
+    work = tmp_path / "work"
+    base = {**os.environ, **tiny_world(tmp_path), "WORK": str(work), "DEVICE": "cpu", "PYTHON": sys.executable,
+            "OMP_NUM_THREADS": "1", "DEADLINE": "240", "BABYLM_WORDS": "3000", "MARK_SCALE": "0.001",
+            "NUM_WORKERS": "0", "PROFILE": "0", "PACK": "0", "BLIMP_METHODS": "",
+            "BABYLM_SET": "model.preset=tiny data.max_length=32 data.batch_size=8 run.threads=1 run.precision=fp32 "
+                          "run.eval_batches=1",
+            "COMPILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1", "GPT2_ARGS": "--tiny --warmup 1 --steps 1"}
+    runs = {}
+    for part, extra in (("1", {"PART_STEPS": "7"}), ("2", {})):
+        out = tmp_path / f"out{part}"
+        result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_one_call.sh")], cwd=REPO,
+                                env={**base, **extra, "OUT": str(out), "PART": part}, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        runs[part] = (json.loads((out / "babylm.json").read_text())["families"][0], result.stdout)
+    (first, log1), (second, log2) = runs["1"], runs["2"]
+    assert first["steps"] == 7 and "blimp_dev_macro" not in first, log1  # stopped at its step, nothing scored
+    assert "part 2 of 2: from step 7" in log2
+    plan = json.loads((tmp_path / "out2" / "babylm.json").read_text())["plan"]["plans"][0]
+    assert second["steps"] == plan["max_steps"] > 7 and second["words_seen"] >= 3000, log2
+    assert "reached run.max_words=3,000" in second["ended"] and 0 <= second["blimp_dev_macro"] <= 100
+    assert "resum" in (tmp_path / "out2" / "train-gpt-bert.log").read_text().lower()
