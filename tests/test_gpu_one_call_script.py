@@ -52,7 +52,7 @@ def test_one_run_over_two_commands_resumes_and_finishes(tmp_path):
     work = tmp_path / "work"
     base = {**os.environ, **tiny_world(tmp_path), "WORK": str(work), "DEVICE": "cpu", "PYTHON": sys.executable,
             "OMP_NUM_THREADS": "1", "DEADLINE": "240", "BABYLM_WORDS": "3000", "MARK_SCALE": "0.001",
-            "NUM_WORKERS": "0", "PROFILE": "0", "PACK": "0", "BLIMP_METHODS": "",
+            "NUM_WORKERS": "0", "PROFILE": "0", "PACK": "0", "BLIMP_METHODS": "", "GPT2": "0",
             "BABYLM_SET": "model.preset=tiny data.max_length=32 data.batch_size=8 run.threads=1 run.precision=fp32 "
                           "run.eval_batches=1",
             "COMPILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1", "GPT2_ARGS": "--tiny --warmup 1 --steps 1"}
