@@ -8,7 +8,8 @@ wait, so this counts where it would be: a TorchDispatchMode marks every tensor t
 model's parameters and buffers, the batch moved to it, and everything computed from them, optimizer state included)
 and records each operator that reads one of them back, with the line of maskplay that called it. Tensors made on the
 host (the optimizer's step counters, the masking's random draws before the batch moves) are not marked: reading them
-costs nothing. Not seen: `tolist()` and `.cpu()` of a marked tensor (on a CPU they dispatch nothing).
+costs nothing. `tolist()` and `numpy()` of a marked tensor are watched directly (on a CPU they dispatch nothing);
+`.cpu()` is not seen.
 
     python benchmarks/step_syncs.py                      # every recipe
     python benchmarks/step_syncs.py --families gpt-bert --out results/gpu-h200-s20/step-syncs.json
@@ -38,6 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 READS_BACK = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "unique_consecutive",
               "repeat_interleave", "equal", "is_nonzero"}
 
+# a marked tensor copied to the host whole (on a CPU these dispatch nothing)
+HOST_COPIES = ("tolist", "numpy")
 # indexing with a boolean mask: the output's size is the mask's count, read back (x[mask], x[mask] = y)
 MASK_INDEXING = {"index", "index_put", "index_put_", "_index_put_impl_"}
 # functions that read back on a CPU only (they ask `device.type == "cpu"`, which this count cannot fake): the ids'
@@ -55,6 +58,27 @@ class DeviceReads(TorchDispatchMode):
         for t in seeds:
             self.on_device[t] = True
         self.reads: Counter[str] = Counter()
+
+    def __enter__(self):  # noqa: ANN204
+        # tolist(), numpy() and item() of a CPU tensor dispatch nothing this mode sees: watch them directly
+        self.watched = {name: getattr(torch.Tensor, name) for name in HOST_COPIES}
+        for name, method in self.watched.items():
+            setattr(torch.Tensor, name, self._watch(name, method))
+        return super().__enter__()
+
+    def __exit__(self, *exc):  # noqa: ANN002, ANN204
+        for name, method in self.watched.items():
+            setattr(torch.Tensor, name, method)
+        return super().__exit__(*exc)
+
+    def _watch(self, name: str, method):  # noqa: ANN001, ANN202
+        def watched(tensor: torch.Tensor, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            if tensor in self.on_device:
+                where = caller()
+                if not where.endswith(HOST_ONLY):
+                    self.reads[f"{name} at {where}"] += 1
+            return method(tensor, *args, **kwargs)
+        return watched
 
     def mark(self, tensors: Iterable[torch.Tensor]) -> None:
         for t in tensors:

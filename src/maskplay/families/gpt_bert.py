@@ -28,7 +28,7 @@ from torch import Tensor
 from ..config import ModelConfig
 from ..nn.masks import MaskMod, MaskPicture, bidirectional, causal
 from ..nn.modeling import IGNORE_INDEX
-from ..nn.outputs import ModelOutput
+from ..nn.outputs import ModelOutput, Targets
 from ..nn.pass_modes import LastLayerRows
 from ..nn.score_rules import PLL, PLL_WORD, SUM, ScoreRule
 from .base import MaskplayModel
@@ -148,15 +148,19 @@ class GPTBert(MaskplayModel):
     def _mntp_loss(self, h: Tensor, labels: Tensor, causal_rows: Tensor,
                    states: tuple[Tensor, ...] | None) -> ModelOutput:
         options = self.config.gpt_bert
-        selected = labels != IGNORE_INDEX
-        in_causal = causal_rows[:, None].expand_as(labels)[selected]
-        hidden, targets = h[selected], labels[selected]
-        modes = {name: m for name, m in (("masked_loss", ~in_causal), ("causal_loss", in_causal)) if bool(m.any())}
+        at = Targets(labels != IGNORE_INDEX)
+        in_causal = at.take(causal_rows[:, None].expand_as(labels))
+        hidden, targets = at.take(h), at.take(labels)
+        counts = torch.stack([(~in_causal).sum(), in_causal.sum()]).tolist()  # one read back for both modes
+        present = [(name, m, n) for (name, m), n in zip((("masked_loss", ~in_causal), ("causal_loss", in_causal)),
+                                                        counts, strict=True) if n]
+        modes = {name: m for name, m, _ in present}
         parts: dict[str, Tensor] = {}
         if options.z_loss > 0:  # log Z needs the logits whole
             logits = self.logits(hidden).float()
             token_loss = F.cross_entropy(logits, targets, reduction="none")
-            means = {name: token_loss[m].mean() for name, m in modes.items()}
+            # each mode's mean as a masked sum over its count: no selection, so no read back
+            means = {name: token_loss.mul(m).sum() / n for name, m, n in present}
             parts["z_loss"] = torch.logsumexp(logits, -1).pow(2).mean()
         else:  # the fused head loss, never holding the (N, V) logits
             means = {name: self.head.loss(hidden[m], self.embeddings.word.weight, targets[m]) for name, m in modes.items()}

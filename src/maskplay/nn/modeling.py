@@ -20,7 +20,7 @@ from ..runtime.model_dir import CONFIG_NAME, WEIGHTS_NAME, read_weights, write_m
 from .backbone import Embeddings, Encoder
 from .heads import make_lm_head
 from .masks import MaskMod, and_masks, materialize, padding, sdpa_kind
-from .outputs import ModelOutput
+from .outputs import ModelOutput, Targets
 from .pass_modes import LastLayerRows, Packed, PassMode, WithMemory
 from .positions import Disentangled, RelativePositions
 
@@ -189,8 +189,9 @@ class ModelBase(nn.Module):
             loss = self.head.loss(hidden.flatten(0, -2), self.embeddings.word.weight, labels.flatten())
             return ModelOutput(loss=loss, logits=self._deferred_logits(hidden, selected), last_hidden_state=hidden,
                                hidden_states=states)
-        selected_hidden = hidden[selected]
-        loss = self.head.loss(selected_hidden, self.embeddings.word.weight, labels[selected])
+        at = Targets(selected)
+        selected_hidden = at.take(hidden)
+        loss = self.head.loss(selected_hidden, self.embeddings.word.weight, at.take(labels))
         return ModelOutput(loss=loss, logits=self._deferred_logits(selected_hidden), last_hidden_state=hidden,
                            hidden_states=states)
 

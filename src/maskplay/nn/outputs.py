@@ -5,6 +5,20 @@ from collections.abc import Callable
 from torch import Tensor
 
 
+class Targets:
+    """The labelled positions of a batch, found once: `selected` (B, L) bool -> their flat indices, in row-major
+    order. take(x) is x[selected] for x of shape (B, L, ...), but through one index: a boolean mask is turned into
+    indices, which reads its count back from the device (a host synchronisation on a GPU), every time it indexes,
+    and again in the backward; this reads it once (benchmarks/step_syncs.py)."""
+
+    def __init__(self, selected: Tensor) -> None:
+        self.rows = selected.reshape(-1).nonzero().squeeze(1)
+        self.dims = selected.dim()
+
+    def take(self, x: Tensor) -> Tensor:
+        return x.flatten(0, self.dims - 1).index_select(0, self.rows)
+
+
 class ModelOutput:
     """What every family returns.
 
