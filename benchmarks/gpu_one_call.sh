@@ -20,11 +20,11 @@
 #   PART=1 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # trains, checkpoints, stops
 #   PART=2 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # resumes, finishes, scores
 # Knobs: OUT, WORK, FAMILY (gpt-bert), PART (1 or 2), PART_STEPS (the steps a part trains: default what fits),
-# PROFILE (1), GPT2 (1: GPT-2 small's case with the time left), DEADLINE, DEVICE (cuda), EVAL_LIMIT (45),
-# PROFILE_LIMIT (75), COMPILE_LIMIT (110), COMPILE_SCOPES (eager), PACK (1), BLIMP_METHODS (more ways to score the
-# final model: "pll" for GPT-BERT, empty for none), PROFILE_ARGS, COMPILE_ARGS, GPT2_ARGS (more arguments for
-# gpu_profile_step.py, compile_time.py and gpu_train_speed.py: --tiny and small batches for a dry run), and
-# gpu_babylm.sh's (BABYLM_WORDS caps the words).
+# PROFILE (1), GPT2 (1: GPT-2 small's case with the time left), GPT2_BATCH (64; session 20 measured 32: 42.9 % MFU),
+# DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), PROFILE_LIMIT (75), COMPILE_LIMIT (110), COMPILE_SCOPES (eager), PACK (1),
+# BLIMP_METHODS (more ways to score the final model: "pll" for GPT-BERT, empty for none), PROFILE_ARGS, COMPILE_ARGS,
+# GPT2_ARGS (more arguments for gpu_profile_step.py, compile_time.py and gpu_train_speed.py: --tiny and small
+# batches for a dry run), and gpu_babylm.sh's (BABYLM_WORDS caps the words).
 set -u
 OUT=${OUT:-gpu-one-call}
 WORK=${WORK:-${TMPDIR:-/tmp}/gpu-babylm-work}
@@ -126,7 +126,7 @@ fi
 if [ "$(left)" -gt 60 ] && [ "${GPT2:-1}" = 1 ]; then
   # shellcheck disable=SC2086
   timeout $(( $(left) - 5 )) $PY benchmarks/gpu_train_speed.py --device "$DEVICE" --shapes gpt2-small --families gpt \
-    --gpt2-batch 32 --out "$OUT/gpt2-small.json" ${GPT2_ARGS:-} > "$OUT/gpt2-small.log" 2>&1
+    --gpt2-batch "${GPT2_BATCH:-64}" --out "$OUT/gpt2-small.json" ${GPT2_ARGS:-} > "$OUT/gpt2-small.log" 2>&1
   echo "gpt2-small exit $?"; tail -6 "$OUT/gpt2-small.log"
 fi
 echo "done at ${SECONDS}s of $DEADLINE"
