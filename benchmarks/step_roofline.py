@@ -36,7 +36,7 @@ PEAK_FLOPS, BANDWIDTH = 989e12, 4.8e12
 FREE = {"view", "_unsafe_view", "as_strided", "expand", "t", "transpose", "permute", "unsqueeze", "squeeze", "select",
         "slice", "detach", "alias", "_reshape_alias", "unflatten", "split", "split_with_sizes", "unbind", "chunk",
         "narrow", "empty", "empty_strided", "empty_like", "lift_fresh", "_local_scalar_dense", "is_nonzero", "size",
-        "stride", "resolve_conj", "resolve_neg", "set_", "sym_size", "sym_stride", "view_as", "expand_as", "_to_copy_"}
+        "stride", "resolve_conj", "resolve_neg", "set_", "sym_size", "sym_stride", "view_as", "expand_as"}
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
