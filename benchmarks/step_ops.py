@@ -52,7 +52,9 @@ def count_ops(step) -> int:  # noqa: ANN001
                and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")))
 
 
-def ours(family: str, sets: list[str], rows: int):  # noqa: ANN201
+def recipe_model(family: str, sets: list[str]):  # noqa: ANN201
+    """A strict-small recipe's model at the 12 x 384 shape (with model overrides) in training mode, its optimizer
+    (configs/babylm/strict-small-FAMILY.toml's), and the shape."""
     from maskplay.tasks.train import load_train_config
     from maskplay.tasks.train.schedule import build_optimizer
 
@@ -63,6 +65,11 @@ def ours(family: str, sets: list[str], rows: int):  # noqa: ANN201
     torch.manual_seed(0)
     model = build_model(config).train()
     opt = build_optimizer(model, load_train_config(REPO / "configs" / "babylm" / f"strict-small-{family}.toml").optim)
+    return model, opt, shape
+
+
+def ours(family: str, sets: list[str], rows: int):  # noqa: ANN201
+    model, opt, shape = recipe_model(family, sets)
     ids = torch.randint(7, shape.vocab, (rows, shape.seq_len))
     mask = torch.ones_like(ids, dtype=torch.bool)
     batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))

@@ -31,9 +31,8 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakTensorKeyDictionary
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_train_speed import model_config, shapes  # noqa: E402
+from step_ops import recipe_model  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 # operators whose result the host must read from the device: a value (item, bool, int, float of a tensor) or an
 # output size that depends on the values
 READS_BACK = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "unique_consecutive",
@@ -121,19 +120,9 @@ def count_reads(step: Callable[[DeviceReads], None], seeds: Iterable[torch.Tenso
 
 def recipe_step(family: str, rows: int, sets: list[str]):  # noqa: ANN201
     """The recipe's model, optimizer and a step over a fresh masked batch (made on the host, then marked as moved)."""
-    from maskplay.config import apply_overrides
-    from maskplay.families import build_model
     from maskplay.runtime.precision import forward_in
-    from maskplay.tasks.train import load_train_config
-    from maskplay.tasks.train.schedule import build_optimizer
 
-    shape = shapes(False)["babylm"]
-    config = model_config(shape, family, recipe=True)
-    if sets:
-        config = apply_overrides(config, sets)
-    torch.manual_seed(0)
-    model = build_model(config).train()
-    opt = build_optimizer(model, load_train_config(REPO / "configs" / "babylm" / f"strict-small-{family}.toml").optim)
+    model, opt, shape = recipe_model(family, sets)
     ids = torch.randint(7, shape.vocab, (rows, shape.seq_len), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids, dtype=torch.bool)
     mask[-1, shape.seq_len * 3 // 4:] = False  # a packed batch's last row is rarely full
