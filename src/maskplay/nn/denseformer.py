@@ -104,11 +104,12 @@ class _BufferedSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, new: Tensor, first: Tensor | None, stream: BufferedStream, n: int,  # noqa: ANN001
                 *alphas: Tensor) -> Tensor:
-        alpha = (alphas[0] if n == 0 else stream.weights.alphas[n]).detach().to(new.dtype)
-        if first is not None:
+        if first is not None:  # the first sum: x_0, and every sum's weights (read by the later sums and backwards)
             stream.values[0].copy_(first)
+            for m, a in enumerate(alphas):
+                stream.alphas[m, : m + 2].copy_(a.detach())
         stream.values[n + 1].copy_(new)
-        stream.alphas[n, : n + 2].copy_(alpha)
+        alpha = stream.alphas[n, : n + 2]
         ctx.stream, ctx.n = stream, n
         with torch.autocast(new.device.type, enabled=False):
             return torch.tensordot(alpha, stream.values[: n + 2], dims=1)
