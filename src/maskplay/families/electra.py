@@ -33,7 +33,7 @@ from ..config import ModelConfig
 from ..nn.heads import LMHead
 from ..nn.masks import MaskPicture, bidirectional
 from ..nn.modeling import IGNORE_INDEX
-from ..nn.outputs import ModelOutput
+from ..nn.outputs import ModelOutput, Targets
 from ..nn.score_rules import PLL_RULES, ScoreRule
 from ..runtime.flops import layer_flops
 from .base import MaskplayModel
@@ -223,13 +223,14 @@ class Electra(MaskplayModel):
                              "batch with model.training_batch(ids, attention_mask)")
         selected = labels != IGNORE_INDEX
         gen = self.generator(input_ids, attention_mask, token_type_ids=token_type_ids)
+        at, real = Targets(selected), Targets(attention_mask)  # each mask's positions read back once
         gen_loss, sampled = self.generator.head.loss_and_sample(
-            gen.last_hidden_state[selected], self.generator.embeddings.word.weight, labels[selected],
-            sample_uniforms[selected])
+            at.take(gen.last_hidden_state), self.generator.embeddings.word.weight, at.take(labels),
+            at.take(sample_uniforms))
         corrupted, replaced = corrupt(original_ids, selected, sampled)
-        replaced = replaced[attention_mask]
+        replaced = real.take(replaced)
         h, states = self.discriminate(corrupted, attention_mask, token_type_ids, output_hidden_states)
-        real_hidden = h[attention_mask]
+        real_hidden = real.take(h)
         replaced_logits = self.head(real_hidden)
         if self.mlm_head is None:
             disc_loss = F.binary_cross_entropy_with_logits(replaced_logits.float(), replaced.float())
