@@ -15,18 +15,21 @@ from tests.test_gpu_babylm_script import tiny_world
 REPO = Path(__file__).resolve().parents[1]
 
 
+def dry_run_env(tmp_path: Path) -> dict[str, str]:
+    """The script on this CPU at 1/1000 scale: a tiny corpus, model and BLiMP, a 3,000-word budget."""
+    return {**os.environ, **tiny_world(tmp_path), "WORK": str(tmp_path / "work"), "DEVICE": "cpu",
+            "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "DEADLINE": "240", "BABYLM_WORDS": "3000",
+            "MARK_SCALE": "0.001", "NUM_WORKERS": "0",
+            "BABYLM_SET": "model.preset=tiny data.max_length=32 data.batch_size=8 run.threads=1 run.precision=fp32 "
+                          "run.eval_batches=1",
+            "PROFILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1 --timed 1 --warmup 1",
+            "COMPILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1", "GPT2_ARGS": "--tiny --warmup 1 --steps 1"}
+
+
 def test_gpu_one_call_script_dry_run_on_the_cpu(tmp_path):
-    out, work = tmp_path / "out", tmp_path / "work"
-    env = {**os.environ, **tiny_world(tmp_path), "OUT": str(out), "WORK": str(work), "DEVICE": "cpu",
-           "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "DEADLINE": "240", "BABYLM_WORDS": "3000",
-           "MARK_SCALE": "0.001", "NUM_WORKERS": "0",
-           "BABYLM_SET": "model.preset=tiny data.max_length=32 data.batch_size=8 run.threads=1 run.precision=fp32 "
-                         "run.eval_batches=1",
-           "PROFILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1 --timed 1 --warmup 1",
-           "COMPILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1",
-           "GPT2_ARGS": "--tiny --warmup 1 --steps 1"}
-    result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_one_call.sh")], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=300)
+    out = tmp_path / "out"
+    result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_one_call.sh")], cwd=REPO,
+                            env={**dry_run_env(tmp_path), "OUT": str(out)}, capture_output=True, text=True, timeout=300)
     log = result.stdout[-3000:] + result.stderr[-3000:]
     assert result.returncode == 0, log
     assert [p.name for p in out.iterdir()] == ["results.tgz"], log  # one file comes back from a device call
@@ -49,13 +52,7 @@ def test_gpu_one_call_script_dry_run_on_the_cpu(tmp_path):
 def test_one_run_over_two_commands_resumes_and_finishes(tmp_path):
     """PART=1 trains to its stop step and checkpoints, scoring nothing; PART=2, on the same $WORK, resumes that run,
     reaches the words budget and scores it: the two parts' steps add up to one run's."""
-    work = tmp_path / "work"
-    base = {**os.environ, **tiny_world(tmp_path), "WORK": str(work), "DEVICE": "cpu", "PYTHON": sys.executable,
-            "OMP_NUM_THREADS": "1", "DEADLINE": "240", "BABYLM_WORDS": "3000", "MARK_SCALE": "0.001",
-            "NUM_WORKERS": "0", "PROFILE": "0", "PACK": "0", "BLIMP_METHODS": "", "GPT2": "0",
-            "BABYLM_SET": "model.preset=tiny data.max_length=32 data.batch_size=8 run.threads=1 run.precision=fp32 "
-                          "run.eval_batches=1",
-            "COMPILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1", "GPT2_ARGS": "--tiny --warmup 1 --steps 1"}
+    base = {**dry_run_env(tmp_path), "PROFILE": "0", "PACK": "0", "BLIMP_METHODS": "", "GPT2": "0"}
     runs = {}
     for part, extra in (("1", {"PART_STEPS": "7"}), ("2", {})):
         out = tmp_path / f"out{part}"
