@@ -56,3 +56,59 @@ def test_the_recipes_steps_read_back_only_where_their_losses_select_targets():
         reads = step_syncs.count_reads(step, seeds)
         assert sum(reads.values()) == n, (family, reads)
         assert all("outputs.py" in k or "gpt_bert.py" in k for k in reads), reads
+
+
+def stepper_step(family: str, micro_batches: int):
+    """The trainer's own step (train/stepping.Stepper: every micro-batch's forward and backward, the gradient's
+    scaling and clipping, LAMB) on a 2-layer recipe model, the batches marked as moved to the device where the
+    trainer moves them."""
+    from maskplay.tasks.train import stepping
+    from maskplay.tasks.train.config import TrainConfig
+    from maskplay.tasks.train.distributed import Dist
+    from maskplay.tasks.train.loop import count_targets
+    from maskplay.tasks.train.metrics import Window
+    from maskplay.tasks.train.schedule import build_optimizer
+    from maskplay.tasks.train.stepping import Stepper
+
+    model, opt, shape = step_syncs.recipe_model(family, ["num_layers=2"])
+    config = TrainConfig()
+    config.optim.optimizer, config.optim.max_steps = "lamb", 10
+    opt = build_optimizer(model, config.optim)
+    stepper = Stepper(config, Dist(), model, model.config, opt, torch.Generator().manual_seed(0), "fp32",
+                      forward=stepping_forward, count_targets=count_targets)
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randint(7, shape.vocab, (2, shape.seq_len), generator=g),
+                torch.ones(2, shape.seq_len, dtype=torch.bool)) for _ in range(micro_batches)]
+    moved = stepping.to_device
+
+    def step(mode):
+        def to_device(batch, device, pin):
+            out = {k: v.clone() for k, v in moved(batch, device, pin).items()}  # a copy, as on a GPU
+            mode.mark(out.values())
+            return out
+
+        stepping.to_device = to_device
+        try:
+            stepper.step(0, lambda: batches, lambda: [0.0, 0.0], Window())
+        finally:
+            stepping.to_device = moved
+
+    return step, [*model.parameters(), *model.buffers()]
+
+
+def stepping_forward(model, precision, **batch):  # noqa: ANN001, ANN003, ANN201
+    from maskplay.runtime.precision import forward_in
+
+    return forward_in(model, precision, **batch)
+
+
+def test_the_trainers_step_reads_the_device_once():
+    """The losses of every micro-batch, the family's loss parts (GPT-BERT's causal and masked losses) and the
+    gradient norm come back in one read a step (tasks/train/stepping.py); the rest are the model's own (the
+    recipes' counts above, once per micro-batch)."""
+    for family, model_reads in {"gpt": 1, "gpt-bert": 2}.items():
+        step, seeds = stepper_step(family, micro_batches=3)
+        reads = step_syncs.count_reads(step, seeds)
+        trainer = {k: n for k, n in reads.items() if "stepping.py" in k}
+        assert sum(trainer.values()) == 1, (family, reads)
+        assert sum(reads.values()) == 1 + 3 * model_reads, (family, reads)

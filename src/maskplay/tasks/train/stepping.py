@@ -99,54 +99,65 @@ class Stepper:
     def step(self, step: int, next_batches: Callable[[], list[tuple[Tensor, Tensor]]],
              stop_flags: Callable[[], list[float]], window: Window) -> StepOutcome:
         """Optimizer step number step + 1 on this process's micro-batches of the global batch; stop_flags are
-        read once the micro-batches are done and all-reduced with the loss, so every process decides alike."""
+        read once the micro-batches are done and all-reduced with the loss, so every process decides alike.
+
+        On one process the host reads the device once a step, after clipping: every micro-batch's loss and loss
+        parts and the gradient norm together (on a GPU each read waits for every kernel queued before it, and the
+        device then idles while the host queues the next; reading each micro-batch's loss, and the norm apart, cost
+        a step two or more such waits). Under DDP the global target count, which scales the gradient, is read
+        first, with the losses."""
         cfg, d = self.config, self.d
         lr = learning_rate(step, cfg.optim)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         micro_batches = next_batches()
-        loss_sum, n_targets, n_tokens = 0.0, 0, 0
+        outs: list[MicroOut] = []
+        n_targets, n_tokens = 0, 0
         for m, (ids, mask) in enumerate(micro_batches):
-            part, n, parts = self.micro_step(step, ids, mask, sync=m == len(micro_batches) - 1, micro=m)
-            loss_sum += part
-            n_targets += n
-            window.add_micro(n, parts)
-            n_tokens += int(mask.sum())
+            outs.append(self.micro_step(step, ids, mask, sync=m == len(micro_batches) - 1, micro=m))
+            n_targets += outs[-1].n
+            n_tokens += int(mask.sum())  # the host's mask: no read of the device
         n_words = getattr(micro_batches, "words", 0)  # batches.MicroBatches
-        totals = all_reduce_sum(
-            d, torch.tensor([loss_sum, n_targets, n_tokens, n_words, *stop_flags()], dtype=torch.float64)).tolist()
-        g_loss, g_targets, g_tokens, g_words, g_signal, g_budget = totals
-        if g_targets == 0:
-            raise ValueError(f"step {step}: the global batch has no target tokens")
-        if not math.isfinite(g_loss):
-            raise NonFinite(f"the training loss is {g_loss}")
-        grad_norm = self._scaled_clipped_gradient(g_targets)
+        flags = stop_flags()
+        if d.enabled:
+            losses = read_back([o.total for o in outs if o.total is not None] + parts_of(outs))
+            loss_sum = add_micro_parts(outs, losses, window)
+            totals = all_reduce_sum(
+                d, torch.tensor([loss_sum, n_targets, n_tokens, n_words, *flags], dtype=torch.float64)).tolist()
+            g_loss, g_targets, g_tokens, g_words, g_signal, g_budget = totals
+            check_targets(step, g_targets)
+            check_loss(g_loss)
+            grad_norm = check_norm(read_back([self._scaled_clipped_gradient(g_targets)])[0])
+        else:
+            g_targets, g_tokens, g_words, (g_signal, g_budget) = n_targets, n_tokens, n_words, flags
+            check_targets(step, g_targets)
+            norm = self._scaled_clipped_gradient(g_targets)
+            values = read_back([o.total for o in outs if o.total is not None] + parts_of(outs) + [norm])
+            g_loss = check_loss(add_micro_parts(outs, values[:-1], window))
+            grad_norm = check_norm(values[-1])
         self.optimizer.step()
         if self.model_config.long.adaptive_span:
             clamp_spans(self.model)  # spans back into [0, max_span]
         if self.ema is not None:
             self.ema.update()
         self.optimizer.zero_grad(set_to_none=True)
-        return StepOutcome(lr=lr, loss=g_loss, targets=g_targets, tokens=g_tokens, words=g_words,
-                           grad_norm=grad_norm, signal=bool(g_signal), budget=bool(g_budget))
+        return StepOutcome(lr=lr, loss=g_loss, targets=float(g_targets), tokens=float(g_tokens),
+                           words=float(g_words), grad_norm=grad_norm, signal=bool(g_signal), budget=bool(g_budget))
 
-    def _scaled_clipped_gradient(self, g_targets: float) -> float:
+    def _scaled_clipped_gradient(self, g_targets: float) -> Tensor:
+        """The gradient made that of the mean token loss, clipped; its norm before clipping, on the device."""
         # DDP averaged the per-process sums over world_size processes; undo that and divide by the count
         scale = self.d.world_size / g_targets
-        for p in self.model.parameters():
-            if p.grad is not None:
-                p.grad.mul_(scale)
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, scale)
         clip = self.config.optim.clip
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf))
-        if not math.isfinite(grad_norm):  # a finite loss whose gradient overflowed
-            raise NonFinite(f"the gradient norm is {grad_norm}")
-        return grad_norm
+        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
 
-    def micro_step(self, step: int, ids: Tensor, mask: Tensor, sync: bool,
-                   micro: int = 0) -> tuple[float, int, dict[str, float]]:
-        """Forward and backward one micro-batch's summed token loss; returns (loss sum, target count, the
-        family's loss parts (ModelOutput.parts) times the target count). With memory, the micro-batch reads
-        the memory its predecessor at index `micro` left and leaves its own."""
+    def micro_step(self, step: int, ids: Tensor, mask: Tensor, sync: bool, micro: int = 0) -> MicroOut:
+        """Forward and backward one micro-batch's summed token loss; returns it, the target count and the
+        family's loss parts (ModelOutput.parts) times the target count, the tensors still on the device. With
+        memory, the micro-batch reads the memory its predecessor at index `micro` left and leaves its own."""
         self.model.set_training_progress(step / self.config.optim.max_steps)  # an objective that changes over training
         batch: dict[str, Any] = self.model.training_batch(ids, mask, generator=self.generator)  # device-independent
         n = self.count_targets(self.model, batch)  # on the host's copy: read from a GPU's, a synchronisation
@@ -162,7 +173,7 @@ class Stepper:
                 raise ValueError(f"step {step}: the last micro-batch of process {self.d.rank} has no target "
                                  "tokens (its sequences hold only special tokens); drop such sequences from the "
                                  "data")
-            return 0.0, 0, {}
+            return MicroOut(None, 0, {})
         with no_sync:
             out = (self.compiled(**batch) if self.compiled is not None
                    else self.forward(module, self.precision, **batch))
@@ -173,4 +184,57 @@ class Stepper:
                 (total + span_penalty(self.model) * n).backward()
             else:
                 total.backward()
-        return float(total.detach()), n, {k: float(v.detach()) * n for k, v in (out.parts or {}).items()}
+        return MicroOut(total.detach(), n, {k: v.detach() for k, v in (out.parts or {}).items()})
+
+
+@dataclass
+class MicroOut:
+    """One micro-batch's summed token loss (None when it had no targets), its target count, and the family's loss
+    parts (means over its targets), as tensors: read by the step, all at once."""
+
+    total: Tensor | None
+    n: int
+    parts: dict[str, Tensor]
+
+
+def parts_of(outs: list[MicroOut]) -> list[Tensor]:
+    return [v for o in outs for v in o.parts.values()]
+
+
+def read_back(tensors: list[Tensor]) -> list[float]:
+    """The tensors' values on the host, in one read of the device (float64 holds every float32 or bfloat16 value
+    exactly, so each is the float(tensor) it replaces)."""
+    if not tensors:
+        return []
+    return torch.stack([t.reshape(()).to(torch.float64) for t in tensors]).tolist()
+
+
+def add_micro_parts(outs: list[MicroOut], values: list[float], window: Window) -> float:
+    """Gives the window each micro-batch's target count and parts (each part times the count) from the values
+    read back (the micro-batches' losses, then their parts, in order), and returns the losses' sum, added in
+    micro-batch order."""
+    count = sum(o.total is not None for o in outs)
+    losses, rest = iter(values[:count]), iter(values[count:])
+    loss_sum = 0.0
+    for o in outs:
+        if o.total is not None:
+            loss_sum += next(losses)
+        window.add_micro(o.n, {k: next(rest) * o.n for k in o.parts})
+    return loss_sum
+
+
+def check_targets(step: int, g_targets: float) -> None:
+    if g_targets == 0:
+        raise ValueError(f"step {step}: the global batch has no target tokens")
+
+
+def check_loss(g_loss: float) -> float:
+    if not math.isfinite(g_loss):
+        raise NonFinite(f"the training loss is {g_loss}")
+    return g_loss
+
+
+def check_norm(grad_norm: float) -> float:
+    if not math.isfinite(grad_norm):  # a finite loss whose gradient overflowed
+        raise NonFinite(f"the gradient norm is {grad_norm}")
+    return grad_norm
