@@ -118,6 +118,9 @@ def family_result(out_dir: Path, work: Path, family: str) -> dict:
         data = json.loads(blimp.read_text())
         result["blimp_dev_macro"] = data.get("results", {}).get("macro_accuracy")
         result["blimp_method"], result["blimp_pairs"] = data.get("method"), data.get("results", {}).get("pairs")
+    raw = out_dir / f"blimp-raw-{family}.json"  # final-raw: the trained weights, where final is their average
+    if raw.is_file():
+        result["blimp_dev_raw"] = json.loads(raw.read_text()).get("results", {}).get("macro_accuracy")
     for other in sorted(out_dir.glob(f"blimp-{family}-*.json")):  # the same model scored another way (BLIMP_METHODS)
         data = json.loads(other.read_text())
         result.setdefault("blimp_dev_by_method", {})[data.get("method")] = data.get("results", {}).get("macro_accuracy")

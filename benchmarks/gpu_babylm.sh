@@ -23,7 +23,8 @@
 # BABYLM_SET (more --set overrides for every run), BENCH_ARGS (more gpu_train_speed.py arguments), BLIMP_DATA,
 # SPEED_JSON (step times measured already, in gpu_train_speed.py's JSON shape: no benchmark here), PLAN_OVERHEAD (a real
 # step over a timed one, 1.3), MAX_MINUTES (run.max_minutes, default 1.5 x TRAIN_SECONDS), BLIMP_LIMIT (pairs per paradigm; default all), BLIMP_METHODS (more `eval blimp --method`s to score
-# each final model with after its own, e.g. "pll"), EVAL_BATCH (rows a BLiMP forward pass: sentences, or for BERT's
+# each final model with after its own, e.g. "pll"), BLIMP_RAW (1: also score final-raw, the trained weights, when
+# the recipe's moving average (optim.ema 0.999, debiased) made final the average; 0: not), EVAL_BATCH (rows a BLiMP forward pass: sentences, or for BERT's
 # PLL one masked copy a piece; 2048, since a 12 x 384 model's pass over 256 short rows is too small to keep a GPU busy:
 # session 17's BERT PLL, some 800 k copies in batches of 256, ran past its 40-s limit), MARK_SCALE (the checkpoint marks times this; dry runs), and the
 # limits PREP_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, EVAL_LIMIT (seconds), NUM_WORKERS (data loader processes, 4), NPROC
@@ -109,7 +110,7 @@ while read -r fam steps words warmup marks; do
   [ "$marks" != "-" ] && MARKS=(--set "run.checkpoint_at_words=$marks")
   timeout "${TRAIN_LIMIT:-120}" "${LAUNCH[@]}" pretrain --config "configs/babylm/strict-small-$fam.toml" \
     --data "$WORK/data" --out "$WORK/$fam" --set "run.max_words=$words" --set "optim.max_steps=$steps" \
-    --set "optim.warmup_steps=$warmup" --set "optim.cooldown_steps=$warmup" --set optim.ema=0 \
+    --set "optim.warmup_steps=$warmup" --set "optim.cooldown_steps=$warmup" \
     --set "run.max_minutes=$MAX_MINUTES" --set run.eval_every=0 --set run.save_every=0 --set run.progress=false \
     --set run.tensorboard=false --set "run.device=$DEVICE" --set "data.num_workers=${NUM_WORKERS:-4}" "${MARKS[@]}" "${SETS[@]}" "${RUN[@]}" < /dev/null > "$OUT/train-$fam.log" 2>&1
   echo "train $fam exit $?"; tail -2 "$OUT/train-$fam.log"
@@ -123,6 +124,11 @@ while read -r fam steps words warmup marks; do
         --out "$OUT/blimp-$fam-$method.json" < /dev/null > "$OUT/blimp-$fam-$method.log" 2>&1
       echo "blimp $fam --method $method exit $?"; grep -i "macro" "$OUT/blimp-$fam-$method.log" | tail -1
     done
+    if [ "${BLIMP_RAW:-1}" = 1 ] && [ -d "$WORK/$fam/final-raw" ]; then  # the trained weights, not their average
+      timeout "${EVAL_LIMIT:-75}" $PY -m maskplay eval blimp "$WORK/$fam/final-raw" --data "$BLIMP_DATA" --device "$DEVICE" \
+        --batch-size "${EVAL_BATCH:-2048}" ${BLIMP_LIMIT:+--limit "$BLIMP_LIMIT"} --out "$OUT/blimp-raw-$fam.json" < /dev/null > "$OUT/blimp-raw-$fam.log" 2>&1
+      echo "blimp $fam final-raw exit $?"; grep -i "macro" "$OUT/blimp-raw-$fam.log" | tail -1
+    fi
   fi
 done < "$OUT/plan.txt"
 

@@ -22,7 +22,8 @@
 # Knobs: OUT, WORK, FAMILY (gpt-bert), PART (1 or 2), PART_STEPS (the steps a part trains: default what fits),
 # PROFILE (1), GPT2 (1: GPT-2 small's case with the time left), GPT2_BATCH (64; session 20 measured 32: 42.9 % MFU),
 # DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), PROFILE_LIMIT (75), COMPILE_LIMIT (110), COMPILE_SCOPES (eager), PACK (1),
-# BLIMP_METHODS (more ways to score the final model: "pll" for GPT-BERT, empty for none), PROFILE_ARGS, COMPILE_ARGS,
+# BLIMP_METHODS (more ways to score the final model: "pll" for GPT-BERT, empty for none), BLIMP_RAW (1: final-raw too,
+# the trained weights, since final is their moving average), PROFILE_ARGS, COMPILE_ARGS,
 # GPT2_ARGS (more arguments for gpu_profile_step.py, compile_time.py and gpu_train_speed.py: --tiny and small
 # batches for a dry run), and gpu_babylm.sh's (BABYLM_WORDS caps the words).
 set -u
@@ -87,7 +88,7 @@ SET="${BABYLM_SET:-}"
 
 # 2. the budget: what is left after preparing (30 s), starting (25 s), the compile, the final export and held-out
 # pass (30 s) and BLiMP (EVAL_LIMIT for each way of scoring); planned at a real step 1.1 x the timed one, stopped by run.max_minutes at 1.15 x
-EVALS=$(( EVAL_LIMIT * (1 + $(wc -w <<< "$BLIMP_METHODS")) ))
+EVALS=$(( EVAL_LIMIT * (1 + $(wc -w <<< "$BLIMP_METHODS") + ${BLIMP_RAW:-1}) ))  # + final-raw, causally
 [ "${PART:-}" = 1 ] && EVALS=0  # the first of two commands scores nothing
 TRAIN_SECONDS=$(( ($(left) - 85 - COMPILE_S - EVALS) * 100 / 115 ))
 [ "$TRAIN_SECONDS" -lt 10 ] && TRAIN_SECONDS=10
@@ -112,7 +113,7 @@ echo "scope $SCOPE (compile ${COMPILE_S}s), training ${TRAIN_SECONDS}s planned, 
   "timeout ${TRAIN_LIMIT}s, $(left)s left" | tee -a "$OUT/one-call.txt"
 env "${PARTS[@]}" OUT="$OUT" WORK="$WORK" DEVICE="$DEVICE" PYTHON="$PY" BABYLM_FAMILIES="$FAMILY" SPEED_JSON="$OUT/train-speed.json" \
   TRAIN_SECONDS=$TRAIN_SECONDS PLAN_OVERHEAD=1.1 MAX_MINUTES=$MAX_MINUTES TRAIN_LIMIT=$TRAIN_LIMIT \
-  EVAL_LIMIT=$EVAL_LIMIT BABYLM_SET="$SET" WHEELS=${WHEELS:-none} BLIMP_METHODS="$BLIMP_METHODS" \
+  EVAL_LIMIT=$EVAL_LIMIT BABYLM_SET="$SET" WHEELS=${WHEELS:-none} BLIMP_METHODS="$BLIMP_METHODS" BLIMP_RAW=${BLIMP_RAW:-1} \
   bash benchmarks/gpu_babylm.sh
 echo "babylm done at ${SECONDS}s, $(left)s left"
 cp "$WORK/$FAMILY/metrics.jsonl" "$OUT/metrics-$FAMILY.jsonl" 2>/dev/null  # the loss curve

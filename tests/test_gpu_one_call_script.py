@@ -44,6 +44,7 @@ def test_gpu_one_call_script_dry_run_on_the_cpu(tmp_path):
     assert family["family"] == "gpt-bert" and family["words_seen"] >= 3000, family
     assert 0 <= family["blimp_dev_macro"] <= 100 and family["blimp_method"] == "causal"
     assert 0 <= family["blimp_dev_by_method"]["pll"] <= 100  # and scored as BabyLM's mntp backend reads it
+    assert 0 <= family["blimp_dev_raw"] <= 100  # final is the weights' moving average; final-raw scored too
     assert {r["case"] for r in json.loads(files["gpt2-small.json"])["rows"]} >= {"gpt2-small gpt"}
     assert "metrics-gpt-bert.jsonl" in files
     assert str(tmp_path).encode() not in files["babylm.json"]  # no machine paths

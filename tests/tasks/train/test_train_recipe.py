@@ -254,6 +254,48 @@ def test_ema_update_is_its_formula_and_applied_swaps_back():
         ema.load({"0.weight": ema.shadow[0]}, source="x")
 
 
+def test_debiased_ema_is_the_decayed_average_of_the_trained_weights_alone():
+    """optim.ema_debias: after t steps the average is sum_i d^(t-i) w_i / sum_i d^(t-i) over the weights after each
+    step, the initial weights not in it (against that sum written out, in float64); without it the initial weights
+    keep their share d^t."""
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    initial = [p.detach().double().clone() for p in model.parameters()]
+    debiased, plain = WeightEma(model, 0.8, debias=True), WeightEma(model, 0.8)
+    seen = []
+    for t in range(1, 7):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p))
+        seen.append([p.detach().double().clone() for p in model.parameters()])
+        debiased.update(t)
+        plain.update(t)
+        weights = [0.8 ** (t - i) for i in range(1, t + 1)]
+        for k, s in enumerate(debiased.shadow):
+            expected = sum(w * ws[k] for w, ws in zip(weights, seen, strict=True)) / sum(weights)
+            torch.testing.assert_close(s.double(), expected, rtol=1e-6, atol=1e-6)
+        for k, s in enumerate(plain.shadow):  # the same sum, unnormalised, plus the initial weights' share
+            expected = 0.2 * sum(w * ws[k] for w, ws in zip(weights, seen, strict=True)) + 0.8 ** t * initial[k]
+            torch.testing.assert_close(s.double(), expected, rtol=1e-6, atol=1e-6)
+    assert WeightEma(model, 0.5, debias=True).decay_at(1) == 0.0
+    with pytest.raises(ValueError, match="optimizer steps"):
+        debiased.update()
+    with pytest.raises(ValueError, match="optim.ema_debias"):
+        OptimSection(ema_debias=True)
+
+
+def test_a_debiased_average_resumes_bitwise(data, tmp_path):
+    extra = [*RECIPE, "optim.ema_debias=true"]
+    whole = train(small_config(data, tmp_path / "whole", *extra, family="gpt"))
+    train(small_config(data, tmp_path / "part", *extra, "run.stop_at_step=3", family="gpt"))
+    rest = train(small_config(data, tmp_path / "part", *extra, family="gpt"), resume=True)
+    for which in ("final", "final-raw"):
+        assert_same_weights(weights(whole.run_dir, which), weights(rest.run_dir, which))
+    plain = train(small_config(data, tmp_path / "plain", *RECIPE, family="gpt"))
+    assert_same_weights(weights(whole.run_dir, "final-raw"), weights(plain.run_dir, "final-raw"))
+    assert not torch.equal(weights(whole.run_dir)["head.bias"], weights(plain.run_dir)["head.bias"])
+
+
 @pytest.mark.parametrize("family", ["bert", "gpt-bert"])
 def test_recipe_run_resumes_bitwise_across_a_length_change_and_exports_the_average(data, tmp_path, family):
     """LAMB + cosine-cooldown + EMA + batch ramp + a length change at step 4 (16 -> 32 pieces, packed rows):

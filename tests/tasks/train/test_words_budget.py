@@ -215,6 +215,7 @@ def test_babylm_strict_small_recipes_differ_only_in_the_family():
     for fam, config in configs.items():
         assert config.model.family == fam and config.model.preset == "gpt-bert-small"
         assert config.run.max_words == 100_000_000 and config.run.checkpoint_at_words == marks
+        assert config.optim.ema == 0.999 and config.optim.ema_debias  # the average of the trained weights alone
         assert config.optim == configs["gpt-bert"].optim and config.data == configs["gpt-bert"].data
         same = {k: v for k, v in vars(config.model).items() if k not in ("family", "gpt_bert")}
         assert same == {k: v for k, v in vars(configs["gpt-bert"].model).items() if k not in ("family", "gpt_bert")}

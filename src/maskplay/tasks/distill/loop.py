@@ -71,7 +71,7 @@ class DistillTrainer(Trainer):
             return
         report = warm_start(self.model, self.teacher)
         if self.ema is not None:  # the moving average starts from the warm weights
-            self.ema = WeightEma(self.model, self.config.optim.ema)
+            self.ema = WeightEma(self.model, self.config.optim.ema, self.config.optim.ema_debias)
         self.log(f"warm start from the teacher: {len(report['copied'])} of {len(report['copied']) + len(report['kept'])}"
                  f" weights copied" + (f"; kept at their initialisation: {', '.join(report['kept'])}"
                                        if report["kept"] else ""))

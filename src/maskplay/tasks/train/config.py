@@ -138,6 +138,8 @@ class OptimSection:
     cooldown_steps: int = 0  # cosine-cooldown only
     min_lr_ratio: float = 0.1  # cosine-cooldown only: the floor of the cosine, as a share of lr
     ema: float = 0.0  # decay of an exponential moving average of the weights, exported as final/ (0 = off)
+    # the average of the trained weights alone (bias-corrected; train/ema.py), not started from the initial ones
+    ema_debias: bool = False
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -150,6 +152,8 @@ class OptimSection:
             raise ValueError(f"optim.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if not 0 <= self.ema < 1:
             raise ValueError(f"optim.ema must be in [0, 1) (0 = off), got {self.ema}")
+        if self.ema_debias and not self.ema:
+            raise ValueError("optim.ema_debias = true needs a moving average to correct: set optim.ema (0.999)")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"optim.lr must be a positive number, got {self.lr}")
         if self.weight_decay < 0:

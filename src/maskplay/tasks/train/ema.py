@@ -1,7 +1,12 @@
 """An exponential moving average of the weights (optim.ema, GPT-BERT's 0.999): after every optimizer step,
 e = d e + (1 - d) w for each trained parameter w, starting from the initial weights. It is saved in each
 checkpoint (ema.safetensors, so a resumed run continues it exactly) and exported as RUN_DIR/final; the raw
-weights are exported next to it as RUN_DIR/final-raw."""
+weights are exported next to it as RUN_DIR/final-raw.
+
+With optim.ema_debias the average holds the trained weights only: after t steps it is
+sum_i d^(t-i) w_i / sum_i d^(t-i), Adam's bias correction of an average started at zero, made step by step with the
+decay d (1 - d^(t-1)) / (1 - d^t) (0 at the first step, d in the limit). Undebiased, the initial weights keep a share
+d^t: 7 % after 2,678 steps at 0.999, and nearly all of a short run's average."""
 
 from __future__ import annotations
 
@@ -15,20 +20,31 @@ EMA_FILE = "ema.safetensors"
 
 
 class WeightEma:
-    def __init__(self, model: nn.Module, decay: float) -> None:
+    def __init__(self, model: nn.Module, decay: float, debias: bool = False) -> None:
         if not 0 < decay < 1:
             raise ValueError(f"the EMA decay must be in (0, 1), got {decay}")
-        self.decay = decay
+        self.decay, self.debias = decay, debias
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
         self.shadow = [p.detach().clone() for p in self.params]
 
+    def decay_at(self, steps: int | None) -> float:
+        """The decay of the update after `steps` optimizer steps (this one included): d, or debiased, d (1 -
+        d^(steps-1)) / (1 - d^steps)."""
+        if not self.debias:
+            return self.decay
+        if steps is None or steps < 1:
+            raise ValueError(f"a debiased EMA needs the optimizer steps taken (>= 1), got {steps}")
+        return self.decay * (1.0 - self.decay ** (steps - 1)) / (1.0 - self.decay ** steps)
+
     @torch.no_grad()
-    def update(self) -> None:
-        """e = d e + (1 - d) w, for every parameter at once."""
-        torch._foreach_mul_(self.shadow, self.decay)
-        torch._foreach_add_(self.shadow, self.params, alpha=1.0 - self.decay)
+    def update(self, steps: int | None = None) -> None:
+        """e = d e + (1 - d) w, for every parameter at once; `steps`: the optimizer steps taken, this one included
+        (what a debiased average's decay depends on)."""
+        d = self.decay_at(steps)
+        torch._foreach_mul_(self.shadow, d)
+        torch._foreach_add_(self.shadow, self.params, alpha=1.0 - d)
 
     def state_tensors(self) -> dict[str, Tensor]:
         return dict(zip(self.names, self.shadow, strict=True))

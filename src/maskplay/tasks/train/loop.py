@@ -250,7 +250,7 @@ class Trainer:
         if cfg.model.init and self.checkpoint_path is None:
             initialise_from(self.model, self.model_config, cfg.model.init, self.log)
         self.optimizer = build_optimizer(self.model, cfg.optim)
-        self.ema = WeightEma(self.model, cfg.optim.ema) if cfg.optim.ema else None  # from the initial weights
+        self.ema = WeightEma(self.model, cfg.optim.ema, cfg.optim.ema_debias) if cfg.optim.ema else None
         # after the initial weights, each process gets its own streams (dropout, BERT's corruption)
         stream_seed = cfg.data.seed * 1_000_003 + self.d.rank + 1
         seed_everything(stream_seed)

@@ -139,7 +139,7 @@ class Stepper:
         if self.model_config.long.adaptive_span:
             clamp_spans(self.model)  # spans back into [0, max_span]
         if self.ema is not None:
-            self.ema.update()
+            self.ema.update(step + 1)
         self.optimizer.zero_grad(set_to_none=True)
         return StepOutcome(lr=lr, loss=g_loss, targets=float(g_targets), tokens=float(g_tokens),
                            words=float(g_words), grad_norm=grad_norm, signal=bool(g_signal), budget=bool(g_budget))
