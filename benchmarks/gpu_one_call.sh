@@ -2,6 +2,7 @@
 # One strict-small recipe as far toward the 100 M-word budget as one 10-minute GPU command allows (issue 45;
 # docs/RESULTS.md section 15). Inside a deadline (DEADLINE seconds of this script, 540):
 #   0. a short profile of the recipe's step (benchmarks/gpu_profile_step.py, both kernels of the disentangled bias);
+#   0b. what each of the recipe's pieces costs its step (benchmarks/switch_cost.py: one piece out at a time);
 #   1. the recipe's step timed at its real batch (benchmarks/compile_time.py), eager and, with COMPILE_SCOPES="eager
 #      layers", compiled block by block: the faster, its compile counted, is the scope the run trains in;
 #   2. benchmarks/gpu_babylm.sh for that one family (prepare, plan, train, BLiMP-dev), its words budget planned from
@@ -20,7 +21,7 @@
 #   PART=1 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # trains, checkpoints, stops
 #   PART=2 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # resumes, finishes, scores
 # Knobs: OUT, WORK, FAMILY (gpt-bert), PART (1 or 2), PART_STEPS (the steps a part trains: default what fits),
-# PROFILE (1), GPT2 (1: GPT-2 small's case with the time left), GPT2_BATCH (64; session 20 measured 32: 42.9 % MFU),
+# PROFILE (1), SWITCHES (1: 0b.), SWITCH_LIMIT (60), SWITCH_ARGS, GPT2 (1: GPT-2 small's case with the time left), GPT2_BATCH (64; session 20 measured 32: 42.9 % MFU),
 # DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), PROFILE_LIMIT (75), COMPILE_LIMIT (110), COMPILE_SCOPES (eager), PACK (1),
 # BLIMP_METHODS (more ways to score the final model: "pll" for GPT-BERT, empty for none), BLIMP_RAW (1: final-raw too,
 # the trained weights, since final is their moving average), PROFILE_ARGS, COMPILE_ARGS,
@@ -55,6 +56,15 @@ if [ "${PROFILE:-1}" = 1 ]; then
   timeout "${PROFILE_LIMIT:-75}" $PY benchmarks/gpu_profile_step.py --device "$DEVICE" --families "$FAMILY" \
     --bias gather one-hot --out "$OUT/profile.json" ${PROFILE_ARGS:-} > "$OUT/profile.log" 2>&1
   echo "profile exit $? at ${SECONDS}s"; grep -v "^ \{2\}aten\|^USDT" "$OUT/profile.log" | head -12
+fi
+
+# 0b. what each of the recipe's pieces costs its step: the step with one piece out at a time, and with all out
+# (benchmarks/switch_cost.py), so that a faster step is looked for where the time is
+if [ "${SWITCHES:-1}" = 1 ]; then
+  # shellcheck disable=SC2086
+  timeout "${SWITCH_LIMIT:-60}" $PY benchmarks/switch_cost.py --device "$DEVICE" --families "$FAMILY" \
+    --out "$OUT/switch-cost.json" ${SWITCH_ARGS:-} > "$OUT/switch-cost.log" 2>&1
+  echo "switch_cost exit $? at ${SECONDS}s"; grep -A20 "against the recipe" "$OUT/switch-cost.log"
 fi
 
 # 1. the step eager (and compiled block by block with COMPILE_SCOPES="eager layers": session 20's H200 ran it no

@@ -23,7 +23,8 @@ def dry_run_env(tmp_path: Path) -> dict[str, str]:
             "BABYLM_SET": "model.preset=tiny data.max_length=32 data.batch_size=8 run.threads=1 run.precision=fp32 "
                           "run.eval_batches=1",
             "PROFILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1 --timed 1 --warmup 1",
-            "COMPILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1", "GPT2_ARGS": "--tiny --warmup 1 --steps 1"}
+            "COMPILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1", "GPT2_ARGS": "--tiny --warmup 1 --steps 1",
+            "SWITCH_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1 --warmup 1 --pieces DenseFormer plain"}
 
 
 def test_gpu_one_call_script_dry_run_on_the_cpu(tmp_path):
@@ -38,6 +39,10 @@ def test_gpu_one_call_script_dry_run_on_the_cpu(tmp_path):
     profile = json.loads(files["profile.json"])
     assert [(r["family"], r["bias"]) for r in profile["rows"]] == [("gpt-bert", "gather"), ("gpt-bert", "one-hot")]
     assert all(r["step_ms"] > 0 and r["top"] for r in profile["rows"])
+    switches = json.loads(files["switch-cost.json"])["rows"]  # the recipe, each chosen piece out, the recipe again
+    assert [r["variant"] for r in switches] == ["recipe", "no DenseFormer (plain residual)", "plain (every piece out)",
+                                                "recipe (again)"]
+    assert all(r["step_ms"] > 0 for r in switches) and switches[-1]["vs_recipe"] == 1.0
     assert [r["scope"] for r in json.loads(files["train-speed.json"])["rows"]] == ["eager"]
     summary = json.loads(files["babylm.json"])
     (family,) = summary["families"]
@@ -53,7 +58,7 @@ def test_gpu_one_call_script_dry_run_on_the_cpu(tmp_path):
 def test_one_run_over_two_commands_resumes_and_finishes(tmp_path):
     """PART=1 trains to its stop step and checkpoints, scoring nothing; PART=2, on the same $WORK, resumes that run,
     reaches the words budget and scores it: the two parts' steps add up to one run's."""
-    base = {**dry_run_env(tmp_path), "PROFILE": "0", "PACK": "0", "BLIMP_METHODS": "", "GPT2": "0"}
+    base = {**dry_run_env(tmp_path), "PROFILE": "0", "SWITCHES": "0", "PACK": "0", "BLIMP_METHODS": "", "GPT2": "0"}
     runs = {}
     for part, extra in (("1", {"PART_STEPS": "7"}), ("2", {})):
         out = tmp_path / f"out{part}"
