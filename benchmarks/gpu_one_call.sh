@@ -2,6 +2,8 @@
 # One strict-small recipe as far toward the 100 M-word budget as one 10-minute GPU command allows (issue 45;
 # docs/RESULTS.md section 15). Inside a deadline (DEADLINE seconds of this script, 540):
 #   0. a short profile of the recipe's step (benchmarks/gpu_profile_step.py, both kernels of the disentangled bias);
+#   0a. the disentangled attention kernel to train with: FlexAttention where the profile timed it faster and its GPU
+#       test passes, the gathered bias otherwise;
 #   0b. what each of the recipe's pieces costs its step (benchmarks/switch_cost.py: one piece out at a time);
 #   1. the recipe's step timed at its real batch (benchmarks/compile_time.py), eager and, with COMPILE_SCOPES="eager
 #      layers", compiled block by block: the faster, its compile counted, is the scope the run trains in;
@@ -21,8 +23,8 @@
 #   PART=1 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # trains, checkpoints, stops
 #   PART=2 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # resumes, finishes, scores
 # Knobs: OUT, WORK, FAMILY (gpt-bert), PART (1 or 2), PART_STEPS (the steps a part trains: default what fits),
-# PROFILE (1), SWITCHES (1: 0b.), SWITCH_LIMIT (60), SWITCH_ARGS, GPT2 (1: GPT-2 small's case with the time left), GPT2_BATCH (64; session 20 measured 32: 42.9 % MFU),
-# DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), PROFILE_LIMIT (75), COMPILE_LIMIT (110), COMPILE_SCOPES (eager), PACK (1),
+# PROFILE (1), PROFILE_BIAS (the kernels profiled), KERNEL (auto: 0a.), FLEX_TEST_LIMIT (90), SWITCHES (1: 0b.), SWITCH_LIMIT (60), SWITCH_ARGS, GPT2 (1: GPT-2 small's case with the time left), GPT2_BATCH (64; session 20 measured 32: 42.9 % MFU),
+# DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), PROFILE_LIMIT (100), COMPILE_LIMIT (110), COMPILE_SCOPES (eager), PACK (1),
 # BLIMP_METHODS (more ways to score the final model: "pll" for GPT-BERT, empty for none), BLIMP_RAW (1: final-raw too,
 # the trained weights, since final is their moving average), PROFILE_ARGS, COMPILE_ARGS,
 # GPT2_ARGS (more arguments for gpu_profile_step.py, compile_time.py and gpu_train_speed.py: --tiny and small
@@ -53,10 +55,37 @@ pack() {
 # the disentangled bias (benchmarks/gpu_profile_step.py)
 if [ "${PROFILE:-1}" = 1 ]; then
   # shellcheck disable=SC2086
-  timeout "${PROFILE_LIMIT:-75}" $PY benchmarks/gpu_profile_step.py --device "$DEVICE" --families "$FAMILY" \
-    --bias gather one-hot --out "$OUT/profile.json" ${PROFILE_ARGS:-} > "$OUT/profile.log" 2>&1
+  # FlexAttention trains on a CUDA device only: a CPU dry run profiles the two bias kernels
+  PROFILE_BIAS=${PROFILE_BIAS:-$([ "$DEVICE" = cuda ] && echo "gather one-hot flex" || echo "gather one-hot")}
+  timeout "${PROFILE_LIMIT:-100}" $PY benchmarks/gpu_profile_step.py --device "$DEVICE" --families "$FAMILY" \
+    --bias $PROFILE_BIAS --out "$OUT/profile.json" ${PROFILE_ARGS:-} > "$OUT/profile.log" 2>&1
   echo "profile exit $? at ${SECONDS}s"; grep -v "^ \{2\}aten\|^USDT" "$OUT/profile.log" | head -12
 fi
+
+# 0a. the disentangled attention kernel to train with (KERNEL: auto, gather, one-hot, flex): with auto, FlexAttention
+# where the profile timed its step at least 5 % faster than the gathered bias's and its GPU test (loss and every
+# gradient against the CPU's) passes here first; the gathered bias otherwise
+KERNEL=${KERNEL:-auto}
+[ "$KERNEL" = auto ] && [ "${PART:-}" = 2 ] && [ -f "$WORK/kernel.txt" ] && KERNEL=$(cat "$WORK/kernel.txt")  # part 1's
+if [ "$KERNEL" = auto ]; then
+  KERNEL=$($PY - "$OUT/profile.json" <<'EOF'
+import json, sys
+from pathlib import Path
+path = Path(sys.argv[1])
+rows = {r["bias"]: r["step_ms"] for r in json.loads(path.read_text())["rows"]} if path.is_file() else {}
+print("flex" if "flex" in rows and "gather" in rows and rows["flex"] < 0.95 * rows["gather"] else "gather")
+EOF
+)
+  if [ "$KERNEL" = flex ]; then
+    # flex only where its test ran and passed (skipped, as off a GPU, is not passed)
+    timeout "${FLEX_TEST_LIMIT:-90}" $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py \
+      -k "flex and $FAMILY" > "$OUT/pytest-flex.log" 2>&1
+    tail -1 "$OUT/pytest-flex.log" | grep -Eq "^[0-9]+ passed(, [0-9]+ warnings?)? in" || KERNEL=gather
+    echo "flex GPU test: $(tail -1 "$OUT/pytest-flex.log")"
+  fi
+fi
+echo "disentangled kernel: $KERNEL at ${SECONDS}s" | tee -a "$OUT/one-call.txt"
+echo "$KERNEL" > "$WORK/kernel.txt"
 
 # 0b. what each of the recipe's pieces costs its step: the step with one piece out at a time, and with all out
 # (benchmarks/switch_cost.py), so that a faster step is looked for where the time is
@@ -76,23 +105,29 @@ echo "compile_time exit $? at ${SECONDS}s"; cat "$OUT/compile.log"
 
 # the scope to train in: compiled blocks when their steady step, over the steps the time left allows, repays the
 # compile (which training pays again: compile_time compiled with caches off); eager otherwise, or when it failed
-read -r SCOPE COMPILE_S < <($PY - "$OUT/compile.json" "$FAMILY" "$(left)" <<'EOF'
+read -r SCOPE COMPILE_S < <($PY - "$OUT/compile.json" "$FAMILY" "$(left)" "$KERNEL" "$OUT/profile.json" <<'EOF'
 import json, sys
 from pathlib import Path
-path, family, left = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+path, family, left, kernel, profile = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4], Path(sys.argv[5])
 rows = {r["scope"]: r for r in json.loads(path.read_text())["rows"]} if path.is_file() else {}
+if kernel != "gather" and "eager" in rows and profile.is_file():  # the step timed with the gathered bias, rescaled
+    by_bias = {r["bias"]: r["step_ms"] for r in json.loads(profile.read_text())["rows"]}
+    if kernel in by_bias and "gather" in by_bias:
+        rows["eager"]["step_ms"] *= by_bias[kernel] / by_bias["gather"]
+    rows.pop("layers", None)  # block by block was timed with the gathered bias
 eager, layers = rows.get("eager"), rows.get("layers")
 repays = (eager is not None and layers is not None
           and layers["compile_s"] + left * layers["step_ms"] / eager["step_ms"] < left)
 scope = "layers" if repays else "eager"
 row = rows.get(scope)
-speed = {"rows": [{"case": f"babylm {family} recipe", "step_ms": row["step_ms"], "scope": scope}] if row else []}
+speed = {"rows": [{"case": f"babylm {family} recipe", "step_ms": row["step_ms"], "scope": scope,
+                   "disentangled_kernel": kernel}] if row else []}
 (path.parent / "train-speed.json").write_text(json.dumps(speed, indent=2) + "\n")
 print(scope, round(layers["compile_s"]) if repays else 0)
 EOF
 )
 SCOPE=${SCOPE:-eager} COMPILE_S=${COMPILE_S:-0}
-SET="${BABYLM_SET:-}"
+SET="${BABYLM_SET:-} run.disentangled_kernel=$KERNEL"
 [ "$SCOPE" = layers ] && SET="$SET run.compile=true run.compile_scope=layers"
 [ "$SCOPE" = eager ] && SET="$SET run.compile=false"
 

@@ -150,3 +150,38 @@ def test_a_recipe_training_step_on_the_gpu_has_the_cpus_loss_and_gradients(famil
         assert (g is None) == (w is None), name
         if w is not None:
             torch.testing.assert_close(g.cpu(), w, atol=1e-4, rtol=1e-3, msg=name)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="FlexAttention's backward runs on a CUDA device only")
+@pytest.mark.parametrize("family", ["gpt", "bert", "tta", "gpt-bert"])
+def test_a_recipe_training_step_through_flex_attention_has_the_cpus_loss_and_gradients(family):
+    """run.disentangled_kernel = "flex" (attention/disentangled.py): FlexAttention compiled, the position terms read
+    inside it (their gradients by its captured-buffer backward), the family's mask as a block mask; against the CPU's
+    step through SDPA with the gathered bias."""
+    from maskplay.nn.attention import disentangled
+
+    model = tiny(family, **RECIPE).train()
+    ids, mask = batch_of(model, [12, 9, 11])
+    batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
+    want = model(**batch).loss
+    want_grads = torch.autograd.grad(want, list(model.parameters()), allow_unused=True)
+    model.to(DEVICE)
+    with disentangled.kernel("flex"):
+        got = model(**moved(batch, DEVICE)).loss
+        got_grads = torch.autograd.grad(got, list(model.parameters()), allow_unused=True)
+    torch.testing.assert_close(got.cpu(), want, atol=1e-4, rtol=1e-4)
+    for (name, _), g, w in zip(model.named_parameters(), got_grads, want_grads, strict=True):
+        assert (g is None) == (w is None), name
+        if w is not None:
+            torch.testing.assert_close(g.cpu(), w, atol=1e-4, rtol=1e-3, msg=name)
+    # and in bf16 autocast, as the recipes train: against the gathered bias's step on the GPU, to bf16's precision
+    steps = {}
+    for name in ("gather", "flex"):
+        with disentangled.kernel(name):
+            loss = forward_in(model, "bf16-autocast", **moved(batch, DEVICE)).loss
+            steps[name] = (loss.float(), torch.autograd.grad(loss, list(model.parameters()), allow_unused=True))
+    (loss_g, grads_g), (loss_f, grads_f) = steps["gather"], steps["flex"]
+    torch.testing.assert_close(loss_f, loss_g, atol=2e-2, rtol=2e-2)
+    for (name, _), f, g in zip(model.named_parameters(), grads_f, grads_g, strict=True):
+        if g is not None:
+            assert float((f.float() - g.float()).norm()) <= 5e-2 * float(g.float().norm()) + 1e-6, name

@@ -12,6 +12,10 @@ inference, PLL's last-layer rows and the key/value cache (the cached keys' own a
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -20,12 +24,70 @@ from ..positions import PassPositions
 from .dense import Attention, split_heads
 from .inputs import PassInputs
 
-# How DisentangledScores.bias reads each pair's table row: "gather" (torch.gather, whose backward is an atomic
-# scatter-add on a GPU) or "one-hot" (batched matrix products with the pairs' one-hot rows: no atomics, more FLOPs,
-# slower on a CPU; only for an index shared by the batch). Not a model switch (the values are the same): a choice of
-# kernel that benchmarks/gpu_profile_step.py --bias compares on a GPU.
-BIAS_KERNELS = ("gather", "one-hot")
+# How the position terms reach the scores (a choice of kernel, not a model switch: the values are the same), which
+# benchmarks/gpu_profile_step.py --bias compares on a GPU and run.disentangled_kernel trains with:
+# - "gather": each pair's table row by torch.gather into a (B, heads, Lq, Lk) bias, SDPA with it as attn_mask (the
+#   gather's backward an atomic scatter-add on a GPU);
+# - "one-hot": the bias by batched matrix products with the pairs' one-hot rows (no atomics, more FLOPs; only for an
+#   index shared by the batch, else "gather");
+# - "flex": FlexAttention, the position terms read inside the attention kernel at each pair's table row (score_mod)
+#   and the mask as a block mask (mask_mod), the bias never materialised; compiled on a GPU. On a CPU torch's
+#   FlexAttention has no backward (torch 2.13), so it runs there only without gradients (eagerly: slow, for tests).
+BIAS_KERNELS = ("gather", "one-hot", "flex")
 bias_kernel = "gather"
+
+
+@contextmanager
+def kernel(name: str) -> Iterator[None]:
+    """bias_kernel set to `name` inside the block (run.disentangled_kernel, for one run), and back after it."""
+    global bias_kernel
+    if name not in BIAS_KERNELS:
+        raise ValueError(f"the disentangled attention kernel must be one of {BIAS_KERNELS}, got {name!r}")
+    before, bias_kernel = bias_kernel, name
+    try:
+        yield
+    finally:
+        bias_kernel = before
+
+
+_compiled_flex: Callable[..., Tensor] | None = None
+_last_block_mask: tuple[Tensor, object] | None = None  # (the mask, its block mask): every layer of a pass shares one
+
+
+def flex_attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, c2p: Tensor, p2c: Tensor, index: Tensor,
+                scale: float) -> Tensor:
+    """Attention with the disentangled terms added inside FlexAttention: score(i, j) = scale (q_i . k_j +
+    c2p[i, index(i, j)] + p2c[j, index(i, j)]) where mask(i, j); c2p (B, h, Lq, R), p2c (B, h, Lk, R), index (1 or
+    B, Lq, Lk), mask (1 or B, 1 or h, Lq, Lk) boolean. The same values as the bias handed to SDPA."""
+    global _compiled_flex, _last_block_mask
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    if q.device.type != "cuda" and torch.is_grad_enabled() and q.requires_grad:
+        raise ValueError("the 'flex' disentangled attention kernel trains on a CUDA device only (torch's CPU "
+                         "FlexAttention has no backward); use run.disentangled_kernel = 'gather' here")
+    B, heads, Lq, Lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    shared, batch_mask, head_mask = index.shape[0] == 1, mask.shape[0] > 1, mask.shape[1] > 1
+    # the terms in fp32, as the scores they join: their gradients are atomic adds inside the kernel's backward, which
+    # bf16 would round at every add
+    c2p, p2c = c2p.float(), p2c.float()
+
+    def score_mod(score: Tensor, b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+        r = index[0, i, j] if shared else index[b, i, j]
+        return score + (c2p[b, h, i, r] + p2c[b, h, j, r]) * scale
+
+    def mask_mod(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+        return mask[b if batch_mask else 0, h if head_mask else 0, i, j]
+
+    if _last_block_mask is None or _last_block_mask[0] is not mask:
+        block = create_block_mask(mask_mod, B if batch_mask else None, heads if head_mask else None, Lq, Lk,
+                                  device=q.device, _compile=q.device.type == "cuda")
+        _last_block_mask = (mask, block)
+    if q.device.type == "cuda":
+        _compiled_flex = _compiled_flex or torch.compile(flex_attention, dynamic=False)
+        attend = _compiled_flex
+    else:
+        attend = flex_attention
+    return attend(q, k, v, score_mod=score_mod, block_mask=_last_block_mask[1], scale=scale)
 
 
 class DisentangledScores:
@@ -37,11 +99,14 @@ class DisentangledScores:
         self.pos_q = pos_q.view(pos_q.shape[0], heads, -1).transpose(0, 1)  # (heads, R, d)
         self.pos_k = pos_k.view(pos_k.shape[0], heads, -1).transpose(0, 1)
 
+    def tables(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """c2p (B, h, Lq, R): q_i . K_r[r] for every table row r, and p2c (B, h, Lk, R): k_j . Q_r[r]."""
+        return q @ self.pos_k.transpose(-1, -2), k @ self.pos_q.transpose(-1, -2)
+
     def bias(self, q: Tensor, k: Tensor, index: Tensor) -> Tensor:
         """The content-to-position plus position-to-content term, (B, heads, Lq, Lk), unscaled; index (1 or B, Lq,
         Lk) the table row of each pair."""
-        c2p = q @ self.pos_k.transpose(-1, -2)  # (B, h, Lq, R): q_i . K_r[r] for every row r
-        p2c = k @ self.pos_q.transpose(-1, -2)  # (B, h, Lk, R): k_j . Q_r[r]
+        c2p, p2c = self.tables(q, k)
         B, heads, Lq, R = c2p.shape
         if bias_kernel == "one-hot" and index.shape[0] == 1:
             Lk = k.shape[2]
@@ -59,6 +124,8 @@ class DisentangledScores:
         if positions is None or positions.relative is None:
             raise ValueError("disentangled attention needs the pass's relative positions (PassPositions.relative)")
         scale = (3 * q.shape[-1]) ** -0.5
+        if bias_kernel == "flex" and not (training and dropout_p > 0):
+            return flex_attend(q, k, v, mask, *self.tables(q, k), positions.relative.index, scale)
         bias = self.bias(q, k, positions.relative.index).mul_(scale).masked_fill_(~mask, float("-inf"))
         if training and dropout_p > 0:
             scores = (q @ k.transpose(-1, -2)).mul_(scale).add_(bias)
