@@ -160,8 +160,9 @@ def test_a_recipe_training_step_through_flex_attention_has_the_cpus_loss_and_gra
     step through SDPA with the gathered bias."""
     from maskplay.nn.attention import disentangled
 
-    model = tiny(family, **RECIPE).train()
-    ids, mask = batch_of(model, [12, 9, 11])
+    # the recipes' head width (64; Triton's kernels need at least 16) and length (128), padded rows beside a full one
+    model = tiny(family, **RECIPE, hidden_size=128, num_heads=2, intermediate_size=256, max_position=128).train()
+    ids, mask = batch_of(model, [128, 100, 120])
     batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
     want = model(**batch).loss
     want_grads = torch.autograd.grad(want, list(model.parameters()), allow_unused=True)
@@ -169,11 +170,13 @@ def test_a_recipe_training_step_through_flex_attention_has_the_cpus_loss_and_gra
     with disentangled.kernel("flex"):
         got = model(**moved(batch, DEVICE)).loss
         got_grads = torch.autograd.grad(got, list(model.parameters()), allow_unused=True)
-    torch.testing.assert_close(got.cpu(), want, atol=1e-4, rtol=1e-4)
+    # to 1e-3: FlexAttention's kernels may multiply fp32 in TF32 whatever the fixture says (a wrong gradient is off
+    # by its own size)
+    torch.testing.assert_close(got.cpu(), want, atol=1e-3, rtol=1e-3)
     for (name, _), g, w in zip(model.named_parameters(), got_grads, want_grads, strict=True):
         assert (g is None) == (w is None), name
         if w is not None:
-            torch.testing.assert_close(g.cpu(), w, atol=1e-4, rtol=1e-3, msg=name)
+            torch.testing.assert_close(g.cpu(), w, atol=1e-3, rtol=1e-2, msg=name)
     # and in bf16 autocast, as the recipes train: against the gathered bias's step on the GPU, to bf16's precision
     steps = {}
     for name in ("gather", "flex"):
