@@ -156,8 +156,8 @@ class Stepper:
 
     def micro_step(self, step: int, ids: Tensor, mask: Tensor, sync: bool, micro: int = 0) -> MicroOut:
         """Forward and backward one micro-batch's summed token loss; returns it, the target count and the
-        family's loss parts (ModelOutput.parts) times the target count, the tensors still on the device. With
-        memory, the micro-batch reads the memory its predecessor at index `micro` left and leaves its own."""
+        family's loss parts (ModelOutput.parts, means over the targets), the tensors still on the device, unread.
+        With memory, the micro-batch reads the memory its predecessor at index `micro` left and leaves its own."""
         self.model.set_training_progress(step / self.config.optim.max_steps)  # an objective that changes over training
         batch: dict[str, Any] = self.model.training_batch(ids, mask, generator=self.generator)  # device-independent
         n = self.count_targets(self.model, batch)  # on the host's copy: read from a GPU's, a synchronisation
