@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One strict-small recipe as far toward the 100 M-word budget as one 10-minute GPU command allows (issue 45;
 # docs/RESULTS.md section 15). Inside a deadline (DEADLINE seconds of this script, 540):
-#   0. a short profile of the recipe's step (benchmarks/gpu_profile_step.py, both kernels of the disentangled bias);
-#   0a. the disentangled attention kernel to train with: FlexAttention where the profile timed it faster and its GPU
-#       test passes, the gathered bias otherwise;
+#   0. a short profile of the recipe's step (benchmarks/gpu_profile_step.py: the disentangled bias's two kernels,
+#      and FlexAttention);
+#   0a. whether to train through FlexAttention: where the profile timed it faster and its GPU test passes;
 #   0b. what each of the recipe's pieces costs its step (benchmarks/switch_cost.py: one piece out at a time);
 #   1. the recipe's step timed at its real batch (benchmarks/compile_time.py), eager and, with COMPILE_SCOPES="eager
 #      layers", compiled block by block: the faster, its compile counted, is the scope the run trains in;
@@ -23,7 +23,8 @@
 #   PART=1 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # trains, checkpoints, stops
 #   PART=2 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # resumes, finishes, scores
 # Knobs: OUT, WORK, FAMILY (gpt-bert), PART (1 or 2), PART_STEPS (the steps a part trains: default what fits),
-# PROFILE (1), PROFILE_BIAS (the kernels profiled), KERNEL (auto: 0a.), FLEX_TEST_LIMIT (90), SWITCHES (1: 0b.), SWITCH_LIMIT (60), SWITCH_ARGS, GPT2 (1: GPT-2 small's case with the time left), GPT2_BATCH (64; session 20 measured 32: 42.9 % MFU),
+# PROFILE (1), PROFILE_BIAS (the kernels profiled), FLEX (auto: 0a.), FLEX_TEST_LIMIT (90), SWITCHES (1: 0b.),
+# SWITCH_LIMIT (60), SWITCH_ARGS, GPT2 (1: GPT-2 small's case with the time left), GPT2_BATCH (64; session 20 measured 32: 42.9 % MFU),
 # DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), PROFILE_LIMIT (100), COMPILE_LIMIT (110), COMPILE_SCOPES (eager), PACK (1),
 # BLIMP_METHODS (more ways to score the final model: "pll" for GPT-BERT, empty for none), BLIMP_RAW (1: final-raw too,
 # the trained weights, since final is their moving average), PROFILE_ARGS, COMPILE_ARGS,
@@ -52,7 +53,7 @@ pack() {
 [ "${PACK:-1}" = 1 ] && trap pack EXIT
 
 # 0. where the step's time goes on this GPU: kernels, idle, launches, host syncs, top operators; both kernels of
-# the disentangled bias (benchmarks/gpu_profile_step.py)
+# the disentangled bias, and FlexAttention (benchmarks/gpu_profile_step.py)
 if [ "${PROFILE:-1}" = 1 ]; then
   # shellcheck disable=SC2086
   # FlexAttention trains on a CUDA device only: a CPU dry run profiles the two bias kernels
@@ -62,30 +63,30 @@ if [ "${PROFILE:-1}" = 1 ]; then
   echo "profile exit $? at ${SECONDS}s"; grep -v "^ \{2\}aten\|^USDT" "$OUT/profile.log" | head -12
 fi
 
-# 0a. the disentangled attention kernel to train with (KERNEL: auto, gather, one-hot, flex): with auto, FlexAttention
-# where the profile timed its step at least 5 % faster than the gathered bias's and its GPU test (loss and every
-# gradient against the CPU's) passes here first; the gathered bias otherwise
-KERNEL=${KERNEL:-auto}
-[ "$KERNEL" = auto ] && [ "${PART:-}" = 2 ] && [ -f "$WORK/kernel.txt" ] && KERNEL=$(cat "$WORK/kernel.txt")  # part 1's
-if [ "$KERNEL" = auto ]; then
-  KERNEL=$($PY - "$OUT/profile.json" <<'EOF'
+# 0a. whether to train through FlexAttention (run.flex_attention; FLEX: auto, 1, 0): with auto, where the profile
+# timed the step through it at least 5 % faster than with the gathered bias and its GPU test (loss and every
+# gradient against the CPU's) passes here first; SDPA with the gathered bias otherwise
+FLEX=${FLEX:-auto}
+[ "$FLEX" = auto ] && [ "${PART:-}" = 2 ] && [ -f "$WORK/flex.txt" ] && FLEX=$(cat "$WORK/flex.txt")  # part 1's
+if [ "$FLEX" = auto ]; then
+  FLEX=$($PY - "$OUT/profile.json" <<'EOF'
 import json, sys
 from pathlib import Path
 path = Path(sys.argv[1])
 rows = {r["bias"]: r["step_ms"] for r in json.loads(path.read_text())["rows"]} if path.is_file() else {}
-print("flex" if "flex" in rows and "gather" in rows and rows["flex"] < 0.95 * rows["gather"] else "gather")
+print(1 if "flex" in rows and "gather" in rows and rows["flex"] < 0.95 * rows["gather"] else 0)
 EOF
 )
-  if [ "$KERNEL" = flex ]; then
+  if [ "$FLEX" = 1 ]; then
     # flex only where its test ran and passed (skipped, as off a GPU, is not passed)
     timeout "${FLEX_TEST_LIMIT:-90}" $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py \
       -k "flex and $FAMILY" > "$OUT/pytest-flex.log" 2>&1
-    tail -1 "$OUT/pytest-flex.log" | grep -Eq "^[0-9]+ passed(, [0-9]+ warnings?)? in" || KERNEL=gather
+    tail -1 "$OUT/pytest-flex.log" | grep -Eq "^[0-9]+ passed(, [0-9]+ warnings?)? in" || FLEX=0
     echo "flex GPU test: $(tail -1 "$OUT/pytest-flex.log")"
   fi
 fi
-echo "disentangled kernel: $KERNEL at ${SECONDS}s" | tee -a "$OUT/one-call.txt"
-echo "$KERNEL" > "$WORK/kernel.txt"
+echo "flex attention: $FLEX at ${SECONDS}s" | tee -a "$OUT/one-call.txt"
+echo "$FLEX" > "$WORK/flex.txt"
 
 # 0b. what each of the recipe's pieces costs its step: the step with one piece out at a time, and with all out
 # (benchmarks/switch_cost.py), so that a faster step is looked for where the time is
@@ -105,15 +106,15 @@ echo "compile_time exit $? at ${SECONDS}s"; cat "$OUT/compile.log"
 
 # the scope to train in: compiled blocks when their steady step, over the steps the time left allows, repays the
 # compile (which training pays again: compile_time compiled with caches off); eager otherwise, or when it failed
-read -r SCOPE COMPILE_S < <($PY - "$OUT/compile.json" "$FAMILY" "$(left)" "$KERNEL" "$OUT/profile.json" <<'EOF'
+read -r SCOPE COMPILE_S < <($PY - "$OUT/compile.json" "$FAMILY" "$(left)" "$FLEX" "$OUT/profile.json" <<'EOF'
 import json, sys
 from pathlib import Path
-path, family, left, kernel, profile = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4], Path(sys.argv[5])
+path, family, left, flex, profile = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4] == "1", Path(sys.argv[5])
 rows = {r["scope"]: r for r in json.loads(path.read_text())["rows"]} if path.is_file() else {}
-if kernel != "gather" and "eager" in rows and profile.is_file():  # the step timed with the gathered bias, rescaled
+if flex and "eager" in rows and profile.is_file():  # the step timed with the gathered bias, rescaled
     by_bias = {r["bias"]: r["step_ms"] for r in json.loads(profile.read_text())["rows"]}
-    if kernel in by_bias and "gather" in by_bias:
-        rows["eager"]["step_ms"] *= by_bias[kernel] / by_bias["gather"]
+    if "flex" in by_bias and "gather" in by_bias:
+        rows["eager"]["step_ms"] *= by_bias["flex"] / by_bias["gather"]
     rows.pop("layers", None)  # block by block was timed with the gathered bias
 eager, layers = rows.get("eager"), rows.get("layers")
 repays = (eager is not None and layers is not None
@@ -121,13 +122,13 @@ repays = (eager is not None and layers is not None
 scope = "layers" if repays else "eager"
 row = rows.get(scope)
 speed = {"rows": [{"case": f"babylm {family} recipe", "step_ms": row["step_ms"], "scope": scope,
-                   "disentangled_kernel": kernel}] if row else []}
+                   "flex_attention": flex}] if row else []}
 (path.parent / "train-speed.json").write_text(json.dumps(speed, indent=2) + "\n")
 print(scope, round(layers["compile_s"]) if repays else 0)
 EOF
 )
 SCOPE=${SCOPE:-eager} COMPILE_S=${COMPILE_S:-0}
-SET="${BABYLM_SET:-} run.disentangled_kernel=$KERNEL"
+SET="${BABYLM_SET:-} run.flex_attention=$([ "$FLEX" = 1 ] && echo true || echo false)"
 [ "$SCOPE" = layers ] && SET="$SET run.compile=true run.compile_scope=layers"
 [ "$SCOPE" = eager ] && SET="$SET run.compile=false"
 

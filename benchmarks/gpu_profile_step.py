@@ -8,7 +8,8 @@ trained in 24 s and then spent the rest of its 110-s limit building its table.
 
 `--bias gather one-hot` profiles the step once per kernel of the disentangled score bias
 (attention/disentangled.py: torch.gather, whose backward is an atomic scatter-add on a GPU, or one-hot matrix
-products), in one run.
+products), in one run; `flex` profiles it with no bias at all, through FlexAttention (run.flex_attention,
+attention/flex.py: the terms and the mask read inside its kernel; a CUDA device only).
 
     python3 benchmarks/gpu_profile_step.py --device cuda --out profile.json            # about a minute on an H200
     python3 benchmarks/gpu_profile_step.py --device cuda --families gpt-bert tta --bias gather one-hot
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
 from gpu_train_speed import Cases, shapes  # noqa: E402
 
-from maskplay.nn.attention import disentangled  # noqa: E402
+from maskplay.nn.attention import disentangled, flex  # noqa: E402
 
 # the CUDA runtime calls that block the host until the device has caught up, and the operators that read a device
 # value back (item(), bool(), int() of a tensor; nonzero and boolean indexing, whose output size the host must learn)
@@ -48,7 +49,8 @@ def device_time(event) -> float:  # noqa: ANN001
 
 
 def profile_case(family: str, bias: str, args: argparse.Namespace) -> dict:
-    disentangled.bias_kernel = bias
+    disentangled.bias_kernel = "gather" if bias == "flex" else bias
+    flex.enabled = bias == "flex"
     device = torch.device(args.device)
     shape = replace(shapes(args.tiny)["babylm"], **({"batch": args.batch} if args.batch else {}),
                     **({"seq_len": args.seq_len} if args.seq_len else {}))
@@ -105,7 +107,7 @@ def show(row: dict) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--families", nargs="+", default=["gpt-bert"], choices=["gpt", "bert", "tta", "gpt-bert"])
-    p.add_argument("--bias", nargs="+", default=["gather"], choices=disentangled.BIAS_KERNELS)
+    p.add_argument("--bias", nargs="+", default=["gather"], choices=[*disentangled.BIAS_KERNELS, "flex"])
     p.add_argument("--device", default="cuda")
     p.add_argument("--batch", type=int, default=0, help="rows a step (default: the recipe's 256; 4 with --tiny)")
     p.add_argument("--seq-len", type=int, default=0)

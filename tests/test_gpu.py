@@ -152,24 +152,36 @@ def test_a_recipe_training_step_on_the_gpu_has_the_cpus_loss_and_gradients(famil
             torch.testing.assert_close(g.cpu(), w, atol=1e-4, rtol=1e-3, msg=name)
 
 
+PLAIN = dict(hidden_dropout=0.0, attention_dropout=0.0)
+
+
 @pytest.mark.skipif(DEVICE != "cuda", reason="FlexAttention's backward runs on a CUDA device only")
-@pytest.mark.parametrize("family", ["gpt", "bert", "tta", "gpt-bert"])
-def test_a_recipe_training_step_through_flex_attention_has_the_cpus_loss_and_gradients(family):
-    """run.disentangled_kernel = "flex" (attention/disentangled.py): FlexAttention compiled, the position terms read
-    inside it (their gradients by its captured-buffer backward), the family's mask as a block mask; against the CPU's
-    step through SDPA with the gathered bias."""
-    from maskplay.nn.attention import disentangled
+@pytest.mark.parametrize(("family", "switches"), [("gpt", RECIPE), ("bert", RECIPE), ("tta", RECIPE),
+                                                  ("gpt-bert", RECIPE), ("tta", PLAIN), ("gpt-bert", PLAIN)])
+def test_a_training_step_through_flex_attention_has_the_cpus_loss_and_gradients(family, switches):
+    """run.flex_attention (attention/flex.py): FlexAttention compiled, the mask as a block mask and, for the recipes,
+    the disentangled terms read inside it (their gradients by its captured-buffer backward); against the CPU's step
+    through SDPA (with the gathered bias), in fp32, then in bf16 autocast against SDPA's step on the GPU."""
+    from maskplay.nn.attention import flex
 
     # the recipes' head width (64; Triton's kernels need at least 16) and length (128), padded rows beside a full one
-    model = tiny(family, **RECIPE, hidden_size=128, num_heads=2, intermediate_size=256, max_position=128).train()
+    model = tiny(family, **switches, hidden_size=128, num_heads=2, intermediate_size=256, max_position=128).train()
     ids, mask = batch_of(model, [128, 100, 120])
     batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
+    if family == "gpt-bert":  # both modes in the batch
+        batch["causal_rows"] = torch.tensor([True, False, False])
     want = model(**batch).loss
     want_grads = torch.autograd.grad(want, list(model.parameters()), allow_unused=True)
     model.to(DEVICE)
-    with disentangled.kernel("flex"):
-        got = model(**moved(batch, DEVICE)).loss
-        got_grads = torch.autograd.grad(got, list(model.parameters()), allow_unused=True)
+    calls, attend = [], flex.attend
+    flex.attend = lambda *a: calls.append(1) or attend(*a)
+    try:
+        with flex.using(True):
+            got = model(**moved(batch, DEVICE)).loss
+            got_grads = torch.autograd.grad(got, list(model.parameters()), allow_unused=True)
+    finally:
+        flex.attend = attend
+    assert calls  # the step went through FlexAttention
     # to 1e-3: FlexAttention's kernels may multiply fp32 in TF32 whatever the fixture says (a wrong gradient is off
     # by its own size)
     torch.testing.assert_close(got.cpu(), want, atol=1e-3, rtol=1e-3)
@@ -177,14 +189,14 @@ def test_a_recipe_training_step_through_flex_attention_has_the_cpus_loss_and_gra
         assert (g is None) == (w is None), name
         if w is not None:
             torch.testing.assert_close(g.cpu(), w, atol=1e-3, rtol=1e-2, msg=name)
-    # and in bf16 autocast, as the recipes train: against the gathered bias's step on the GPU, to bf16's precision
+    # and in bf16 autocast, as the recipes train: against SDPA's step on the GPU, to bf16's precision
     steps = {}
-    for name in ("gather", "flex"):
-        with disentangled.kernel(name):
+    for on in (False, True):
+        with flex.using(on):
             loss = forward_in(model, "bf16-autocast", **moved(batch, DEVICE)).loss
-            steps[name] = (loss.float(), torch.autograd.grad(loss, list(model.parameters()), allow_unused=True))
-    (loss_g, grads_g), (loss_f, grads_f) = steps["gather"], steps["flex"]
-    torch.testing.assert_close(loss_f, loss_g, atol=2e-2, rtol=2e-2)
-    for (name, _), f, g in zip(model.named_parameters(), grads_f, grads_g, strict=True):
+            steps[on] = (loss.float(), torch.autograd.grad(loss, list(model.parameters()), allow_unused=True))
+    (loss_s, grads_s), (loss_f, grads_f) = steps[False], steps[True]
+    torch.testing.assert_close(loss_f, loss_s, atol=2e-2, rtol=2e-2)
+    for (name, _), f, g in zip(model.named_parameters(), grads_f, grads_s, strict=True):
         if g is not None:
             assert float((f.float() - g.float()).norm()) <= 5e-2 * float(g.float().norm()) + 1e-6, name

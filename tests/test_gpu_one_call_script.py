@@ -43,8 +43,8 @@ def test_gpu_one_call_script_dry_run_on_the_cpu(tmp_path):
     assert [r["variant"] for r in switches] == ["recipe", "no DenseFormer (plain residual)", "plain (every piece out)",
                                                 "recipe (again)"]
     assert all(r["step_ms"] > 0 for r in switches) and switches[-1]["vs_recipe"] == 1.0
-    assert [(r["scope"], r["disentangled_kernel"]) for r in json.loads(files["train-speed.json"])["rows"]] == [
-        ("eager", "gather")]
+    assert [(r["scope"], r["flex_attention"]) for r in json.loads(files["train-speed.json"])["rows"]] == [
+        ("eager", False)]
     summary = json.loads(files["babylm.json"])
     (family,) = summary["families"]
     assert family["family"] == "gpt-bert" and family["words_seen"] >= 3000, family
@@ -61,8 +61,8 @@ def test_one_run_over_two_commands_resumes_and_finishes(tmp_path):
     reaches the words budget and scores it: the two parts' steps add up to one run's."""
     base = {**dry_run_env(tmp_path), "PROFILE": "0", "SWITCHES": "0", "PACK": "0", "BLIMP_METHODS": "", "GPT2": "0"}
     runs = {}
-    # a profile that timed FlexAttention faster: part 1 tries it, but its GPU test is skipped on a CPU, so the
-    # gathered bias trains, and part 2 keeps part 1's choice
+    # a profile that timed FlexAttention faster: part 1 tries it, but its GPU test is skipped on a CPU, so SDPA with
+    # the gathered bias trains, and part 2 keeps part 1's choice
     (tmp_path / "out1").mkdir()
     (tmp_path / "out1" / "profile.json").write_text(json.dumps({"rows": [{"bias": "gather", "step_ms": 100.0},
                                                                          {"bias": "flex", "step_ms": 50.0}]}))
@@ -76,8 +76,8 @@ def test_one_run_over_two_commands_resumes_and_finishes(tmp_path):
     (first, log1), (second, log2) = runs["1"], runs["2"]
     assert first["steps"] == 7 and "blimp_dev_macro" not in first, log1  # stopped at its step, nothing scored
     assert "part 2 of 2: from step 7" in log2
-    assert "flex GPU test: " in log1 and "disentangled kernel: gather" in log1, log1
-    assert "flex GPU test: " not in log2 and "disentangled kernel: gather" in log2, log2
+    assert "flex GPU test: " in log1 and "flex attention: 0" in log1, log1
+    assert "flex GPU test: " not in log2 and "flex attention: 0" in log2, log2
     plan = json.loads((tmp_path / "out2" / "babylm.json").read_text())["plan"]["plans"][0]
     assert second["steps"] == plan["max_steps"] > 7 and second["words_seen"] >= 3000, log2
     assert "reached run.max_words=3,000" in second["ended"] and 0 <= second["blimp_dev_macro"] <= 100

@@ -1,8 +1,7 @@
 """The disentangled score bias read through one-hot matrix products (attention/disentangled.py, bias_kernel =
 "one-hot") gives torch.gather's values and gradients: for a bare bias over random queries and keys, and for a whole
-GPT-BERT recipe training step (loss and every parameter's gradient). FlexAttention's kernel ("flex": the terms read
-inside the attention, never a bias) gives the same losses under every family's mask, without gradients on this CPU
-(its gradients: tests/test_gpu.py)."""
+GPT-BERT recipe training step (loss and every parameter's gradient). FlexAttention instead of a bias:
+tests/nn/test_flex_attention.py."""
 
 from __future__ import annotations
 
@@ -73,69 +72,3 @@ def test_a_recipe_step_is_the_same_with_either_kernel(kernel, monkeypatch):
     for name in grads_g:
         torch.testing.assert_close(grads_h[name], grads_g[name], rtol=0, atol=1e-10, msg=name)
 
-
-FLEX_CONFIG = dict(vocab_size=64, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position=32,
-                   positions="disentangled", norm_placement="pre", ffn="geglu", denseformer=True, hidden_dropout=0.0,
-                   attention_dropout=0.0)
-
-
-@pytest.mark.parametrize("family", ["gpt-bert", "tta", "bert", "gpt"])
-def test_flex_attention_gives_the_biased_sdpa_losses_under_every_mask(kernel, monkeypatch, family):
-    """GPT-BERT's mixed batch (causal rows beside masked ones), T-TA's no-diagonal mask, BERT's and GPT's, with padding:
-    the training loss through FlexAttention equals the one through SDPA with the gathered bias."""
-    ids = torch.randint(7, 64, (4, 16), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones(4, 16, dtype=torch.bool)
-    mask[1, 11:] = False
-    mask[3, 5:] = False
-    torch.manual_seed(0)
-    model = build_model(ModelConfig(family=family, **FLEX_CONFIG)).train()
-    batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(2))
-    if family == "gpt-bert":  # both modes in the batch, whatever the draw gave
-        batch["causal_rows"] = torch.tensor([True, False, True, False])
-    flex, calls = disentangled.flex_attend, []
-    monkeypatch.setattr(disentangled, "flex_attend", lambda *a: calls.append(1) or flex(*a))
-    losses = {}
-    with torch.no_grad():
-        for name in ("gather", "flex"):
-            kernel(name)
-            losses[name] = model(**batch).loss
-    assert len(calls) == FLEX_CONFIG["num_layers"]  # every layer's attention went through FlexAttention
-    torch.testing.assert_close(losses["flex"], losses["gather"], rtol=1e-5, atol=1e-5)
-
-
-def test_flex_attention_is_the_biased_sdpa_call():
-    """flex_attend against SDPA with the gathered bias, on random tables large enough to matter, a shared and a
-    per-row index, a random mask per row with a row that sees one key only; and a shifted index changes it."""
-    torch.manual_seed(0)
-    B, heads, L, R, d = 3, 2, 16, 7, 8
-    q, k, v = (torch.randn(B, heads, L, d) for _ in range(3))
-    c2p, p2c = torch.randn(B, heads, L, R), torch.randn(B, heads, L, R)
-    mask = torch.rand(B, 1, L, L) > 0.3
-    mask[..., 0] = True
-    mask[2, 0, 5] = False
-    mask[2, 0, 5, 3] = True
-    scale = (3 * d) ** -0.5
-    for index in (torch.randint(0, R, (1, L, L)), torch.randint(0, R, (B, L, L))):
-        full = index.expand(B, L, L)[:, None].expand(B, heads, L, L)
-        bias = (c2p.gather(-1, full) + p2c.gather(-1, full.transpose(-1, -2)).transpose(-1, -2)) * scale
-        expected = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias.masked_fill(~mask, float("-inf")), scale=scale)
-        got = disentangled.flex_attend(q, k, v, mask, c2p, p2c, index, scale)
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-        shifted = disentangled.flex_attend(q, k, v, mask, c2p, p2c, (index + 1) % R, scale)
-        assert not torch.allclose(shifted, expected, atol=1e-3)
-
-
-def test_flex_attention_trains_on_a_gpu_only_and_the_kernel_is_named(kernel):
-    model = build_model(ModelConfig(family="bert", **FLEX_CONFIG)).train()
-    ids = torch.randint(7, 64, (2, 8), generator=torch.Generator().manual_seed(0))
-    batch = model.training_batch(ids, torch.ones(2, 8, dtype=torch.bool), generator=torch.Generator().manual_seed(0))
-    kernel("flex")
-    with pytest.raises(ValueError, match="trains on a CUDA device only"):
-        model(**batch)
-    with pytest.raises(ValueError, match="must be one of"):
-        with disentangled.kernel("flash"):
-            pass
-    with disentangled.kernel("one-hot"):
-        assert disentangled.bias_kernel == "one-hot"
-    assert disentangled.bias_kernel == "flex"

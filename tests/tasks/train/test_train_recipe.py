@@ -380,22 +380,29 @@ def test_lamb_on_all_tensors_at_once_is_the_per_tensor_loop():
     assert (together[0] - start).abs().min() > 0  # both moved every weight: the comparison is not of two no-ops
 
 
-def test_the_disentangled_kernel_is_the_runs_and_flex_is_refused_off_a_gpu(data, tmp_path, monkeypatch):
-    """run.disentangled_kernel holds for the run (the one-hot products ran in every layer), the same weights as the
-    gathered bias's, and the module's choice is back after it; "flex" on a CPU is one line naming the field."""
-    from maskplay.nn.attention import disentangled
-    from maskplay.tasks.train.config import DISENTANGLED_KERNELS
+def test_flex_attention_is_the_runs_switch_and_refused_off_a_gpu(data, tmp_path, monkeypatch):
+    """run.flex_attention holds while the run trains (flex.enabled inside Trainer.run, as a CUDA process would see
+    it) and not after it; on a CPU the run stops at its start with one line naming the field."""
+    from maskplay.nn.attention import flex
+    from maskplay.tasks.train import loop
 
-    assert DISENTANGLED_KERNELS == disentangled.BIAS_KERNELS
-    one_hot, calls = disentangled.F.one_hot, []
-    monkeypatch.setattr(disentangled.F, "one_hot", lambda *a: calls.append(1) or one_hot(*a))
-    extra = [*NO_DROPOUT, "model.positions=disentangled", "optim.max_steps=3", "data.pack=true"]
-    gathered = train(small_config(data, tmp_path / "gather", *extra, family="gpt"))
-    assert not calls
-    hot = train(small_config(data, tmp_path / "hot", *extra, "run.disentangled_kernel=one-hot", family="gpt"))
-    assert calls and disentangled.bias_kernel == "gather"
-    assert_same_weights(weights(gathered.run_dir), weights(hot.run_dir), exact=False)
-    with pytest.raises(ValueError, match="run.disentangled_kernel = 'flex' trains on a CUDA device only"):
-        train(small_config(data, tmp_path / "flex", *extra, "run.disentangled_kernel=flex", family="gpt"))
-    with pytest.raises(ValueError, match="run.disentangled_kernel must be one of"):
-        small_config(data, tmp_path / "x", "run.disentangled_kernel=flash")
+    seen = []
+
+    class Recording:  # a trainer that only looks
+        metrics = None
+
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def run(self) -> str:
+            seen.append(flex.enabled)
+            return "ran"
+
+    with monkeypatch.context() as patch:
+        patch.setattr(loop, "setup_processes", lambda *a: Dist(device=torch.device("cuda")))
+        for on in (True, False):
+            assert train(small_config(data, tmp_path / f"run-{on}", f"run.flex_attention={str(on).lower()}"),
+                         trainer_class=Recording) == "ran"
+    assert seen == [True, False] and not flex.enabled
+    with pytest.raises(ValueError, match="run.flex_attention = true trains on a CUDA device only"):
+        train(small_config(data, tmp_path / "cpu", "run.flex_attention=true"))

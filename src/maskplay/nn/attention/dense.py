@@ -14,6 +14,7 @@ from ...runtime.quant import Int8Linear, concatenated_int8
 from ..dropout import dropout
 from ..norms import make_norm
 from ..positions import RelativePositions, attend_with_term
+from . import flex
 from .adaptive_span import AdaptiveSpan
 from .inputs import PassInputs
 from .long_attention import BandedMask, span_mask
@@ -185,6 +186,8 @@ def sdpa_known(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kind: str | None) 
         return F.scaled_dot_product_attention(q, k, v)
     if kind == "causal" and q.shape[-2] == k.shape[-2]:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if flex.enabled:  # run.flex_attention: the mask read inside FlexAttention's kernel
+        return flex.attend(q, k, v, mask)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 

@@ -12,82 +12,35 @@ inference, PLL's last-layer rows and the key/value cache (the cached keys' own a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from ..dropout import dropout
 from ..positions import PassPositions
+from . import flex
 from .dense import Attention, split_heads
 from .inputs import PassInputs
 
-# How the position terms reach the scores (a choice of kernel, not a model switch: the values are the same), which
-# benchmarks/gpu_profile_step.py --bias compares on a GPU and run.disentangled_kernel trains with:
-# - "gather": each pair's table row by torch.gather into a (B, heads, Lq, Lk) bias, SDPA with it as attn_mask (the
-#   gather's backward an atomic scatter-add on a GPU);
-# - "one-hot": the bias by batched matrix products with the pairs' one-hot rows (no atomics, more FLOPs; only for an
-#   index shared by the batch, else "gather");
-# - "flex": FlexAttention, the position terms read inside the attention kernel at each pair's table row (score_mod)
-#   and the mask as a block mask (mask_mod), the bias never materialised; compiled on a GPU. On a CPU torch's
-#   FlexAttention has no backward (torch 2.13), so it runs there only without gradients (eagerly: slow, for tests).
-BIAS_KERNELS = ("gather", "one-hot", "flex")
+# How DisentangledScores.bias reads each pair's table row: "gather" (torch.gather, whose backward is an atomic
+# scatter-add on a GPU) or "one-hot" (batched matrix products with the pairs' one-hot rows: no atomics, more FLOPs,
+# slower on a CPU; only for an index shared by the batch). Not a model switch (the values are the same): a choice of
+# kernel that benchmarks/gpu_profile_step.py --bias compares on a GPU. With run.flex_attention (attention/flex.py)
+# there is no bias: FlexAttention reads each pair's terms inside its kernel (position_terms).
+BIAS_KERNELS = ("gather", "one-hot")
 bias_kernel = "gather"
 
 
-@contextmanager
-def kernel(name: str) -> Iterator[None]:
-    """bias_kernel set to `name` inside the block (run.disentangled_kernel, for one run), and back after it."""
-    global bias_kernel
-    if name not in BIAS_KERNELS:
-        raise ValueError(f"the disentangled attention kernel must be one of {BIAS_KERNELS}, got {name!r}")
-    before, bias_kernel = bias_kernel, name
-    try:
-        yield
-    finally:
-        bias_kernel = before
-
-
-_compiled_flex: Callable[..., Tensor] | None = None
-_last_block_mask: tuple[Tensor, object] | None = None  # (the mask, its block mask): every layer of a pass shares one
-
-
-def flex_attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, c2p: Tensor, p2c: Tensor, index: Tensor,
-                scale: float) -> Tensor:
-    """Attention with the disentangled terms added inside FlexAttention: score(i, j) = scale (q_i . k_j +
-    c2p[i, index(i, j)] + p2c[j, index(i, j)]) where mask(i, j); c2p (B, h, Lq, R), p2c (B, h, Lk, R), index (1 or
-    B, Lq, Lk), mask (1 or B, 1 or h, Lq, Lk) boolean. The same values as the bias handed to SDPA."""
-    global _compiled_flex, _last_block_mask
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-    if q.device.type != "cuda" and torch.is_grad_enabled() and q.requires_grad:
-        raise ValueError("the 'flex' disentangled attention kernel trains on a CUDA device only (torch's CPU "
-                         "FlexAttention has no backward); use run.disentangled_kernel = 'gather' here")
-    B, heads, Lq, Lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    shared, batch_mask, head_mask = index.shape[0] == 1, mask.shape[0] > 1, mask.shape[1] > 1
-    # the terms in fp32, as the scores they join: their gradients are atomic adds inside the kernel's backward, which
-    # bf16 would round at every add
-    c2p, p2c = c2p.float(), p2c.float()
+def position_terms(c2p: Tensor, p2c: Tensor, index: Tensor, scale: float) -> flex.ScoreMod:
+    """FlexAttention's score_mod: score(i, j) + scale (c2p[i, index(i, j)] + p2c[j, index(i, j)]); c2p (B, h, Lq,
+    R), p2c (B, h, Lk, R), index (1 or B, Lq, Lk). The terms in fp32, as the scores they join: their gradients are
+    atomic adds inside the kernel's backward, which bf16 would round at every add."""
+    c2p, p2c, shared = c2p.float(), p2c.float(), index.shape[0] == 1
 
     def score_mod(score: Tensor, b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
         r = index[0, i, j] if shared else index[b, i, j]
         return score + (c2p[b, h, i, r] + p2c[b, h, j, r]) * scale
 
-    def mask_mod(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
-        return mask[b if batch_mask else 0, h if head_mask else 0, i, j]
-
-    if _last_block_mask is None or _last_block_mask[0] is not mask:
-        block = create_block_mask(mask_mod, B if batch_mask else None, heads if head_mask else None, Lq, Lk,
-                                  device=q.device, _compile=q.device.type == "cuda")
-        _last_block_mask = (mask, block)
-    if q.device.type == "cuda":
-        _compiled_flex = _compiled_flex or torch.compile(flex_attention, dynamic=False)
-        attend = _compiled_flex
-    else:
-        attend = flex_attention
-    return attend(q, k, v, score_mod=score_mod, block_mask=_last_block_mask[1], scale=scale)
+    return score_mod
 
 
 class DisentangledScores:
@@ -124,8 +77,9 @@ class DisentangledScores:
         if positions is None or positions.relative is None:
             raise ValueError("disentangled attention needs the pass's relative positions (PassPositions.relative)")
         scale = (3 * q.shape[-1]) ** -0.5
-        if bias_kernel == "flex" and not (training and dropout_p > 0):
-            return flex_attend(q, k, v, mask, *self.tables(q, k), positions.relative.index, scale)
+        if flex.enabled and not (training and dropout_p > 0):
+            terms = position_terms(*self.tables(q, k), positions.relative.index, scale)
+            return flex.attend(q, k, v, mask, terms, scale)
         bias = self.bias(q, k, positions.relative.index).mul_(scale).masked_fill_(~mask, float("-inf"))
         if training and dropout_p > 0:
             scores = (q @ k.transpose(-1, -2)).mul_(scale).add_(bias)

@@ -31,7 +31,6 @@ OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "cosine-cooldown")
 PRECISIONS = (AUTO, *(p.value for p in Precision if p.trainable))  # auto, fp32, bf16, bf16-autocast
 COMPILE_SCOPES = ("step", "layers")  # run.compile_scope
-DISENTANGLED_KERNELS = ("gather", "one-hot", "flex")  # run.disentangled_kernel (nn/attention/disentangled.py's)
 # ModelConfig fields that come from the tokenizer of the data, never from the training config.
 TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "eos_token_id", "unk_token_id", "sos_token_id", "mask_token_id",
                     "sep_token_id", "special_token_ids")
@@ -264,10 +263,10 @@ class RunSection:
     # "layers" (each block alone, one compiled code reused by every layer, the rest eager: a compile that costs one
     # block, not num_layers; nn/regional.py). docs/TRAINING.md and docs/BENCHMARKS.md ("Compiling a recipe") compare them
     compile_scope: str = "step"
-    # how disentangled attention (model.positions = "disentangled") adds its position terms: "gather" (a bias handed
-    # to SDPA) | "one-hot" (that bias by one-hot products) | "flex" (FlexAttention, the terms read inside the kernel,
-    # no bias; a CUDA device only). The same values; nn/attention/disentangled.py, docs/BENCHMARKS.md
-    disentangled_kernel: str = "gather"
+    # attention under a materialised mask (T-TA's, GPT-BERT's mixed batches, UniLM's, padding, and disentangled
+    # attention's position terms) through FlexAttention, compiled: the mask and the terms read inside the kernel, no
+    # score bias. The same values; a CUDA device only. nn/attention/flex.py, docs/TRAINING.md
+    flex_attention: bool = False
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA needs it for bitwise resumes)
     threads: int | None = None  # torch.set_num_threads; None leaves torch's default
     progress: bool = True  # tqdm progress bar on stderr (rank 0)
@@ -305,9 +304,6 @@ class RunSection:
             raise ValueError(f"run.memory_length must be >= 0 (0 = no memory), got {self.memory_length}")
         if self.threads is not None and self.threads <= 0:
             raise ValueError(f"run.threads must be positive, got {self.threads}")
-        if self.disentangled_kernel not in DISENTANGLED_KERNELS:
-            raise ValueError(f"run.disentangled_kernel must be one of {DISENTANGLED_KERNELS}, got "
-                             f"{self.disentangled_kernel!r}")
         if self.compile_scope not in COMPILE_SCOPES:
             raise ValueError(f"run.compile_scope must be one of {COMPILE_SCOPES}, got {self.compile_scope!r}")
         if self.compile_scope == "layers" and self.memory_length:
@@ -416,7 +412,7 @@ RESUMABLE_CHANGES = frozenset({
     "data.tokenizer",
     "run.out_dir", "run.eval_every", "run.eval_batches", "run.save_every", "run.keep_last", "run.log_every",
     "run.max_minutes", "run.stop_at_step", "run.max_words", "run.checkpoint_at_words", "run.device", "run.threads",
-    "run.progress", "run.tensorboard", "run.compile", "run.compile_scope", "run.disentangled_kernel",
+    "run.progress", "run.tensorboard", "run.compile", "run.compile_scope", "run.flex_attention",
     "run.deterministic", "run.dist_timeout_s",
 })
 

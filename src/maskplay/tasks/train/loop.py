@@ -33,7 +33,7 @@ from torch import Tensor
 from ...data.dataset import TokenDataset
 from ...data.tokenizer import Tokenizer, load_tokenizer
 from ...families import MaskplayModel, build_model
-from ...nn.attention import disentangled
+from ...nn.attention import flex
 from ...nn.attention.long_attention import span_summary
 from ...runtime.files import prepare_output_dir
 from ...runtime.precision import forward_in
@@ -484,14 +484,14 @@ def train(config: TrainConfig, resume: bool = False, resume_from: str | Path | N
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it to be deterministic
         torch.use_deterministic_algorithms(True, warn_only=True)
     d = setup_processes(config.run.device, config.run.dist_timeout_s)
-    if config.run.disentangled_kernel == "flex" and d.device.type != "cuda":
-        raise ValueError(f"run.disentangled_kernel = 'flex' trains on a CUDA device only (torch's FlexAttention has "
-                         f"no backward on {d.device.type}); use 'gather' there")
+    if config.run.flex_attention and d.device.type != "cuda":
+        raise ValueError(f"run.flex_attention = true trains on a CUDA device only (torch's FlexAttention has no "
+                         f"backward on {d.device.type}); set it false there")
     make = trainer_class or Trainer
     trainer = None
     completed = False
     try:
-        with hold_run_directory(Path(config.run.out_dir), d), disentangled.kernel(config.run.disentangled_kernel):
+        with hold_run_directory(Path(config.run.out_dir), d), flex.using(config.run.flex_attention):
             trainer = make(config, d, resume=resume, resume_from=resume_from, stream=stream)
             result = trainer.run()
         completed = True

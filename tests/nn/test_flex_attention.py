@@ -1,0 +1,86 @@
+"""FlexAttention for attention under a materialised mask (nn/attention/flex.py, run.flex_attention): the same values
+as SDPA with the mask (and, for disentangled attention, the gathered position bias), for a bare call and for every
+family's training loss under its own mask. Without gradients on this CPU (torch's CPU FlexAttention has none);
+the gradients: tests/test_gpu.py on a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from maskplay.config import ModelConfig
+from maskplay.families import build_model
+from maskplay.nn.attention import disentangled, flex
+
+SMALL = dict(vocab_size=64, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position=32,
+             hidden_dropout=0.0, attention_dropout=0.0)
+RECIPE = dict(positions="disentangled", norm_placement="pre", ffn="geglu", denseformer=True)
+
+
+def random_mask(B: int, L: int) -> torch.Tensor:
+    """A random mask per row, every query seeing key 0; row 2's query 5 sees key 3 only."""
+    mask = torch.rand(B, 1, L, L, generator=torch.Generator().manual_seed(4)) > 0.3
+    mask[..., 0] = True
+    mask[2, 0, 5] = False
+    mask[2, 0, 5, 3] = True
+    return mask
+
+
+def test_flex_is_sdpa_under_the_mask_and_with_disentangled_terms():
+    """flex.attend against SDPA with the boolean mask, and with disentangled.position_terms against SDPA with the
+    gathered bias (a shared and a per-row index); a shifted index changes the result."""
+    torch.manual_seed(0)
+    B, heads, L, R, d = 3, 2, 16, 7, 8
+    q, k, v = (torch.randn(B, heads, L, d) for _ in range(3))
+    mask = random_mask(B, L)
+    torch.testing.assert_close(flex.attend(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                               rtol=1e-5, atol=1e-5)
+    c2p, p2c = torch.randn(B, heads, L, R), torch.randn(B, heads, L, R)
+    scale = (3 * d) ** -0.5
+    for index in (torch.randint(0, R, (1, L, L)), torch.randint(0, R, (B, L, L))):
+        full = index.expand(B, L, L)[:, None].expand(B, heads, L, L)
+        bias = (c2p.gather(-1, full) + p2c.gather(-1, full.transpose(-1, -2)).transpose(-1, -2)) * scale
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(~mask, float("-inf")),
+                                                  scale=scale)
+        got = flex.attend(q, k, v, mask, disentangled.position_terms(c2p, p2c, index, scale), scale)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        shifted = flex.attend(q, k, v, mask, disentangled.position_terms(c2p, p2c, (index + 1) % R, scale), scale)
+        assert not torch.allclose(shifted, expected, atol=1e-3)
+
+
+@pytest.mark.parametrize(("family", "switches"), [("gpt-bert", RECIPE), ("tta", RECIPE), ("bert", RECIPE),
+                                                  ("gpt", RECIPE), ("tta", {}), ("gpt-bert", {}), ("bert", {})])
+def test_a_familys_training_loss_is_the_same_through_flex(monkeypatch, family, switches):
+    """Every family's mask (GPT-BERT's causal rows beside masked ones, T-TA's no-diagonal mask, BERT's and GPT's),
+    with padding, with the recipes' disentangled positions and without them: the training loss through FlexAttention
+    equals SDPA's, and every layer's attention went through FlexAttention."""
+    ids = torch.randint(7, 64, (4, 16), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(4, 16, dtype=torch.bool)
+    mask[1, 11:] = False
+    mask[3, 5:] = False
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(family=family, **SMALL, **switches)).train()
+    batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(2))
+    if family == "gpt-bert":  # both modes in the batch, whatever the draw gave
+        batch["causal_rows"] = torch.tensor([True, False, True, False])
+    attend, calls = flex.attend, []
+    monkeypatch.setattr(flex, "attend", lambda *a: calls.append(1) or attend(*a))
+    losses = {}
+    with torch.no_grad():
+        for on in (False, True):
+            with flex.using(on):
+                losses[on] = model(**batch).loss
+    assert len(calls) == SMALL["num_layers"]
+    torch.testing.assert_close(losses[True], losses[False], rtol=1e-5, atol=1e-5)
+
+
+def test_flex_trains_on_a_gpu_only_and_is_switched_for_a_block():
+    model = build_model(ModelConfig(family="bert", **SMALL, **RECIPE)).train()
+    ids = torch.randint(7, 64, (2, 8), generator=torch.Generator().manual_seed(0))
+    batch = model.training_batch(ids, torch.ones(2, 8, dtype=torch.bool), generator=torch.Generator().manual_seed(0))
+    with flex.using(True):
+        assert flex.enabled
+        with pytest.raises(ValueError, match="FlexAttention trains on a CUDA device only"):
+            model(**batch)
+    assert not flex.enabled
