@@ -48,6 +48,7 @@ from common import PeakRSS, machine, matmul_peak  # noqa: E402
 from maskplay import preset  # noqa: E402
 from maskplay.families import build_model  # noqa: E402
 from maskplay.families.bert import mask_tokens  # noqa: E402
+from maskplay.nn.attention import flex  # noqa: E402
 from maskplay.runtime.flops import family_training_flops_per_token, training_flops_per_token  # noqa: E402
 from maskplay.runtime.precision import forward_in  # noqa: E402
 from maskplay.tasks.train.stepping import compile_forward  # noqa: E402
@@ -374,9 +375,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=10, help="timed steps per case")
     p.add_argument("--tiny", action="store_true", help="tiny shapes, for a dry run on a CPU")
     p.add_argument("--gpt2-batch", type=int, default=0, help="sequences a step at GPT-2 small's shape (default 16)")
+    p.add_argument("--flex", action="store_true",
+                   help="maskplay's cases with run.flex_attention: attention under a materialised mask (T-TA's, "
+                        "GPT-BERT's mixed batches, the recipes' disentangled terms) through FlexAttention; CUDA only")
     p.add_argument("--out", default=None, help="write the results as JSON here (after every case)")
     args = p.parse_args()
     device = torch.device(args.device)
+    flex.enabled = args.flex  # read by maskplay's attention only: the HuggingFace and litgpt cases are unchanged
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
