@@ -36,6 +36,9 @@ def test_flex_is_sdpa_under_the_mask_and_with_disentangled_terms():
     mask = random_mask(B, L)
     torch.testing.assert_close(flex.attend(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
                                rtol=1e-5, atol=1e-5)
+    mask[0, 0, 7, 2:] = False  # the same tensor written in place: its block mask is made again
+    torch.testing.assert_close(flex.attend(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                               rtol=1e-5, atol=1e-5)
     c2p, p2c = torch.randn(B, heads, L, R), torch.randn(B, heads, L, R)
     scale = (3 * d) ** -0.5
     for index in (torch.randint(0, R, (1, L, L)), torch.randint(0, R, (B, L, L))):

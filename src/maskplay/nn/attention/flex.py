@@ -22,18 +22,19 @@ enabled = False  # run.flex_attention: attention under a materialised mask goes 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 _compiled: Callable[..., Tensor] | None = None
-_last_block_mask: tuple[Tensor, object] | None = None  # (a mask, its block mask): every layer of a pass shares one
+# (a mask, its version, its block mask): every layer of a pass shares one mask
+_last_block_mask: tuple[Tensor, int, object] | None = None
 
 
 @contextmanager
 def using(on: bool) -> Iterator[None]:
     """`enabled` set to `on` inside the block (one run's run.flex_attention), and back after it."""
-    global enabled
+    global enabled, _last_block_mask
     before, enabled = enabled, bool(on)
     try:
         yield
     finally:
-        enabled = before
+        enabled, _last_block_mask = before, None
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, score_mod: ScoreMod | None = None,
@@ -55,14 +56,15 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, score_mod: ScoreMod | 
     def mask_mod(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
         return mask[b if batch_mask else 0, h if head_mask else 0, i, j]
 
-    # the mask's identity, not its values: a pass builds its mask once and hands the same tensor to every layer
-    if _last_block_mask is None or _last_block_mask[0] is not mask:
+    # a pass builds its mask once and hands the same tensor to every layer: the block mask is made again for another
+    # tensor, or for this one written in place since (its version counter moved)
+    if _last_block_mask is None or _last_block_mask[0] is not mask or _last_block_mask[1] != mask._version:
         block = create_block_mask(mask_mod, B if batch_mask else None, heads if head_mask else None, Lq, Lk,
                                   device=q.device, _compile=on_gpu)
-        _last_block_mask = (mask, block)
+        _last_block_mask = (mask, mask._version, block)
     if on_gpu:
         _compiled = _compiled or torch.compile(flex_attention, dynamic=False)
         kernel = _compiled
     else:
         kernel = flex_attention
-    return kernel(q, k, v, score_mod=score_mod, block_mask=_last_block_mask[1], scale=scale)
+    return kernel(q, k, v, score_mod=score_mod, block_mask=_last_block_mask[2], scale=scale)
