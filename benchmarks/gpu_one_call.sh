@@ -23,7 +23,7 @@
 #   PART=1 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # trains, checkpoints, stops
 #   PART=2 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # resumes, finishes, scores
 # Knobs: OUT, WORK, FAMILY (gpt-bert), PART (1 or 2), PART_STEPS (the steps a part trains: default what fits),
-# PROFILE (1), PROFILE_BIAS (the kernels profiled), FLEX (auto: 0a.), FLEX_TEST_LIMIT (90), SWITCHES (1: 0b.),
+# PROFILE (1), TRAIN (1; 0: steps 0-0b only), PROFILE_BIAS (the kernels profiled), FLEX (auto: 0a.), FLEX_TEST_LIMIT (90), SWITCHES (1: 0b.),
 # SWITCH_LIMIT (60), SWITCH_ARGS, GPT2 (1: GPT-2 small's case with the time left), GPT2_BATCH (64; session 20 measured 32: 42.9 % MFU),
 # DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), PROFILE_LIMIT (100), COMPILE_LIMIT (110), COMPILE_SCOPES (eager), PACK (1),
 # BLIMP_METHODS (more ways to score the final model: "pll" for GPT-BERT, empty for none), BLIMP_RAW (1: final-raw too,
@@ -67,7 +67,9 @@ fi
 # timed the step through it at least 5 % faster than with the gathered bias and its GPU test (loss and every
 # gradient against the CPU's) passes here first; SDPA with the gathered bias otherwise
 FLEX=${FLEX:-auto}
-[ "$FLEX" = auto ] && [ "${PART:-}" = 2 ] && [ -f "$WORK/flex.txt" ] && FLEX=$(cat "$WORK/flex.txt")  # part 1's
+# an earlier command's choice on this machine (PART=1's, or TRAIN=0's diagnostics) where this one profiles nothing
+[ "$FLEX" = auto ] && { [ "${PART:-}" = 2 ] || [ "${PROFILE:-1}" = 0 ]; } && [ -f "$WORK/flex.txt" ] \
+  && FLEX=$(cat "$WORK/flex.txt")
 if [ "$FLEX" = auto ]; then
   FLEX=$($PY - "$OUT/profile.json" <<'EOF'
 import json, sys
@@ -95,6 +97,13 @@ if [ "${SWITCHES:-1}" = 1 ]; then
   timeout "${SWITCH_LIMIT:-60}" $PY benchmarks/switch_cost.py --device "$DEVICE" --families "$FAMILY" \
     --out "$OUT/switch-cost.json" ${SWITCH_ARGS:-} > "$OUT/switch-cost.log" 2>&1
   echo "switch_cost exit $? at ${SECONDS}s"; grep -A20 "against the recipe" "$OUT/switch-cost.log"
+fi
+
+# TRAIN=0: the diagnostics alone (a first, short command; the next, with PROFILE=0 SWITCHES=0 on this machine while
+# it is warm, trains with the flex choice made here)
+if [ "${TRAIN:-1}" = 0 ]; then
+  echo "diagnostics done at ${SECONDS}s (TRAIN=0)"
+  exit 0
 fi
 
 # 1. the step eager (and compiled block by block with COMPILE_SCOPES="eager layers": session 20's H200 ran it no

@@ -82,3 +82,22 @@ def test_one_run_over_two_commands_resumes_and_finishes(tmp_path):
     assert second["steps"] == plan["max_steps"] > 7 and second["words_seen"] >= 3000, log2
     assert "reached run.max_words=3,000" in second["ended"] and 0 <= second["blimp_dev_macro"] <= 100
     assert "resum" in (tmp_path / "out2" / "train-gpt-bert.log").read_text().lower()
+
+
+def test_diagnostics_alone_then_training_reads_their_choice(tmp_path):
+    """TRAIN=0 stops after the diagnostics (here only the FlexAttention choice: a profile that timed it faster, its
+    GPU test skipped on a CPU, so 0), packing what it has; a later command that profiles nothing reads that choice."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "profile.json").write_text(json.dumps({"rows": [{"bias": "gather", "step_ms": 100.0},
+                                                           {"bias": "flex", "step_ms": 50.0}]}))
+    env = {**dry_run_env(tmp_path), "OUT": str(out), "PROFILE": "0", "SWITCHES": "0", "TRAIN": "0"}
+    result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_one_call.sh")], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "diagnostics done" in result.stdout, result.stdout[-2000:] + result.stderr
+    assert "flex GPU test: " in result.stdout and (tmp_path / "work" / "flex.txt").read_text().strip() == "0"
+    assert [p.name for p in out.iterdir()] == ["results.tgz"] and not (tmp_path / "work" / "gpt-bert").exists()
+    (tmp_path / "work" / "flex.txt").write_text("1\n")  # as a GPU's diagnostics would leave it
+    again = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_one_call.sh")], cwd=REPO,
+                           env={**env, "OUT": str(tmp_path / "out2")}, capture_output=True, text=True, timeout=120)
+    assert "flex attention: 1" in again.stdout and "flex GPU test: " not in again.stdout, again.stdout[-2000:]
