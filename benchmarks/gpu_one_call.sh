@@ -61,7 +61,10 @@ if [ "${PROFILE:-1}" = 1 ]; then
   timeout "${PROFILE_LIMIT:-100}" $PY benchmarks/gpu_profile_step.py --device "$DEVICE" --families "$FAMILY" \
     --bias $PROFILE_BIAS --out "$OUT/profile.json" ${PROFILE_ARGS:-} > "$OUT/profile.log" 2>&1
   echo "profile exit $? at ${SECONDS}s"; grep -v "^ \{2\}aten\|^USDT" "$OUT/profile.log" | head -12
+  cp "$OUT/profile.json" "$WORK/profile.json" 2>/dev/null  # for a later command on this machine (TRAIN=0's)
 fi
+PROFILE_JSON=$OUT/profile.json
+[ -f "$PROFILE_JSON" ] || PROFILE_JSON=$WORK/profile.json
 
 # 0a. whether to train through FlexAttention (run.flex_attention; FLEX: auto, 1, 0): with auto, where the profile
 # timed the step through it at least 5 % faster than with the gathered bias and its GPU test (loss and every
@@ -71,7 +74,7 @@ FLEX=${FLEX:-auto}
 [ "$FLEX" = auto ] && { [ "${PART:-}" = 2 ] || [ "${PROFILE:-1}" = 0 ]; } && [ -f "$WORK/flex.txt" ] \
   && FLEX=$(cat "$WORK/flex.txt")
 if [ "$FLEX" = auto ]; then
-  FLEX=$($PY - "$OUT/profile.json" <<'EOF'
+  FLEX=$($PY - "$PROFILE_JSON" <<'EOF'
 import json, sys
 from pathlib import Path
 path = Path(sys.argv[1])
@@ -115,7 +118,7 @@ echo "compile_time exit $? at ${SECONDS}s"; cat "$OUT/compile.log"
 
 # the scope to train in: compiled blocks when their steady step, over the steps the time left allows, repays the
 # compile (which training pays again: compile_time compiled with caches off); eager otherwise, or when it failed
-read -r SCOPE COMPILE_S < <($PY - "$OUT/compile.json" "$FAMILY" "$(left)" "$FLEX" "$OUT/profile.json" <<'EOF'
+read -r SCOPE COMPILE_S < <($PY - "$OUT/compile.json" "$FAMILY" "$(left)" "$FLEX" "$PROFILE_JSON" <<'EOF'
 import json, sys
 from pathlib import Path
 path, family, left, flex, profile = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4] == "1", Path(sys.argv[5])
