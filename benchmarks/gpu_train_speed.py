@@ -35,7 +35,7 @@ import gc
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import PeakRSS, machine, matmul_peak  # noqa: E402
 
 from maskplay import preset  # noqa: E402
+from maskplay.config import apply_overrides  # noqa: E402
 from maskplay.families import build_model  # noqa: E402
 from maskplay.families.bert import mask_tokens  # noqa: E402
 from maskplay.nn.attention import flex  # noqa: E402
@@ -129,12 +130,14 @@ class Cases:
     def maybe_compile(self, fn: Callable) -> Callable:
         return torch.compile(fn) if self.compile else fn
 
-    def ours(self, shape: Shape, family: str, recipe: bool = False) -> tuple[Callable[[], None], float]:
+    def ours(self, shape: Shape, family: str, recipe: bool = False, model_sets: Sequence[str] = (),
+             optim_sets: Sequence[str] = ()) -> tuple[Callable[[], None], float]:
         """With `recipe`, what `maskplay pretrain` runs for the family's strict-small config: its architecture,
         its optimizer (LAMB) and its run.compile and run.compile_scope (or --recipe-compile), minus the data
-        loading."""
+        loading. `model_sets` and `optim_sets` override the model config and the recipe's optim section
+        (switch_cost.py's variants; optimizer=adamw is fused AdamW with the recipe's settings)."""
         torch.manual_seed(0)
-        config = model_config(shape, family, recipe)
+        config = apply_overrides(model_config(shape, family, recipe), list(model_sets))
         model = build_model(config).to(self.device).train()
         mask = torch.ones(shape.batch, shape.seq_len, dtype=torch.bool)
         gen = torch.Generator().manual_seed(0)
@@ -145,7 +148,12 @@ class Cases:
             from maskplay.tasks.train.schedule import build_optimizer
 
             train_config = load_train_config(REPO / "configs" / "babylm" / f"strict-small-{family}.toml")
-            opt = build_optimizer(model, train_config.optim)
+            optim = apply_overrides(train_config.optim, list(optim_sets))
+            if optim.optimizer == "adamw":  # fused, as the plain cases'
+                opt = torch.optim.AdamW(model.parameters(), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,
+                                        weight_decay=optim.weight_decay, fused=self.fused)
+            else:
+                opt = build_optimizer(model, optim)
             scope = recipe_scope(self.args.recipe_compile, train_config.run)
             forward = compile_forward(forward, model, scope) if scope else forward
         else:
@@ -160,7 +168,7 @@ class Cases:
         probe = model.training_batch(self.batches(shape)[0], mask, generator=torch.Generator().manual_seed(0))
         forms = sdpa_forms(lambda: model(**{k: v.to(self.device) for k, v in probe.items()}))
         step = train_step(model, list(model.parameters()), loss_of, self.batches(shape), self.fused, opt)
-        return step, flops, {"attention": forms}
+        return step, flops, {"attention": forms, "parameters": sum(q.numel() for q in model.parameters())}
 
     def hf_gpt2(self, shape: Shape) -> tuple[Callable[[], None], float]:
         import transformers

@@ -28,11 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
-from gpu_train_speed import REPO, model_config, shapes, time_case, train_step  # noqa: E402
-
-from maskplay.config import apply_overrides  # noqa: E402
-from maskplay.families import build_model  # noqa: E402
-from maskplay.runtime.precision import forward_in  # noqa: E402
+from gpu_train_speed import Cases, shapes, time_case  # noqa: E402
 
 # each variant: (model overrides, optim overrides); the recipe's own values are configs/babylm/strict-small-*.toml's
 PIECES: dict[str, tuple[list[str], list[str]]] = {
@@ -65,34 +61,6 @@ def variants_for(family: str, chosen: list[str] | None) -> dict[str, tuple[list[
     return out
 
 
-def build_step(family: str, shape, model_sets: list[str], optim_sets: list[str], device: torch.device):  # noqa: ANN001, ANN201
-    """The recipe's training step with the overrides: a fresh masked batch on the host, moved as the trainer moves
-    it, forward in bf16 autocast, backward, clip, the recipe's optimizer (or the override's)."""
-    from maskplay.tasks.train import load_train_config
-    from maskplay.tasks.train.schedule import build_optimizer
-
-    torch.manual_seed(0)
-    config = apply_overrides(model_config(shape, family, recipe=True), model_sets)
-    model = build_model(config).to(device).train()
-    optim = apply_overrides(load_train_config(REPO / "configs" / "babylm" / f"strict-small-{family}.toml").optim,
-                            optim_sets)
-    if optim.optimizer == "adamw":  # fused, as gpu_train_speed.py's plain cases
-        opt = torch.optim.AdamW(model.parameters(), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,
-                                weight_decay=optim.weight_decay, fused=device.type in ("cuda", "cpu"))
-    else:
-        opt = build_optimizer(model, optim)
-    mask = torch.ones(shape.batch, shape.seq_len, dtype=torch.bool)
-    gen = torch.Generator().manual_seed(0)
-
-    def loss_of(ids: torch.Tensor) -> torch.Tensor:
-        batch = model.training_batch(ids, mask, generator=gen)
-        return forward_in(model, "bf16-autocast", **{k: v.to(device, non_blocking=True) for k, v in batch.items()}).loss
-
-    g = torch.Generator().manual_seed(0)
-    batches = [torch.randint(7, shape.vocab, (shape.batch, shape.seq_len), generator=g) for _ in range(2)]
-    return train_step(model, list(model.parameters()), loss_of, batches, fused=False, opt=opt), model
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--families", nargs="+", default=["gpt-bert"], choices=["gpt", "bert", "tta", "gpt-bert"])
@@ -112,16 +80,18 @@ def main() -> None:
     result = {"machine": machine(), "device": args.device, "torch": torch.__version__, "shape": vars(shape),
               "args": {k: v for k, v in vars(args).items() if k != "out"}, "rows": []}
     print(result["machine"], flush=True)
+    # gpu_train_speed.py --recipe's step, eager (as `maskplay pretrain` runs the recipes), its overrides the variant's
+    cases = Cases(argparse.Namespace(compile="off", recipe_compile="off"), device)
     for family in args.families:
         base = None
         variants = list(variants_for(family, args.pieces).items())
         # the recipe first and again last: the first case on a device also pays its warm-up (kernel choices, the
         # allocator's growth); the ratios are to the second, and the two together say how steady the timing was
         for name, (model_sets, optim_sets) in [*variants, ("recipe (again)", variants[0][1])]:
-            step, model = build_step(family, shape, model_sets, optim_sets, device)
+            step, _, info = cases.ours(shape, family, recipe=True, model_sets=model_sets, optim_sets=optim_sets)
             seconds, _, memory = time_case(step, device, args.warmup, args.steps)
-            params = sum(q.numel() for q in model.parameters())
-            del step, model
+            params = info["parameters"]
+            del step
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
