@@ -120,7 +120,7 @@ class Stepper:
         n_words = getattr(micro_batches, "words", 0)  # batches.MicroBatches
         flags = stop_flags()
         if d.enabled:
-            losses = read_back([o.total for o in outs if o.total is not None] + parts_of(outs))
+            losses = read_back(unread(outs))
             loss_sum = add_micro_parts(outs, losses, window)
             totals = all_reduce_sum(
                 d, torch.tensor([loss_sum, n_targets, n_tokens, n_words, *flags], dtype=torch.float64)).tolist()
@@ -132,7 +132,7 @@ class Stepper:
             g_targets, g_tokens, g_words, (g_signal, g_budget) = n_targets, n_tokens, n_words, flags
             check_targets(step, g_targets)
             norm = self._scaled_clipped_gradient(g_targets)
-            values = read_back([o.total for o in outs if o.total is not None] + parts_of(outs) + [norm])
+            values = read_back([*unread(outs), norm])
             g_loss = check_loss(add_micro_parts(outs, values[:-1], window))
             grad_norm = check_norm(values[-1])
         self.optimizer.step()
@@ -197,8 +197,9 @@ class MicroOut:
     parts: dict[str, Tensor]
 
 
-def parts_of(outs: list[MicroOut]) -> list[Tensor]:
-    return [v for o in outs for v in o.parts.values()]
+def unread(outs: list[MicroOut]) -> list[Tensor]:
+    """The micro-batches' losses, then their parts, in order: what add_micro_parts reads the values of."""
+    return [o.total for o in outs if o.total is not None] + [v for o in outs for v in o.parts.values()]
 
 
 def read_back(tensors: list[Tensor]) -> list[float]:
