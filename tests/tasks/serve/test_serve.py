@@ -270,15 +270,24 @@ def test_completions_sampling_n_and_seed(gpt):
 def test_concurrent_requests_are_batched_and_never_mixed(gpt, models):
     model, tokenizer = models["gpt-mini-wiki"]
     scorer = Scorer(model, tokenizer)
-    before = gpt.health()["batching"]
-    with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda s: gpt.post("/v1/score", json={"input": s}).json(), SENTENCES))
-    after = gpt.health()["batching"]
-    for s, answer, alone in zip(SENTENCES, answers, scorer.score(SENTENCES), strict=True):
-        assert answer["data"][0]["text"] == s
-        assert math.isclose(answer["data"][0]["log_prob"], alone.log_prob, rel_tol=1e-4)
-    assert after["requests"] - before["requests"] == 8
-    assert after["model_calls"] - before["model_calls"] < 8, after
+    expected = scorer.score(SENTENCES)
+    # A burst is gathered only when its requests reach the server while the model is busy; on a loaded 2-core
+    # machine one burst can arrive spread out enough to go one call per request, so three bursts get the chance
+    # (batching switched off, every burst costs eight calls and this fails).
+    calls = []
+    for _ in range(3):
+        before = gpt.health()["batching"]
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda s: gpt.post("/v1/score", json={"input": s}).json(), SENTENCES))
+        after = gpt.health()["batching"]
+        for s, answer, alone in zip(SENTENCES, answers, expected, strict=True):
+            assert answer["data"][0]["text"] == s
+            assert math.isclose(answer["data"][0]["log_prob"], alone.log_prob, rel_tol=1e-4)
+        assert after["requests"] - before["requests"] == 8
+        calls.append(after["model_calls"] - before["model_calls"])
+        if calls[-1] < 8:
+            break
+    assert min(calls) < 8, calls
     prompts = SENTENCES[:6]
     with ThreadPoolExecutor(6) as pool:
         texts = list(pool.map(lambda p: gpt.post("/v1/completions", json={
