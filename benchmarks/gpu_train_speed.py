@@ -50,9 +50,10 @@ from maskplay.config import apply_overrides  # noqa: E402
 from maskplay.families import build_model  # noqa: E402
 from maskplay.families.bert import mask_tokens  # noqa: E402
 from maskplay.nn.attention import flex  # noqa: E402
+from maskplay.nn.masks import rows_without_padding  # noqa: E402
 from maskplay.runtime.flops import family_training_flops_per_token, training_flops_per_token  # noqa: E402
 from maskplay.runtime.precision import forward_in  # noqa: E402
-from maskplay.tasks.train.stepping import compile_forward  # noqa: E402
+from maskplay.tasks.train.stepping import compile_forward, no_padding  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # bf16 dense tensor-core peaks (no sparsity), FLOP/s, by a name fragment of torch.cuda.get_device_name
@@ -156,13 +157,14 @@ class Cases:
                 opt = build_optimizer(model, optim)
             scope = recipe_scope(self.args.recipe_compile, train_config.run)
             forward = compile_forward(forward, model, scope) if scope else forward
-        else:
-            forward = self.maybe_compile(forward)
+        elif self.compile:  # as run.compile compiles it
+            forward = compile_forward(forward, model, "step")
 
         def loss_of(ids: torch.Tensor) -> torch.Tensor:
             # the family's inputs are made on the CPU and moved, as the trainer does (train/stepping.py)
             batch = model.training_batch(ids, mask, generator=gen)
-            return forward(**{k: v.to(self.device, non_blocking=True) for k, v in batch.items()}).loss
+            with rows_without_padding(no_padding(batch)):  # packed rows, as the trainer tells the forward
+                return forward(**{k: v.to(self.device, non_blocking=True) for k, v in batch.items()}).loss
 
         flops = shape.batch * shape.seq_len * family_training_flops_per_token(model.config, shape.seq_len)
         probe = model.training_batch(self.batches(shape)[0], mask, generator=torch.Generator().manual_seed(0))
@@ -179,6 +181,8 @@ class Cases:
                                       attn_implementation="sdpa")
         torch.manual_seed(0)
         model = transformers.GPT2LMHeadModel(cfg).to(self.device).train()
+        # named, so that its loss does not log "loss_type=None ... unrecognized", which breaks the compiled graph
+        model.loss_type = "ForCausalLM"
         forward = self.maybe_compile(model)
 
         def loss_of(ids: torch.Tensor) -> torch.Tensor:

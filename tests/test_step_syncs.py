@@ -112,3 +112,30 @@ def test_the_trainers_step_reads_the_device_once():
         trainer = {k: n for k, n in reads.items() if "stepping.py" in k}
         assert sum(trainer.values()) == 1, (family, reads)
         assert sum(reads.values()) == 1 + 3 * model_reads, (family, reads)
+
+
+def test_a_pass_told_its_rows_have_no_padding_does_not_read_the_mask_back():
+    """GPT's flash path (masks.sdpa_kind) asks whether the padding mask is all true: a read of the device's copy
+    and, under torch.compile, a graph break, unless the trainer, which checked the host's copy
+    (stepping.no_padding), says so (masks.rows_without_padding). Told False, it reads as before."""
+    from maskplay.config import ModelConfig
+    from maskplay.families import build_model
+    from maskplay.nn.masks import rows_without_padding
+    from maskplay.tasks.train.stepping import no_padding
+
+    model = build_model(ModelConfig(family="gpt", vocab_size=64, hidden_size=32, num_layers=2, num_heads=2,
+                                    intermediate_size=64, max_position=32)).train()
+    ids = torch.randint(7, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+    batch = model.training_batch(ids, torch.ones_like(ids, dtype=torch.bool))
+    padded = model.training_batch(ids, torch.arange(16).expand(2, 16) < 12)
+    assert no_padding(batch) and not no_padding(padded)
+
+    def reads(known: bool) -> list[str]:
+        def step(mode):
+            mode.mark(batch.values())
+            with rows_without_padding(known):
+                model(**batch).loss.backward()
+
+        return [k for k in step_syncs.count_reads(step, list(model.parameters())) if "masks.py" in k]
+
+    assert reads(False) and not reads(True)

@@ -8,7 +8,8 @@ may see) and the padding mask are separate functions, combined with ``and_masks`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
@@ -57,6 +58,25 @@ def causal() -> MaskMod:
     return _left_to_right
 
 
+class _Known:
+    """What the caller has checked of the passes' padding on the host (rows_without_padding)."""
+
+    no_padding = False
+
+
+@contextmanager
+def rows_without_padding(known: bool) -> Iterator[None]:
+    """Within, with `known`: every pass's attention_mask is all true, as the caller checked on the host's copy of
+    the batch, so sdpa_kind decides without reading the mask from the device: no host synchronisation, and under
+    torch.compile no graph break at that read (a module attribute is a guard, not a break; a batch with padding
+    compiles a second graph). With `known` False, sdpa_kind reads the mask as it does outside."""
+    before, _Known.no_padding = _Known.no_padding, bool(known)
+    try:
+        yield
+    finally:
+        _Known.no_padding = before
+
+
 def sdpa_kind(structure: MaskMod, attention_mask: Tensor, training: bool) -> str | None:
     """What attention may tell SDPA instead of handing it the materialised mask of `structure` AND the padding
     (attention.inputs.PassInputs.mask_kind), decided once per batch: "full" for bidirectional() with no padding in
@@ -66,7 +86,7 @@ def sdpa_kind(structure: MaskMod, attention_mask: Tensor, training: bool) -> str
     no loss) differ. None for anything else: the mask is used as it is. Both let SDPA's flash kernels run."""
     if structure is not _every_key and structure is not _left_to_right:
         return None
-    if bool(attention_mask.all()):
+    if _Known.no_padding or bool(attention_mask.all()):
         return "full" if structure is _every_key else "causal"
     right_padded = not bool((attention_mask[:, 1:] & ~attention_mask[:, :-1]).any())
     return "causal" if structure is _left_to_right and training and right_padded else None

@@ -17,6 +17,7 @@ from torch import Tensor
 from ...config import ModelConfig
 from ...families import MaskplayModel
 from ...nn.attention.long_attention import clamp_spans, span_penalty
+from ...nn.masks import rows_without_padding
 from ...nn.regional import compiled_blocks, encoders
 from ...runtime.precision import Precision
 from .config import TrainConfig
@@ -44,11 +45,26 @@ def to_device(batch: dict[str, Any], device: torch.device, pin: bool) -> dict[st
             for k, v in batch.items()}
 
 
+def no_padding(batch: dict[str, Any]) -> bool:
+    """Whether the family's batch, still on the host, has an attention_mask with no padding in it (packed rows):
+    what masks.rows_without_padding lets the forward know without reading the device's copy."""
+    mask = batch.get("attention_mask")
+    return isinstance(mask, Tensor) and mask.device.type == "cpu" and bool(mask.all())
+
+
 def compile_forward(forward: Forward, model: torch.nn.Module, scope: str) -> Forward:
     """run.compile's forward (run.compile_scope): `forward` compiled whole ("step"), or run eagerly with every block
     of `model` through one compiled code ("layers", nn/regional.py; raises ValueError for a model it cannot serve)."""
     if scope == "step":
-        return torch.compile(forward)
+        compiled = torch.compile(forward)
+
+        def whole(*args: Any, **kwargs: Any) -> Any:
+            # the loss's labelled positions (nn/outputs.Targets: a nonzero, as many as BERT's masking chose) traced
+            # with a size known only at run time, instead of a graph break there and a recompile for every count
+            with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+                return compiled(*args, **kwargs)
+
+        return whole
     encoders(model)  # the check, before the first step
 
     def regional(*args: Any, **kwargs: Any) -> Any:
@@ -161,6 +177,7 @@ class Stepper:
         self.model.set_training_progress(step / self.config.optim.max_steps)  # an objective that changes over training
         batch: dict[str, Any] = self.model.training_batch(ids, mask, generator=self.generator)  # device-independent
         n = self.count_targets(self.model, batch)  # on the host's copy: read from a GPU's, a synchronisation
+        unpadded = no_padding(batch)  # the same
         batch = to_device(batch, self.d.device, self.pin)
         if self.memory is not None:
             batch.update(mems=self.memory.get(micro), memory_length=self.memory.length)
@@ -174,7 +191,7 @@ class Stepper:
                                  "tokens (its sequences hold only special tokens); drop such sequences from the "
                                  "data")
             return MicroOut(None, 0, {})
-        with no_sync:
+        with no_sync, rows_without_padding(unpadded):
             out = (self.compiled(**batch) if self.compiled is not None
                    else self.forward(module, self.precision, **batch))
             if self.memory is not None:
