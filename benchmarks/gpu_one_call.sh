@@ -178,7 +178,7 @@ cp "$WORK/$FAMILY/metrics.jsonl" "$OUT/metrics-$FAMILY.jsonl" 2>/dev/null  # the
 
 # 3. with what is left
 if [ "$(left)" -gt 40 ] && [ "$DEVICE" = cuda ]; then
-  timeout $(( $(left) > 90 ? 60 : $(left) - 20 )) $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py -k recipe \
+  timeout $(( $(left) > 90 ? 60 : $(left) - 20 )) $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py -k "recipe or compiled" \
     > "$OUT/pytest-gpu.log" 2>&1
   echo "pytest exit $?"; tail -3 "$OUT/pytest-gpu.log"
 fi
