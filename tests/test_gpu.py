@@ -157,7 +157,8 @@ PLAIN = dict(hidden_dropout=0.0, attention_dropout=0.0)
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="FlexAttention's backward runs on a CUDA device only")
 @pytest.mark.parametrize(("family", "switches"), [("gpt", RECIPE), ("bert", RECIPE), ("tta", RECIPE),
-                                                  ("gpt-bert", RECIPE), ("tta", PLAIN), ("gpt-bert", PLAIN)])
+                                                  ("gpt-bert", RECIPE), ("tta", PLAIN), ("gpt-bert", PLAIN),
+                                                  ("xlnet", PLAIN)])
 def test_a_training_step_through_flex_attention_has_the_cpus_loss_and_gradients(family, switches):
     """run.flex_attention (attention/flex.py): FlexAttention compiled, the mask as a block mask and, for the recipes,
     the disentangled terms read inside it (their gradients by its captured-buffer backward); against the CPU's step

@@ -59,11 +59,48 @@ def test_flex_is_sdpa_under_the_mask_and_with_disentangled_terms():
         assert not torch.allclose(shifted, expected, atol=1e-3)
 
 
+@pytest.mark.parametrize("segments", [False, True])
+def test_flex_is_sdpa_with_transformer_xls_relative_term(segments):
+    """positions.RelativePositions.score_terms (Transformer-XL's distances, XLNet's segments) against the gathered
+    term added to SDPA's scores, on XLNet's shapes: more queries (both streams) than keys, a per-row index, memory
+    keys before the segment; a segment term taken the wrong way round changes the result."""
+    from maskplay.nn.positions import RelativePositions, attend_with_term, relative_frame
+
+    torch.manual_seed(0)
+    B, L, T, M = 3, 12, 4, 3  # content rows, query-stream rows, memory keys
+    config = ModelConfig(family="xlnet", **SMALL)
+    relative = RelativePositions(config, segments=segments)
+    with torch.no_grad():
+        for p in relative.parameters():
+            p.normal_()  # not the init's small values: the term must matter for the comparison to mean anything
+    rows = torch.cat([torch.arange(L).expand(B, L), torch.randint(0, L, (B, T))], dim=1)
+    types = (torch.arange(L) >= 5).long().expand(B, L)
+    segs = (types.gather(1, rows), torch.cat([types.new_zeros(B, M), types], dim=1)) if segments else (None, None)
+    frame = relative_frame(rows, torch.arange(-M, L), config.hidden_size, 5, *segs)
+    heads, d = config.num_heads, config.key_width
+    q, k, v = torch.randn(B, heads, L + T, d), torch.randn(B, heads, M + L, d), torch.randn(B, heads, M + L, d)
+    mask = torch.rand(B, 1, L + T, M + L, generator=torch.Generator().manual_seed(4)) > 0.3
+    mask[..., 0] = True
+    with torch.no_grad():
+        content, term = relative(q, frame)
+        expected = attend_with_term(content, k, v, mask, term)
+        content, by_distance, seg = relative.tables(q, frame)
+        got = flex.attend(content, k, v, mask, relative.score_terms(by_distance, seg, frame))
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        if segments:
+            flipped = relative.score_terms(by_distance, seg.flip(-1), frame)
+            assert not torch.allclose(flex.attend(content, k, v, mask, flipped), expected, atol=1e-3)
+        shifted = relative.score_terms(by_distance.roll(1, -1), seg, frame)
+        assert not torch.allclose(flex.attend(content, k, v, mask, shifted), expected, atol=1e-3)
+
+
 @pytest.mark.parametrize(("family", "switches"), [("gpt-bert", RECIPE), ("tta", RECIPE), ("bert", RECIPE),
-                                                  ("gpt", RECIPE), ("tta", {}), ("gpt-bert", {}), ("bert", {})])
+                                                  ("gpt", RECIPE), ("tta", {}), ("gpt-bert", {}), ("bert", {}),
+                                                  ("xlnet", {}), ("gpt", {"positions": "transformer-xl"})])
 def test_a_familys_training_loss_is_the_same_through_flex(monkeypatch, family, switches):
-    """Every family's mask (GPT-BERT's causal rows beside masked ones, T-TA's no-diagonal mask, BERT's and GPT's),
-    with padding, with the recipes' disentangled positions and without them: the training loss through FlexAttention
+    """Every family's mask (GPT-BERT's causal rows beside masked ones, T-TA's no-diagonal mask, BERT's and GPT's,
+    XLNet's two streams), with padding, with the recipes' disentangled positions, Transformer-XL's and XLNet's
+    relative terms (and XLNet's segment term) and without them: the training loss through FlexAttention
     equals SDPA's, and every layer's attention went through FlexAttention."""
     ids = torch.randint(7, 64, (4, 16), generator=torch.Generator().manual_seed(1))
     mask = torch.ones(4, 16, dtype=torch.bool)
@@ -74,6 +111,8 @@ def test_a_familys_training_loss_is_the_same_through_flex(monkeypatch, family, s
     batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(2))
     if family == "gpt-bert":  # both modes in the batch, whatever the draw gave
         batch["causal_rows"] = torch.tensor([True, False, True, False])
+    if family == "xlnet":  # two segments a row, for the relative segment term
+        batch["token_type_ids"] = (torch.arange(16) >= 6).long().expand(4, 16)
     attend, calls = flex.attend, []
     monkeypatch.setattr(flex, "attend", lambda *a: calls.append(1) or attend(*a))
     losses = {}

@@ -49,6 +49,7 @@ between a query's position and a key's (rotation of q and k, or a bias on their 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -132,18 +133,41 @@ class RelativePositions(nn.Module):
     def forward(self, q: Tensor, frame: Frame) -> tuple[Tensor, Tensor]:
         """q (B, heads, Lq, size), unscaled. Returns the queries to use against the content keys (q + u) and
         the additive score term (B, heads, Lq, Lk), already scaled by 1/sqrt(size) like SDPA's scores."""
-        scale = self.size ** -0.5
-        keys = self.project(frame.table.to(q.dtype)).view(-1, self.heads, self.size).transpose(0, 1)  # (h, R, s)
-        by_distance = (q + self.position_bias[:, None].to(q.dtype)) @ keys.transpose(-1, -2)  # (B, h, Lq, R)
+        content, by_distance, seg = self.tables(q, frame)
         B, h, Lq, _ = by_distance.shape
-        index = frame.index.expand(B, h, Lq, -1)
-        term = by_distance.gather(-1, index)
+        term = by_distance.gather(-1, frame.index.expand(B, h, Lq, -1))
+        if seg is not None:
+            term = term + torch.where(frame.segments_differ, seg[..., 1:2], seg[..., 0:1])
+        return content, term * self.size ** -0.5
+
+    def tables(self, q: Tensor, frame: Frame) -> tuple[Tensor, Tensor, Tensor | None]:
+        """What the term is read from: the queries against the content keys (q + u), each query against every
+        distance of the frame's table, (B, heads, Lq, R), and (with segments) against the same and the other
+        segment's embedding, (B, heads, Lq, 2); a pair's term is its distance's entry plus its segment's."""
+        keys = self.project(frame.table.to(q.dtype)).view(-1, self.heads, self.size).transpose(0, 1)  # (h, R, s)
+        by_distance = (q + self.position_bias[:, None].to(q.dtype)) @ keys.transpose(-1, -2)
+        seg = None
         if frame.segments_differ is not None:
             if self.segment_bias is None or self.segment_embed is None:
                 raise ValueError("segments need the relative segment term, which only a two-stream family has")
             seg = (q + self.segment_bias[:, None].to(q.dtype)) @ self.segment_embed.to(q.dtype).permute(1, 2, 0)
-            term = term + torch.where(frame.segments_differ, seg[..., 1:2], seg[..., 0:1])
-        return q + self.content_bias[:, None].to(q.dtype), term * scale
+        return q + self.content_bias[:, None].to(q.dtype), by_distance, seg
+
+    def score_terms(self, by_distance: Tensor, seg: Tensor | None, frame: Frame) -> Callable[..., Tensor]:
+        """FlexAttention's score_mod for the term (attention/flex.py): score(i, j) + (by_distance[i, index(i, j)]
+        + seg[i, differ(i, j)]) / sqrt(size), read inside the kernel instead of a (B, heads, Lq, Lk) term. The
+        tables in fp32, as the scores they join (their gradients are atomic adds in the kernel's backward)."""
+        scale, index, differ = self.size ** -0.5, frame.index, frame.segments_differ
+        by_distance, shared = by_distance.float(), index.shape[0] == 1
+        seg = None if seg is None else seg.float()
+
+        def score_mod(score: Tensor, b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+            term = by_distance[b, h, i, index[0 if shared else b, 0, i, j]]
+            if seg is not None:
+                term = term + seg[b, h, i, differ[b, 0, i, j].long()]
+            return score + term * scale
+
+        return score_mod
 
 
 def attend_with_term(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, term: Tensor, dropout_p: float = 0.0,

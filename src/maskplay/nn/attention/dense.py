@@ -84,6 +84,11 @@ class Attention(nn.Module):
             k, v = repeat_heads(k, self.groups), repeat_heads(v, self.groups)
         if isinstance(mask, BandedMask):  # long_attention.py: the banded kernel
             a = mask.attend(q, k, v, self.span, self.dropout_p if self.training else 0.0)
+        elif self.relative is not None and flex.enabled and self.kernel is None and \
+                not (self.training and self.dropout_p > 0):
+            # run.flex_attention: Transformer-XL's and XLNet's two streams' terms read inside the kernel
+            q, by_distance, seg = self.relative.tables(q, frame)
+            a = flex.attend(q, k, v, mask, self.relative.score_terms(by_distance, seg, frame))
         elif self.relative is not None:
             q, term = self.relative(q, frame)
             if self.kernel is not None:

@@ -1,6 +1,7 @@
 """FlexAttention (torch.nn.attention.flex_attention) for attention under a materialised mask, where SDPA cannot use
 its flash kernels: T-TA's no-diagonal mask, GPT-BERT's batches of causal and masked rows, UniLM's, padding in a
-bidirectional batch, and disentangled attention's position terms (attention/disentangled.py, a score_mod). The
+bidirectional batch, XLNet's two streams, and the position terms of disentangled attention (attention/disentangled.py)
+and of Transformer-XL and XLNet (positions.RelativePositions, with XLNet's segment term), each a score_mod. The
 mask is read inside the kernel as a block mask (mask_mod) instead of as the additive bias SDPA's memory-efficient
 kernel takes, and a score_mod adds its terms there, so no (B, heads, Lq, Lk) tensor is written, read, kept for the
 backward or scattered back.

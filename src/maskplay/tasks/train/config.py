@@ -263,9 +263,10 @@ class RunSection:
     # "layers" (each block alone, one compiled code reused by every layer, the rest eager: a compile that costs one
     # block, not num_layers; nn/regional.py). docs/TRAINING.md and docs/BENCHMARKS.md ("Compiling a recipe") compare them
     compile_scope: str = "step"
-    # attention under a materialised mask (T-TA's, GPT-BERT's mixed batches, UniLM's, padding, and disentangled
-    # attention's position terms) through FlexAttention, compiled: the mask and the terms read inside the kernel, no
-    # score bias. The same values; a CUDA device only. nn/attention/flex.py, docs/TRAINING.md
+    # attention under a materialised mask (T-TA's, GPT-BERT's mixed batches, UniLM's, XLNet's, padding, and the
+    # position terms of disentangled attention and Transformer-XL/XLNet) through FlexAttention, compiled: the mask
+    # and the terms read inside the kernel, no score bias. The same values; a CUDA device only. nn/attention/flex.py,
+    # docs/TRAINING.md
     flex_attention: bool = False
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA needs it for bitwise resumes)
     threads: int | None = None  # torch.set_num_threads; None leaves torch's default
