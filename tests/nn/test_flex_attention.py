@@ -133,3 +133,31 @@ def test_flex_trains_on_a_gpu_only_and_is_switched_for_a_block():
         with pytest.raises(ValueError, match="FlexAttention trains on a CUDA device only"):
             model(**batch)
     assert not flex.enabled
+
+
+@pytest.mark.slow  # compiles: about 25 s on a 2-core machine
+@pytest.mark.parametrize("scope", ["step", "layers"])
+def test_flex_inside_a_compiled_forward_gives_the_eager_loss(scope):
+    """run.flex_attention with run.compile (train/stepping.compile_forward, both scopes): the block mask made and
+    kept while dynamo traces, FlexAttention inside the compiled graph; the loss equals eager SDPA's, for T-TA's and
+    GPT-BERT's recipe models (without gradients: this CPU's FlexAttention has no backward)."""
+    import torch._dynamo
+
+    from maskplay.tasks.train.stepping import compile_forward
+
+    ids = torch.randint(7, 64, (4, 16), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(4, 16, dtype=torch.bool)
+    mask[1, 11:] = False
+    for family in ("tta", "gpt-bert"):
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(family=family, **SMALL, **RECIPE)).train()
+        batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(2))
+        if family == "gpt-bert":
+            batch["causal_rows"] = torch.tensor([True, False, True, False])
+        torch._dynamo.reset()
+        compiled = compile_forward(model.__call__, model, scope)
+        with torch.no_grad():
+            want = model(**batch).loss
+            with flex.using(True):
+                got = compiled(**batch).loss
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=family)

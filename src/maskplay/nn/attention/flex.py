@@ -68,4 +68,6 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, score_mod: ScoreMod | 
         kernel = _compiled
     else:
         kernel = flex_attention
+    if not on_gpu:  # under torch.compile, the CPU's FlexAttention template reads q's buffer as 4-D, not a view of a
+        q = q.contiguous()  # linear's 2-D output (an InductorError at lowering, torch 2.13); a GPU's reads strides
     return kernel(q, k, v, score_mod=score_mod, block_mask=_last_block_mask[2], scale=scale)
