@@ -1,7 +1,7 @@
 """The code paths on a CUDA GPU (`make test-gpu`; skipped on a machine without one): every family's forward pass and
 loss equal the CPU's, a bf16 training step, the strict-small recipes' training step (loss and every gradient) equal
-the CPU's, a compiled GPT and BERT step against the CPU's eager one, the CUDA-graph decode step against the plain
-cached path on the GPU, and sentence scores equal the CPU's.
+the CPU's, a compiled GPT, BERT, T-TA and GPT-BERT step against the CPU's eager one, the CUDA-graph decode step against
+the plain cached path on the GPU, and sentence scores equal the CPU's.
 MASKPLAY_TEST_DEVICE=cpu runs the same checks with the CPU as the second device (a dry run of this file's own
 logic where no GPU is lent; the decode step is then compiled by torch.compile instead of captured)."""
 
@@ -203,17 +203,21 @@ def test_a_training_step_through_flex_attention_has_the_cpus_loss_and_gradients(
             assert float((f.float() - g.float()).norm()) <= 5e-2 * float(g.float().norm()) + 1e-6, name
 
 
-@pytest.mark.parametrize("family", ["gpt", "bert"])
-def test_a_compiled_training_step_on_the_gpu_has_the_cpus_loss_and_gradients(family):
-    """run.compile's step scope (train/stepping.compile_forward: BERT's labelled positions traced with a run-time
-    size) told the rows have no padding (masks.rows_without_padding: GPT's flash path reads nothing), on full rows as
-    packing makes them, against the CPU's eager step."""
+@pytest.mark.parametrize(("family", "switches"), [("gpt", PLAIN), ("bert", PLAIN), ("tta", RECIPE),
+                                                  ("gpt-bert", RECIPE)])
+def test_a_compiled_training_step_on_the_gpu_has_the_cpus_loss_and_gradients(family, switches):
+    """run.compile's step scope (train/stepping.compile_forward: the labelled positions traced with a run-time
+    size; GPT-BERT's modes' means over tensor counts) told the rows have no padding (masks.rows_without_padding:
+    GPT's flash path reads nothing), on full rows as packing makes them, against the CPU's eager step; T-TA and
+    GPT-BERT at the strict-small recipes' architecture, whose step compiles into one graph since session 23."""
     from maskplay.nn.masks import rows_without_padding
     from maskplay.tasks.train.stepping import compile_forward, no_padding
 
-    model = tiny(family, **PLAIN).train()
+    model = tiny(family, **switches).train()
     ids, mask = batch_of(model, [12, 12, 12])
     batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
+    if family == "gpt-bert":  # both modes in the batch
+        batch["causal_rows"] = torch.tensor([True, False, False])
     assert no_padding(batch)
     want = model(**batch).loss
     want_grads = torch.autograd.grad(want, list(model.parameters()), allow_unused=True)

@@ -68,6 +68,43 @@ def test_masked_mode_with_the_shift_off_is_berts_mlm_loss(model, tok):
     assert torch.allclose(ours, theirs, atol=ATOL)
 
 
+@pytest.mark.parametrize("z_loss", [0.0, 1e-4])
+@pytest.mark.parametrize("rows", [(False, True), (True, True), (False, False)])
+def test_the_loss_is_each_modes_mean_weighed_by_its_share(model, tok, z_loss, rows):
+    """Naive: each mode's mean cross-entropy over its own targets, weighted by the shares when the batch has both
+    modes and by 1 when it has one, plus z_loss times the mean squared log Z over all targets; parts give each mode's
+    mean, nan for a mode the batch lacks (the read-free z-loss path and the fused head's path alike)."""
+    ids, mask = batch_of(tok, ["the cat sat on the mat", "a dog ran to the cat"])
+    causal_rows = torch.tensor(rows)
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[:, :-1] = ids[:, 1:]
+    targets = mask[:, 1:].clone()
+    targets[~causal_rows, ::2] = False  # a masked row's targets: some of its positions
+    labels[:, :-1] = labels[:, :-1].masked_fill(~targets, IGNORE_INDEX)
+    model.config.gpt_bert.z_loss, before = z_loss, model.config.gpt_bert.z_loss
+    try:
+        with torch.no_grad():
+            out = model(ids, attention_mask=mask, labels=labels, causal_rows=causal_rows)
+            logits = model.logits(out.last_hidden_state).float()
+    finally:
+        model.config.gpt_bert.z_loss = before
+    at = labels != IGNORE_INDEX
+    share = model.config.gpt_bert.causal_share
+    means, expected = {}, torch.zeros(())
+    for name, causal, weight in (("masked_loss", False, 1 - share), ("causal_loss", True, share)):
+        sel = at & (causal_rows[:, None] == causal)
+        if sel.any():
+            means[name] = torch.nn.functional.cross_entropy(logits[sel], labels[sel])
+            expected = expected + means[name] * (weight if len(set(rows)) == 2 else 1.0)
+    expected = expected + z_loss * torch.logsumexp(logits[at], -1).pow(2).mean()
+    assert torch.allclose(out.loss, expected, atol=ATOL), (out.loss, expected)
+    for name in ("masked_loss", "causal_loss"):
+        if name in means:
+            assert torch.allclose(out.parts[name], means[name], atol=ATOL)
+        else:
+            assert out.parts[name].isnan()
+
+
 def test_no_leak_in_either_mode(model):
     ids = torch.randint(7, model.config.vocab_size, (2, 7))
     mask = torch.ones_like(ids, dtype=torch.bool)
@@ -199,3 +236,33 @@ def test_pretrain_command_trains_it_from_its_config(tmp_path):
     assert main(args) == 0
     model = GPTBert.from_pretrained(tmp_path / "run" / "final")
     assert model.config.gpt_bert.causal_share == pytest.approx(1 / 16) and model.config.num_layers == 2
+
+
+def test_the_logs_give_a_mode_only_for_the_steps_that_had_it(tmp_path):
+    """At 4 rows a step has a causal row one time in four: a step without one logs no causal_loss (its part is nan,
+    skipped), never a null; the masked mode's mean is logged at every step and evaluation."""
+    import json
+
+    from maskplay.tasks.train import train
+    from tests.tasks.train.test_train import make_data, small_config
+
+    run = train(small_config(make_data(tmp_path / "data"), tmp_path / "run", "data.batch_size=4", family="gpt-bert"))
+    assert run.exit_code == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "loss" in r]
+    evals = [r for r in records if "eval_loss" in r]
+    assert all(math.isfinite(r["masked_loss"]) for r in steps) and all("eval_masked_loss" in r for r in evals)
+    with_causal = [r for r in steps if "causal_loss" in r]
+    assert 0 < len(with_causal) < len(steps)
+    assert all(isinstance(r["causal_loss"], float) and math.isfinite(r["causal_loss"]) for r in with_causal)
+
+
+def test_log_z_is_logsumexp_in_value_and_gradient():
+    from maskplay.families.gpt_bert import log_z
+
+    x = (torch.randn(6, 50, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 40).requires_grad_()
+    ours, theirs = log_z(x), torch.logsumexp(x, -1)
+    assert torch.allclose(ours, theirs, atol=1e-12)
+    g_ours, = torch.autograd.grad(ours.pow(2).sum(), x)
+    g_theirs, = torch.autograd.grad(theirs.pow(2).sum(), x)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-10)

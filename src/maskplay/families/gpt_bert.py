@@ -147,28 +147,36 @@ class GPTBert(MaskplayModel):
 
     def _mntp_loss(self, h: Tensor, labels: Tensor, causal_rows: Tensor,
                    states: tuple[Tensor, ...] | None) -> ModelOutput:
+        """The modes' mean token losses, weighted by their shares when the batch has both modes (the whole loss a
+        mode's when it has one). parts holds both means, nan for a mode the batch has no targets of (the trainer's
+        windows and the evaluation skip it). With z_loss the whole of it is tensor arithmetic: nothing is read
+        back, so a compiled step is one graph whatever the modes' counts."""
         options = self.config.gpt_bert
         at = Targets(labels != IGNORE_INDEX)
         in_causal = at.take(causal_rows[:, None].expand_as(labels))
         hidden, targets = at.take(h), at.take(labels)
-        counts = torch.stack([(~in_causal).sum(), in_causal.sum()]).tolist()  # one read back for both modes
-        present = [(name, m, n) for (name, m), n in zip((("masked_loss", ~in_causal), ("causal_loss", in_causal)),
-                                                        counts, strict=True) if n]
-        modes = {name: m for name, m, _ in present}
+        modes = {"masked_loss": ~in_causal, "causal_loss": in_causal}
+        shares = torch.tensor([1 - options.causal_share, options.causal_share], device=h.device)
         parts: dict[str, Tensor] = {}
         if options.z_loss > 0:  # log Z needs the logits whole
             logits = self.logits(hidden).float()
             token_loss = F.cross_entropy(logits, targets, reduction="none")
+            counts = torch.stack([m.sum() for m in modes.values()])
             # each mode's mean as a masked sum over its count: no selection, so no read back
-            means = {name: token_loss.mul(m).sum() / n for name, m, n in present}
-            parts["z_loss"] = torch.logsumexp(logits, -1).pow(2).mean()
-        else:  # the fused head loss, never holding the (N, V) logits
-            means = {name: self.head.loss(hidden[m], self.embeddings.word.weight, targets[m]) for name, m in modes.items()}
-        shares = {"masked_loss": 1 - options.causal_share, "causal_loss": options.causal_share}
-        loss = sum(mean * (shares[name] if len(means) == 2 else 1.0) for name, mean in means.items())
+            means = torch.stack([token_loss.mul(m).sum() for m in modes.values()]) / counts.clamp(min=1)
+            parts["z_loss"] = log_z(logits).pow(2).mean()
+        else:  # the fused head loss, never holding the (N, V) logits: each mode's rows selected (read back)
+            counts = torch.stack([m.sum() for m in modes.values()])
+            present_now = counts.tolist()
+            means = torch.stack([self.head.loss(hidden[m], self.embeddings.word.weight, targets[m]) if n
+                                 else hidden.new_zeros((), dtype=torch.float32)
+                                 for m, n in zip(modes.values(), present_now, strict=True)])
+        present = counts > 0
+        weights = torch.where(present.all(), shares, present.to(shares.dtype))
+        loss = (weights * means).sum()
         if options.z_loss > 0:
             loss = loss + options.z_loss * parts["z_loss"]
-        parts.update(means)
+        parts.update({name: torch.where(present[k], means[k], math.nan) for k, name in enumerate(modes)})
         return ModelOutput(loss=loss, logits=self._deferred_logits(hidden), last_hidden_state=h, hidden_states=states,
                            parts={k: v.detach() for k, v in parts.items()})
 
@@ -178,6 +186,14 @@ class GPTBert(MaskplayModel):
 
     prefill = GPT.prefill
     step = GPT.step
+
+
+def log_z(logits: Tensor) -> Tensor:
+    """torch.logsumexp over the last dim, written out: the library's asks whether the rows are empty, which under
+    torch.compile, with as many rows as the batch has targets (a size known at run time), is a graph break. The
+    shift by the rows' maxima is detached: the value does not depend on it."""
+    top = logits.detach().amax(-1, keepdim=True)
+    return (logits - top).exp().sum(-1).log() + top.squeeze(-1)
 
 
 def span_mask(input_ids: Tensor, attention_mask: Tensor, special_ids: list[int], mask_id: int, vocab_size: int,

@@ -51,9 +51,11 @@ def test_compiled_training_gives_the_eager_weights(tmp_path, family):
 RECIPE_ARCH = ["model.denseformer=true", "model.positions=disentangled", "model.norm_placement=pre", "model.num_layers=3"]
 
 
-def test_a_recipe_compiles_whole_without_a_graph_break(tmp_path):
-    """T-TA at the strict-small recipes' architecture (DenseFormer, disentangled positions, pre-LN) under the step
-    scope: one graph, no break (no read-back of dead rows, mask kind or target count inside the forward), and the
+@pytest.mark.parametrize("family", ["tta", "gpt-bert"])
+def test_a_recipe_compiles_whole_without_a_graph_break(tmp_path, family):
+    """T-TA and GPT-BERT at the strict-small recipes' architecture (DenseFormer, disentangled positions, pre-LN)
+    under the step scope: one graph, no break, no recompile (no read-back of dead rows, mask kind, target count or,
+    GPT-BERT's, its modes' counts inside the forward: 4 breaks and a recompile a step before session 23), and the
     eager run's weights."""
     data = fixed_length_data(tmp_path / "data")
     common = [*NO_DROPOUT, "optim.max_steps=3", "optim.warmup_steps=1", "run.precision=fp32", "data.bucket_window=1",
@@ -61,10 +63,10 @@ def test_a_recipe_compiles_whole_without_a_graph_break(tmp_path):
     import torch._dynamo
     from torch._dynamo.utils import counters, guard_failures
 
-    eager = train(small_config(data, tmp_path / "eager", *common, family="tta"))
+    eager = train(small_config(data, tmp_path / "eager", *common, family=family))
     torch._dynamo.reset()
     counters.clear()
-    compiled = train(small_config(data, tmp_path / "compiled", *common, "run.compile=true", family="tta"))
+    compiled = train(small_config(data, tmp_path / "compiled", *common, "run.compile=true", family=family))
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert counters["stats"]["unique_graphs"] == 1 and not guard_failures
     a, b = weights(eager.run_dir), weights(compiled.run_dir)

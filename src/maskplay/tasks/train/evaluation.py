@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +52,7 @@ class Evaluator:
         self.model.eval()
         loss_sum, count = 0.0, 0
         parts: dict[str, float] = {}
+        part_n: dict[str, int] = {}  # the targets of the batches each part was given for
         memory_length, mems = self.config.run.memory_length, None
         with torch.no_grad():
             for j, (ids, mask) in self.batches:
@@ -66,9 +68,11 @@ class Evaluator:
                     loss_sum += float(out.loss.float()) * n
                     count += n
                     for key, value in (out.parts or {}).items():
-                        parts[key] = parts.get(key, 0.0) + float(value.detach()) * n
+                        if not math.isnan(value := float(value.detach())):  # nan: no targets of this part here
+                            parts[key] = parts.get(key, 0.0) + value * n
+                            part_n[key] = part_n.get(key, 0) + n
         self.model.train()
         # the loss parts are this process's (rank 0 reports them); the loss itself is summed over all
-        self.parts = {f"eval_{k}": v / count for k, v in parts.items()} if count else {}
+        self.parts = {f"eval_{k}": v / part_n[k] for k, v in parts.items()}
         totals = all_reduce_sum(self.d, torch.tensor([loss_sum, count], dtype=torch.float64))
         return None if totals[1] == 0 else float(totals[0] / totals[1])

@@ -144,12 +144,16 @@ class Window:
         self.loss = self.n = self.tokens = 0.0  # all-reduced over processes
         self.local_n = 0.0  # this process's targets, which weigh its loss parts
         self.parts: dict[str, float] = {}  # this process's loss parts (ModelOutput.parts) x targets
+        self.part_n: dict[str, float] = {}  # the targets of the micro-batches each part was given for
         self.time = now
 
     def add_micro(self, n: int, parts: dict[str, float]) -> None:
         self.local_n += n
         for key, value in parts.items():
+            if math.isnan(value):  # a part this micro-batch has no targets of (a GPT-BERT mode it lacks)
+                continue
             self.parts[key] = self.parts.get(key, 0.0) + value
+            self.part_n[key] = self.part_n.get(key, 0.0) + n
 
     def add_step(self, loss: float, n: float, tokens: float) -> None:
         self.loss += loss
@@ -161,7 +165,7 @@ class Window:
         now = time.monotonic()
         loss = self.loss / self.n
         rate = self.tokens / max(now - self.time, 1e-9)
-        parts = {k: v / max(self.local_n, 1.0) for k, v in self.parts.items()}
+        parts = {k: v / max(self.part_n[k], 1.0) for k, v in self.parts.items()}
         self.reset(now)
         return loss, rate, parts
 
