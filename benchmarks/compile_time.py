@@ -13,6 +13,8 @@ compile is a proxy for a GPU's: C++ kernels there, Triton here).
     OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/compile_time.py --out compile-time.json
     python benchmarks/compile_time.py --tiny --steps 1          # a dry run: 2 x 32 models
     python3 benchmarks/compile_time.py --device cuda --batch 256 --out compile-time-gpu.json   # on a GPU machine
+    python3 benchmarks/compile_time.py --device cuda --batch 256 --families gpt-bert --scopes eager step --flex \
+        --warm-cache --out compile.json       # as gpu_one_call.sh runs it with FLEX=1
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import torch._inductor.config
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
 from gpu_train_speed import Cases, shapes  # noqa: E402
+
+from maskplay.nn.attention import flex  # noqa: E402
 
 SCOPES = ("eager", "layers", "step")
 
@@ -87,9 +91,17 @@ def main() -> None:
     p.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU machine (then try --batch 256)")
     p.add_argument("--tiny", action="store_true", help="the 2 x 32 models, for a dry run")
     p.add_argument("--out", default=None, help="write the results as JSON here (after every case)")
+    p.add_argument("--flex", action="store_true", help="attention through FlexAttention (run.flex_attention; a CUDA "
+                   "device only: a CPU's FlexAttention has no backward)")
+    p.add_argument("--warm-cache", action="store_true",
+                   help="leave inductor's on-disk caches on, so that a later process on this machine (the training "
+                        "run gpu_one_call.sh starts after) may compile the same graphs from them; on a fresh machine "
+                        "the first case still compiles cold")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    torch._inductor.config.force_disable_caches = True  # every case compiles cold, as a fresh machine does
+    flex.enabled = args.flex
+    if not args.warm_cache:
+        torch._inductor.config.force_disable_caches = True  # every case compiles cold, as a fresh machine does
     result = {"machine": machine(), "device": args.device, "torch": torch.__version__, "args": vars(args), "rows": []}
     print(result["machine"], flush=True)
     print(f"{'family':<10}{'scope':<8}{'first s':>9}{'second s':>10}{'compile s':>11}{'step ms':>9}{'x eager':>9}"

@@ -23,6 +23,8 @@ def dry_run_env(tmp_path: Path) -> dict[str, str]:
             "BABYLM_SET": "model.preset=tiny data.max_length=32 data.batch_size=8 run.threads=1 run.precision=fp32 "
                           "run.eval_batches=1",
             "PROFILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1 --timed 1 --warmup 1",
+            # eager only: compiling the whole step takes a CPU minutes (tests/test_pick_scope.py holds the choice)
+            "COMPILE_SCOPES": "eager",
             "COMPILE_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1", "GPT2_ARGS": "--tiny --warmup 1 --steps 1",
             "SWITCH_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1 --warmup 1 --pieces DenseFormer plain"}
 
