@@ -50,10 +50,9 @@ from maskplay.config import apply_overrides  # noqa: E402
 from maskplay.families import build_model  # noqa: E402
 from maskplay.families.bert import mask_tokens  # noqa: E402
 from maskplay.nn.attention import flex  # noqa: E402
-from maskplay.nn.masks import rows_without_padding  # noqa: E402
 from maskplay.runtime.flops import family_training_flops_per_token, training_flops_per_token  # noqa: E402
 from maskplay.runtime.precision import forward_in  # noqa: E402
-from maskplay.tasks.train.stepping import compile_forward, no_padding  # noqa: E402
+from maskplay.tasks.train.stepping import compile_forward  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # bf16 dense tensor-core peaks (no sparsity), FLOP/s, by a name fragment of torch.cuda.get_device_name
@@ -163,7 +162,7 @@ class Cases:
         def loss_of(ids: torch.Tensor) -> torch.Tensor:
             # the family's inputs are made on the CPU and moved, as the trainer does (train/stepping.py)
             batch = model.training_batch(ids, mask, generator=gen)
-            with rows_without_padding(no_padding(batch)):  # packed rows, as the trainer tells the forward
+            with model.known_from_host(batch):  # packed rows, one mode or both: as the trainer tells the forward
                 return forward(**{k: v.to(self.device, non_blocking=True) for k, v in batch.items()}).loss
 
         flops = shape.batch * shape.seq_len * family_training_flops_per_token(model.config, shape.seq_len)

@@ -210,8 +210,8 @@ def test_a_compiled_training_step_on_the_gpu_has_the_cpus_loss_and_gradients(fam
     size; GPT-BERT's modes' means over tensor counts) told the rows have no padding (masks.rows_without_padding:
     GPT's flash path reads nothing), on full rows as packing makes them, against the CPU's eager step; T-TA and
     GPT-BERT at the strict-small recipes' architecture, whose step compiles into one graph since session 23."""
-    from maskplay.nn.masks import rows_without_padding
-    from maskplay.tasks.train.stepping import compile_forward, no_padding
+    from maskplay.nn.masks import no_padding, rows_without_padding
+    from maskplay.tasks.train.stepping import compile_forward
 
     model = tiny(family, **switches).train()
     ids, mask = batch_of(model, [12, 12, 12])

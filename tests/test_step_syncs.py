@@ -4,6 +4,7 @@ recipes' counts as regressions: a change that adds a read-back to a GPU step fai
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -117,11 +118,10 @@ def test_the_trainers_step_reads_the_device_once():
 def test_a_pass_told_its_rows_have_no_padding_does_not_read_the_mask_back():
     """GPT's flash path (masks.sdpa_kind) asks whether the padding mask is all true: a read of the device's copy
     and, under torch.compile, a graph break, unless the trainer, which checked the host's copy
-    (stepping.no_padding), says so (masks.rows_without_padding). Told False, it reads as before."""
+    (masks.no_padding), says so (masks.rows_without_padding). Told False, it reads as before."""
     from maskplay.config import ModelConfig
     from maskplay.families import build_model
-    from maskplay.nn.masks import rows_without_padding
-    from maskplay.tasks.train.stepping import no_padding
+    from maskplay.nn.masks import no_padding, rows_without_padding
 
     model = build_model(ModelConfig(family="gpt", vocab_size=64, hidden_size=32, num_layers=2, num_heads=2,
                                     intermediate_size=64, max_position=32)).train()
@@ -139,3 +139,34 @@ def test_a_pass_told_its_rows_have_no_padding_does_not_read_the_mask_back():
         return [k for k in step_syncs.count_reads(step, list(model.parameters())) if "masks.py" in k]
 
     assert reads(False) and not reads(True)
+
+
+def test_gpt_berts_forward_told_its_rows_modes_does_not_read_them_back():
+    """GPT-BERT at its default architecture picks SDPA's mask from its rows' modes (gpt_bert.batch_modes: all causal,
+    all masked or mixed), a read of the device's causal_rows unless the family's known_from_host, entered by the
+    trainer around the forward, read the host's copy first; the SDPA call it picks is the same either way."""
+    from maskplay.config import ModelConfig
+    from maskplay.families import build_model
+
+    model = build_model(ModelConfig(family="gpt-bert", vocab_size=64, hidden_size=32, num_layers=2, num_heads=2,
+                                    intermediate_size=64, max_position=32, hidden_dropout=0.0,
+                                    attention_dropout=0.0)).train()
+    ids = torch.randint(7, 64, (4, 16), generator=torch.Generator().manual_seed(0))
+    for rows in ([True] * 4, [False] * 4, [True, False, False, False]):
+        batch = model.training_batch(ids, torch.ones_like(ids, dtype=torch.bool),
+                                     generator=torch.Generator().manual_seed(0))
+        batch["causal_rows"] = torch.tensor(rows)
+        losses = {}
+
+        def reads(told: bool, rows=rows, batch=batch, losses=losses) -> list[str]:
+            def step(mode):
+                moved = {k: v.clone() for k, v in batch.items()}  # the device's copy; `batch` stays the host's
+                mode.mark(moved.values())
+                with model.known_from_host(batch) if told else contextlib.nullcontext():
+                    loss = model(**moved).loss
+                losses[told] = loss.detach()
+
+            return [k for k in step_syncs.count_reads(step, list(model.parameters())) if "gpt_bert.py" in k]
+
+        assert reads(False) and not reads(True), rows
+        assert torch.equal(losses[False], losses[True])

@@ -18,6 +18,8 @@ family can use (docs/SWITCHES.md); this file holds only what the family decides.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,12 +42,36 @@ def row_modes(causal_rows: Tensor) -> MaskMod:
     return lambda b, h, q, kv: (kv <= q) | ~causal_rows[b]
 
 
+class _KnownModes:
+    """The rows' modes of the batch being run, as the caller checked them on the host (modes_from_host): "causal",
+    "bidirectional" or "mixed"; None: batch_modes reads them."""
+
+    modes: str | None = None
+
+
+def modes_of(causal_rows: Tensor) -> str:
+    return "causal" if bool(causal_rows.all()) else "mixed" if bool(causal_rows.any()) else "bidirectional"
+
+
+@contextmanager
+def modes_from_host(causal_rows: Tensor | None) -> Iterator[None]:
+    """Within: the forward's batch has these rows' modes, read here from the host's copy (nothing read when it is
+    None or on a device), so batch_modes reads nothing back (no synchronisation; under torch.compile a class
+    attribute is a guard, not a graph break)."""
+    before = _KnownModes.modes
+    if causal_rows is not None and causal_rows.device.type == "cpu":
+        _KnownModes.modes = modes_of(causal_rows)
+    try:
+        yield
+    finally:
+        _KnownModes.modes = before
+
+
 def batch_modes(causal_rows: Tensor) -> MaskMod:
     """row_modes, as causal() or bidirectional() where every row has the one mode (SDPA may then run without the
     mask: masks.sdpa_kind)."""
-    if bool(causal_rows.all()):
-        return causal()
-    return row_modes(causal_rows) if bool(causal_rows.any()) else bidirectional()
+    modes = _KnownModes.modes or modes_of(causal_rows)
+    return causal() if modes == "causal" else row_modes(causal_rows) if modes == "mixed" else bidirectional()
 
 
 @dataclass
@@ -123,6 +149,12 @@ class GPTBert(MaskplayModel):
         labels[:, :-1] = input_ids[:, 1:].masked_fill(~targets[:, 1:], IGNORE_INDEX)
         inputs = torch.where(causal_rows[:, None], input_ids, corrupted)
         return {"input_ids": inputs, "attention_mask": attention_mask, "labels": labels, "causal_rows": causal_rows}
+
+    @contextmanager
+    def known_from_host(self, batch: dict[str, Tensor]) -> Iterator[None]:  # type: ignore[override]
+        """The padding (the base's) and the rows' modes, read from the host's copy of the batch."""
+        with super().known_from_host(batch), modes_from_host(batch.get("causal_rows")):
+            yield
 
     # ---- forward ----------------------------------------------------------------------------------------------
 

@@ -77,6 +77,13 @@ def rows_without_padding(known: bool) -> Iterator[None]:
         _Known.no_padding = before
 
 
+def no_padding(batch: dict) -> bool:
+    """Whether a family's batch, still on the host, has an attention_mask with no padding in it (packed rows): what
+    rows_without_padding lets the forward know without reading the device's copy."""
+    mask = batch.get("attention_mask")
+    return isinstance(mask, Tensor) and mask.device.type == "cpu" and bool(mask.all())
+
+
 def sdpa_kind(structure: MaskMod, attention_mask: Tensor, training: bool) -> str | None:
     """What attention may tell SDPA instead of handing it the materialised mask of `structure` AND the padding
     (attention.inputs.PassInputs.mask_kind), decided once per batch: "full" for bidirectional() with no padding in

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import ClassVar
 
@@ -19,7 +20,7 @@ from ..runtime.files import atomic_path
 from ..runtime.model_dir import CONFIG_NAME, WEIGHTS_NAME, read_weights, write_model_manifest
 from .backbone import Embeddings, Encoder
 from .heads import make_lm_head
-from .masks import MaskMod, and_masks, materialize, padding, sdpa_kind
+from .masks import MaskMod, and_masks, materialize, no_padding, padding, rows_without_padding, sdpa_kind
 from .outputs import ModelOutput, Targets
 from .pass_modes import LastLayerRows, Packed, PassMode, WithMemory
 from .positions import Disentangled, RelativePositions
@@ -153,6 +154,12 @@ class ModelBase(nn.Module):
         """Turn a clean padded batch into this family's forward() arguments, labels included."""
         labels = input_ids.masked_fill(~attention_mask.bool(), IGNORE_INDEX)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+    def known_from_host(self, batch: dict[str, Tensor]) -> AbstractContextManager[None]:
+        """What the host's copy of a training_batch tells the forward of that batch, entered around it by the trainer,
+        so that the forward need not read the device's copy back (a synchronisation on a GPU, a graph break under
+        torch.compile): here, whether its rows have padding (masks.rows_without_padding)."""
+        return rows_without_padding(no_padding(batch))
 
     # ---- outputs ------------------------------------------------------------------------------------
 

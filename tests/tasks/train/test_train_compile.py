@@ -26,11 +26,12 @@ def fixed_length_data(directory):
     return directory
 
 
-@pytest.mark.parametrize("family", ["gpt", "bert"])
+@pytest.mark.parametrize("family", ["gpt", "bert", "gpt-bert"])
 def test_compiled_training_gives_the_eager_weights(tmp_path, family):
     """One graph for each: GPT's rows have no padding, which the trainer tells the forward (masks.rows_without_padding)
     instead of letting the flash path's check read the mask inside the graph; BERT's labelled positions, as many as
-    its masking chose, are traced with a size known at run time (stepping.compile_forward), not a break."""
+    its masking chose, are traced with a size known at run time (stepping.compile_forward), not a break;
+    GPT-BERT's rows' modes, which pick SDPA's mask, come from the host's copy too (its known_from_host)."""
     data = fixed_length_data(tmp_path / "data")
     common = [*NO_DROPOUT, "optim.max_steps=3", "optim.warmup_steps=1", "run.precision=fp32", "data.bucket_window=1"]
     import torch._dynamo

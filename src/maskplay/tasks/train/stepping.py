@@ -17,7 +17,6 @@ from torch import Tensor
 from ...config import ModelConfig
 from ...families import MaskplayModel
 from ...nn.attention.long_attention import clamp_spans, span_penalty
-from ...nn.masks import rows_without_padding
 from ...nn.regional import compiled_blocks, encoders
 from ...runtime.precision import Precision
 from .config import TrainConfig
@@ -43,13 +42,6 @@ def to_device(batch: dict[str, Any], device: torch.device, pin: bool) -> dict[st
     pageable memory the copy first waits for every kernel queued before it)."""
     return {k: (v.pin_memory() if pin and v.device.type == "cpu" else v).to(device, non_blocking=True)
             for k, v in batch.items()}
-
-
-def no_padding(batch: dict[str, Any]) -> bool:
-    """Whether the family's batch, still on the host, has an attention_mask with no padding in it (packed rows):
-    what masks.rows_without_padding lets the forward know without reading the device's copy."""
-    mask = batch.get("attention_mask")
-    return isinstance(mask, Tensor) and mask.device.type == "cpu" and bool(mask.all())
 
 
 def compile_forward(forward: Forward, model: torch.nn.Module, scope: str) -> Forward:
@@ -177,7 +169,7 @@ class Stepper:
         self.model.set_training_progress(step / self.config.optim.max_steps)  # an objective that changes over training
         batch: dict[str, Any] = self.model.training_batch(ids, mask, generator=self.generator)  # device-independent
         n = self.count_targets(self.model, batch)  # on the host's copy: read from a GPU's, a synchronisation
-        unpadded = no_padding(batch)  # the same
+        known = self.model.known_from_host(batch)  # the same: what the forward need not read back (padding, modes)
         batch = to_device(batch, self.d.device, self.pin)
         if self.memory is not None:
             batch.update(mems=self.memory.get(micro), memory_length=self.memory.length)
@@ -191,7 +183,7 @@ class Stepper:
                                  "tokens (its sequences hold only special tokens); drop such sequences from the "
                                  "data")
             return MicroOut(None, 0, {})
-        with no_sync, rows_without_padding(unpadded):
+        with no_sync, known:
             out = (self.compiled(**batch) if self.compiled is not None
                    else self.forward(module, self.precision, **batch))
             if self.memory is not None:
