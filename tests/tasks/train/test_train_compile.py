@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from maskplay.data.dataset import write_split
 from maskplay.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
@@ -95,3 +96,21 @@ def test_layers_scope_gives_the_eager_weights(tmp_path):
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_a_compiled_run_with_dropout_resumes_bitwise(tmp_path):
+    """GPT-BERT at the recipes' architecture, compiled whole, with hidden dropout (the recipes' 0.1: random numbers
+    drawn inside the compiled graph) and the weights' moving average: 6 steps in one run, and 3 then a resume from
+    the checkpoint (as gpu_one_call.sh's PART=1 and PART=2 continue one run), give the same weights, bitwise."""
+    data = fixed_length_data(tmp_path / "data")
+    common = ["model.hidden_dropout=0.1", "model.attention_dropout=0", "optim.max_steps=6", "optim.warmup_steps=1",
+              "optim.ema=0.9", "run.precision=fp32", "data.bucket_window=1", "run.save_every=3", "run.compile=true",
+              *RECIPE_ARCH]
+    whole = train(small_config(data, tmp_path / "whole", *common, family="gpt-bert"))
+    part = train(small_config(data, tmp_path / "part", *common, "run.stop_at_step=3", family="gpt-bert"))
+    assert whole.exit_code == 0 and part.exit_code == 0
+    resumed = train(small_config(data, tmp_path / "part", *common, family="gpt-bert"), resume=True)
+    assert resumed.exit_code == 0
+    for which in ("final", "final-raw"):
+        a, b = weights(whole.run_dir, which), weights(resumed.run_dir, which)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), which
