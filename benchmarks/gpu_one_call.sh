@@ -123,8 +123,10 @@ timeout "${COMPILE_LIMIT:-150}" $PY benchmarks/compile_time.py --device "$DEVICE
 echo "compile_time exit $? at ${SECONDS}s"; cat "$OUT/compile.log"
 
 # the scope to train in: the one that trains the most steps in the time left, a compiled one paying its compile
-# (benchmarks/pick_scope.py); eager when nothing else was timed
-read -r SCOPE COMPILE_S < <($PY benchmarks/pick_scope.py "$OUT/compile.json" "$FAMILY" "$(( $(left) - 85 ))" \
+# (benchmarks/pick_scope.py); eager when nothing else was timed. FIXED_S: what the run spends besides compiling,
+# training and scoring (preparing 30 s, starting 25 s, the final export and held-out pass 30 s)
+FIXED_S=85
+read -r SCOPE COMPILE_S < <($PY benchmarks/pick_scope.py "$OUT/compile.json" "$FAMILY" "$(( $(left) - FIXED_S ))" \
   --flex "$FLEX" --speed-out "$OUT/train-speed.json")
 SCOPE=${SCOPE:-eager} COMPILE_S=${COMPILE_S:-0}
 SET="${BABYLM_SET:-} run.flex_attention=$([ "$FLEX" = 1 ] && echo true || echo false)"
@@ -136,7 +138,7 @@ SET="${BABYLM_SET:-} run.flex_attention=$([ "$FLEX" = 1 ] && echo true || echo f
 # pass (30 s) and BLiMP (EVAL_LIMIT for each way of scoring); planned at a real step 1.1 x the timed one, stopped by run.max_minutes at 1.15 x
 EVALS=$(( EVAL_LIMIT * (1 + $(wc -w <<< "$BLIMP_METHODS") + ${BLIMP_RAW:-1}) ))  # + final-raw, causally
 [ "${PART:-}" = 1 ] && EVALS=0  # the first of two commands scores nothing
-TRAIN_SECONDS=$(( ($(left) - 85 - COMPILE_S - EVALS) * 100 / 115 ))
+TRAIN_SECONDS=$(( ($(left) - FIXED_S - COMPILE_S - EVALS) * 100 / 115 ))
 [ "$TRAIN_SECONDS" -lt 10 ] && TRAIN_SECONDS=10
 MAX_MINUTES=$($PY -c "print(round(($TRAIN_SECONDS * 1.15 + $COMPILE_S) / 60, 3))")
 TRAIN_LIMIT=$($PY -c "print(int($MAX_MINUTES * 60 + 55))")

@@ -189,16 +189,15 @@ class GPTBert(MaskplayModel):
         hidden, targets = at.take(h), at.take(labels)
         modes = {"masked_loss": ~in_causal, "causal_loss": in_causal}
         shares = torch.tensor([1 - options.causal_share, options.causal_share], device=h.device)
+        counts = torch.stack([m.sum() for m in modes.values()])
         parts: dict[str, Tensor] = {}
         if options.z_loss > 0:  # log Z needs the logits whole
             logits = self.logits(hidden).float()
             token_loss = F.cross_entropy(logits, targets, reduction="none")
-            counts = torch.stack([m.sum() for m in modes.values()])
             # each mode's mean as a masked sum over its count: no selection, so no read back
             means = torch.stack([token_loss.mul(m).sum() for m in modes.values()]) / counts.clamp(min=1)
             parts["z_loss"] = log_z(logits).pow(2).mean()
         else:  # the fused head loss, never holding the (N, V) logits: each mode's rows selected (read back)
-            counts = torch.stack([m.sum() for m in modes.values()])
             present_now = counts.tolist()
             means = torch.stack([self.head.loss(hidden[m], self.embeddings.word.weight, targets[m]) if n
                                  else hidden.new_zeros((), dtype=torch.float32)

@@ -142,13 +142,12 @@ class Window:
 
     def reset(self, now: float) -> None:
         self.loss = self.n = self.tokens = 0.0  # all-reduced over processes
-        self.local_n = 0.0  # this process's targets, which weigh its loss parts
         self.parts: dict[str, float] = {}  # this process's loss parts (ModelOutput.parts) x targets
-        self.part_n: dict[str, float] = {}  # the targets of the micro-batches each part was given for
+        # this process's targets in the micro-batches each part was given for, which weigh the part
+        self.part_n: dict[str, float] = {}
         self.time = now
 
     def add_micro(self, n: int, parts: dict[str, float]) -> None:
-        self.local_n += n
         for key, value in parts.items():
             if math.isnan(value):  # a part this micro-batch has no targets of (a GPT-BERT mode it lacks)
                 continue
