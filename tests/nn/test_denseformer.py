@@ -134,3 +134,30 @@ def test_the_buffered_stream_refuses_to_regather_rows():
     dense = DepthWeights(2)
     with pytest.raises(ValueError, match="list one"):
         dense.stream(torch.zeros(2, 3, 4), buffered=True).rows((torch.arange(2), torch.zeros(2, dtype=torch.long)))
+
+
+def test_a_compiled_pass_without_gradients_traces_every_sum_in_one_graph():
+    """Under no_grad the list stream's sums skip the autograd Function (torch.compile cannot trace its forward there:
+    a graph break at every sum until session 25, torch 2.13) and give its values."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    weights = DepthWeights(4)
+    with torch.no_grad():
+        for alpha in weights.alphas:
+            alpha.normal_()
+    states = [torch.randn(2, 3, 8) for _ in range(5)]
+
+    def sums(states: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [weights(states[: n + 2], n) for n in range(4)]
+
+    want = sums(states)  # with gradients on: through the Function
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        got = torch.compile(sums, backend="aot_eager")(states)
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] == 1
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)

@@ -48,7 +48,10 @@ class DepthWeights(nn.Module):
 
     def forward(self, states: list[Tensor], n: int) -> Tensor:
         """The weighted sum after sub-layer n of `states` (x_0..x_{n+1})."""
-        return _WeightedSum.apply(self.alphas[n].to(states[-1].dtype), *states)
+        alpha = self.alphas[n].to(states[-1].dtype)
+        if not torch.is_grad_enabled():  # no backward to shape: and torch.compile cannot trace the Function's
+            return _weighted_sum(alpha, states)  # forward under no_grad (a graph break at every sum, torch 2.13)
+        return _WeightedSum.apply(alpha, *states)
 
     def stream(self, x0: Tensor, buffered: bool) -> ListStream | BufferedStream:
         """A pass's stream starting at x0: buffered (one buffer, one kernel a sum forward and backward) or a list."""
@@ -140,6 +143,11 @@ class _BufferedSum(torch.autograd.Function):
         return grad_new, grad_first, None, None, *grad_alphas
 
 
+def _weighted_sum(alpha: Tensor, states: list[Tensor] | tuple[Tensor, ...]) -> Tensor:
+    with torch.autocast(states[0].device.type, enabled=False):
+        return torch.tensordot(alpha, torch.stack(states), dims=1)
+
+
 class _WeightedSum(torch.autograd.Function):
     """sum_j alpha[j] x_j as one matrix-vector product over the states stacked for the moment, and its backward as
     three kernels (stack, matrix-vector, outer product). In the states' own precision, as _BufferedSum."""
@@ -147,8 +155,7 @@ class _WeightedSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, alpha: Tensor, *states: Tensor) -> Tensor:  # noqa: ANN001
         ctx.save_for_backward(alpha, *states)
-        with torch.autocast(states[0].device.type, enabled=False):
-            return torch.tensordot(alpha, torch.stack(states), dims=1)
+        return _weighted_sum(alpha, states)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
