@@ -159,5 +159,5 @@ def test_a_compiled_pass_without_gradients_traces_every_sum_in_one_graph():
         got = torch.compile(sums, backend="aot_eager")(states)
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert counters["stats"]["unique_graphs"] == 1
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b)
