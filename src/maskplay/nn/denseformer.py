@@ -18,7 +18,7 @@ naively a step costs O(S^2) kernels and copies; two streams keep that down:
   sums' gradients, each read once, where a matrix-vector product a sum read every earlier state again.
 - `ListStream` (under torch.compile's whole-step scope, which cannot trace a buffer written in a backward, and for
   PLL's last-layer rows, which re-gather the states): a list, each sum over the states stacked for the moment
-  (`_WeightedSum`).
+  (`_WeightedSum`; without gradients the same sum outside it, which torch.compile traces there).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ class DepthWeights(nn.Module):
     def forward(self, states: list[Tensor], n: int) -> Tensor:
         """The weighted sum after sub-layer n of `states` (x_0..x_{n+1})."""
         alpha = self.alphas[n].to(states[-1].dtype)
-        if not torch.is_grad_enabled():  # no backward to shape: and torch.compile cannot trace the Function's
-            return _weighted_sum(alpha, states)  # forward under no_grad (a graph break at every sum, torch 2.13)
+        if not torch.is_grad_enabled():  # the Function only shapes the backward, and torch.compile cannot trace
+            return _weighted_sum(alpha, states)  # it under no_grad (a graph break at every sum, torch 2.13)
         return _WeightedSum.apply(alpha, *states)
 
     def stream(self, x0: Tensor, buffered: bool) -> ListStream | BufferedStream:
