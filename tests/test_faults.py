@@ -85,6 +85,7 @@ def wait_exit(pid: int, timeout: float) -> float:
 
 # ---- a process of a torchrun run killed or hung ------------------------------------------------------------------
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_sigkill_of_one_rank_stops_the_other_and_resume_is_exact(data, tmp_path):
     """SIGKILL rank 1 between two checkpoints: rank 0's next collective fails at once, it says so in one line
@@ -124,6 +125,7 @@ def test_sigkill_of_one_rank_stops_the_other_and_resume_is_exact(data, tmp_path)
     assert train_losses(tmp_path / "ref") == train_losses(victim_dir), context
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_a_hung_rank_is_noticed_after_run_dist_timeout_s(data, tmp_path):
     """SIGSTOP rank 1 (alive, its connections open, never answering): rank 0 waits run.dist_timeout_s, not

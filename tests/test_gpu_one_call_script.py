@@ -10,6 +10,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from tests.test_gpu_babylm_script import tiny_world
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,6 +31,8 @@ def dry_run_env(tmp_path: Path) -> dict[str, str]:
             "SWITCH_ARGS": "--tiny --batch 2 --seq-len 32 --steps 1 --warmup 1 --pieces DenseFormer plain"}
 
 
+@pytest.mark.slow
+@pytest.mark.heavy
 def test_gpu_one_call_script_dry_run_on_the_cpu(tmp_path):
     out = tmp_path / "out"
     result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_one_call.sh")], cwd=REPO,
@@ -58,6 +62,8 @@ def test_gpu_one_call_script_dry_run_on_the_cpu(tmp_path):
     assert str(tmp_path).encode() not in files["babylm.json"]  # no machine paths
 
 
+@pytest.mark.slow
+@pytest.mark.heavy
 def test_one_run_over_two_commands_resumes_and_finishes(tmp_path):
     """PART=1 trains to its stop step and checkpoints, scoring nothing; PART=2, on the same $WORK, resumes that run,
     reaches the words budget and scores it: the two parts' steps add up to one run's."""

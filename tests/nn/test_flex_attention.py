@@ -135,6 +135,7 @@ def test_flex_trains_on_a_gpu_only_and_is_switched_for_a_block():
     assert not flex.enabled
 
 
+@pytest.mark.heavy
 @pytest.mark.slow  # compiles: about 25 s on a 2-core machine
 @pytest.mark.parametrize("scope", ["step", "layers"])
 def test_flex_inside_a_compiled_forward_gives_the_eager_loss(scope):

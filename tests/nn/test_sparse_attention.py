@@ -164,6 +164,7 @@ def test_block_mask_mod_is_safe_at_the_padding_of_the_last_block():
         assert bool(block_mask.mask_mod(*args)) == bool(dense(*args)), (q, kv)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # torch.compile's own
 def test_flex_forward_equals_dense():

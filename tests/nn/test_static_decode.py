@@ -60,6 +60,8 @@ def test_sampling_with_a_seed_draws_the_same_tokens(eager_compile):
     same_as_plain(model, **options)
 
 
+@pytest.mark.slow
+@pytest.mark.heavy
 def test_compiled_steps_give_the_plain_paths_tokens_and_are_reused():
     """Compiled for real. Each step skips its guards after its first call (static_decode.StaticStep), so steps of
     other shapes and of changed weights, called in turn, must each still run their own program."""
@@ -77,6 +79,8 @@ def test_compiled_steps_give_the_plain_paths_tokens_and_are_reused():
     assert [g.token_ids for g in same_as_plain(model, stop_ids=[])] != before
 
 
+@pytest.mark.slow
+@pytest.mark.heavy
 def test_the_compiled_step_freezes_its_weights(monkeypatch):
     """Inductor's freezing pass (weights made prepacked constants) runs when the step compiles: torch 2.13 ignores
     compile(options={"freezing": True}) for this: Dynamo has lifted the weights to inputs before inductor reads it, so

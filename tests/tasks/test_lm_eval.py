@@ -247,6 +247,7 @@ def test_command_finds_tasks_in_the_users_folder_and_its_own(tmp_path, capsys):
     assert "All tasks found and valid" in capsys.readouterr().out
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_command_runs_the_shipped_task(tmp_path):
     """`maskplay lm-eval` end to end: the sample pairs with the bundled GPT, results written by lm-eval."""

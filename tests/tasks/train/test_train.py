@@ -463,6 +463,8 @@ def test_corpus_is_prepared_into_the_run_directory(data, tmp_path, capsys):
 
 # ---- kill, signals --------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
+@pytest.mark.heavy
 def test_sigkill_at_a_random_step_then_resume_is_bitwise_exact(data, tmp_path):
     """BERT with dropout: the corruption generator, dropout RNG, data position and AdamW state all matter."""
     overrides = ["optim.max_steps=40", "optim.warmup_steps=5", "run.save_every=5", "run.eval_every=20"]

@@ -12,7 +12,7 @@ from maskplay.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
 from maskplay.tasks.train import train
 from tests.tasks.train.test_train import NO_DROPOUT, VOCAB, small_config, weights
 
-pytestmark = pytest.mark.slow  # compiling takes half a minute or more on a 2-core machine
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # compiling takes half a minute or more on a 2-core machine
 
 
 def fixed_length_data(directory):

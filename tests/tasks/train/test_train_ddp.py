@@ -50,6 +50,7 @@ RECIPE_SWITCHES = ("model.denseformer=true", "model.positions=disentangled", "mo
 SCALE_FREE = "encoder.dense.alphas.3"
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("switches", [(), RECIPE_SWITCHES], ids=["plain", "recipe-switches"])
 def test_two_processes_give_the_weights_of_one(data, tmp_path, switches):
     """Each process takes half of every global batch of 16, in 2 micro-batches of 4: the gradient is still
@@ -66,6 +67,7 @@ def test_two_processes_give_the_weights_of_one(data, tmp_path, switches):
     assert_same_weights(a, b, exact=False)
 
 
+@pytest.mark.heavy
 def test_resume_under_ddp_is_exact(data, tmp_path):
     """BERT with dropout: every process's RNG streams are in the checkpoint (written by rank 0 alone)."""
     run_dir = tmp_path / "run"
@@ -78,6 +80,7 @@ def test_resume_under_ddp_is_exact(data, tmp_path):
     assert_same_weights(expected, weights(run_dir))
 
 
+@pytest.mark.heavy
 def test_sigterm_to_torchrun_checkpoints_and_stops_every_process(data, tmp_path):
     import signal
 
@@ -99,6 +102,7 @@ def test_sigterm_to_torchrun_checkpoints_and_stops_every_process(data, tmp_path)
     assert {k.split("/")[0] for k in rng} == {"rank0", "rank1"}
 
 
+@pytest.mark.heavy
 def test_electra_trains_and_resumes_exactly_under_ddp(data, tmp_path):
     """Two towers, shared embeddings, the generator's samples drawn per process: replicas stay equal (the trainer
     checks at every save) and a resumed run ends with the same weights."""
@@ -113,6 +117,7 @@ def test_electra_trains_and_resumes_exactly_under_ddp(data, tmp_path):
     assert_same_weights(expected, weights(run_dir))
 
 
+@pytest.mark.heavy
 def test_xlnet_trains_and_resumes_exactly_under_ddp(data, tmp_path):
     """Two streams, a random order per sequence drawn per process, segment terms unused without segment ids
     (DDP told so): replicas stay equal and a resumed run ends with the same weights."""

@@ -330,6 +330,7 @@ def test_recipe_run_resumes_bitwise_across_a_length_change_and_exports_the_avera
     assert any("ema_eval_loss" in m for m in logged)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_two_processes_with_the_recipe_give_the_weights_of_one(data, tmp_path):
     """Under torchrun (2 processes x grad_accum 2), each scheduled batch is cut into 4 micro-batches, unevenly
