@@ -231,3 +231,39 @@ def test_a_compiled_training_step_on_the_gpu_has_the_cpus_loss_and_gradients(fam
         assert (g is None) == (w is None), name
         if w is not None:
             torch.testing.assert_close(g.cpu(), w, atol=1e-4, rtol=1e-3, msg=name)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="FlexAttention's backward runs on a CUDA device only")
+@pytest.mark.parametrize("family", ["tta", "gpt-bert"])
+def test_a_compiled_step_through_flex_attention_is_one_graph_with_the_cpus_loss_and_gradients(family):
+    """run.compile (the step scope) with run.flex_attention, as gpu_one_call.sh trains the recipes when it picks
+    both: the block mask made inside the graph (flex.block_mask_of), FlexAttention lowered by the GPU's inductor
+    with the rest of the step, one graph and no graph break, on padded rows beside a full one; the loss and every
+    gradient equal the CPU's eager step through SDPA."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from maskplay.nn.attention import flex
+    from maskplay.tasks.train.stepping import compile_forward
+
+    model = tiny(family, **RECIPE, hidden_size=128, num_heads=2, intermediate_size=256, max_position=128).train()
+    ids, mask = batch_of(model, [128, 100, 120])
+    batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
+    if family == "gpt-bert":  # both modes in the batch
+        batch["causal_rows"] = torch.tensor([True, False, False])
+    want = model(**batch).loss
+    want_grads = torch.autograd.grad(want, list(model.parameters()), allow_unused=True)
+    model.to(DEVICE)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = compile_forward(lambda **kw: model(**kw), model, "step")
+    with flex.using(True):
+        got = compiled(**moved(batch, DEVICE)).loss
+    got_grads = torch.autograd.grad(got, list(model.parameters()), allow_unused=True)
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] == 1
+    torch.testing.assert_close(got.cpu(), want, atol=1e-3, rtol=1e-3)  # TF32 in FlexAttention's kernels, as above
+    for (name, _), g, w in zip(model.named_parameters(), got_grads, want_grads, strict=True):
+        assert (g is None) == (w is None), name
+        if w is not None:
+            torch.testing.assert_close(g.cpu(), w, atol=1e-3, rtol=1e-2, msg=name)

@@ -135,30 +135,76 @@ def test_flex_trains_on_a_gpu_only_and_is_switched_for_a_block():
     assert not flex.enabled
 
 
-@pytest.mark.heavy
-@pytest.mark.slow  # compiles: about 25 s on a 2-core machine
+@pytest.mark.parametrize(("B", "H", "Lq", "Lk"), [(3, 1, 16, 16), (1, 2, 300, 200), (2, 1, 256, 384)])
+def test_the_block_mask_from_the_mask_is_create_block_masks(B, H, Lq, Lk):
+    """flex.block_mask_of against torch's create_block_mask (which evaluates the mask_mod at every pair): the same
+    blocks listed, the same ones full, over masks with empty, full and partial blocks, lengths off the block size
+    and a batch or head dimension of one; and FlexAttention under it equals SDPA's, full blocks included."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    mask = torch.rand(B, H, Lq, Lk, generator=torch.Generator().manual_seed(5)) > 0.4
+    blocks = Lq > 128  # more than one block: one full, one empty, a row that sees nothing in a partial one
+    if blocks:
+        mask[..., :128, :128] = True
+        mask[..., :128, 128:256] = False
+    mask[..., 0] = True
+    if blocks:
+        mask[..., 130, :] = False
+
+    def mod(b, h, i, j):
+        return mask[b, h, i, j]
+
+    ours = flex.block_mask_of(mask)
+    theirs = create_block_mask(mod, B, H, Lq, Lk, device="cpu")
+    assert torch.equal(ours.to_dense(), theirs.to_dense())
+    assert torch.equal(ours.kv_num_blocks, theirs.kv_num_blocks)
+    assert torch.equal(ours.full_kv_num_blocks, theirs.full_kv_num_blocks)
+    assert int(ours.kv_num_blocks.sum()) > 0 and (int(ours.full_kv_num_blocks.sum()) > 0) == blocks
+    q, k, v = torch.randn(B, 2, Lq, 8), torch.randn(B, 2, Lk, 8), torch.randn(B, 2, Lk, 8)
+    with torch.no_grad():
+        got = flex.attend(q, k, v, mask)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).nan_to_num(0.0)  # SDPA: nan where none seen
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow  # traces four forwards: about 20 s on a 2-core machine
 @pytest.mark.parametrize("scope", ["step", "layers"])
-def test_flex_inside_a_compiled_forward_gives_the_eager_loss(scope):
-    """run.flex_attention with run.compile (train/stepping.compile_forward, both scopes): the block mask made and
-    kept while dynamo traces, FlexAttention inside the compiled graph; the loss equals eager SDPA's, for T-TA's and
-    GPT-BERT's recipe models (without gradients: this CPU's FlexAttention has no backward)."""
+def test_flex_inside_a_compiled_forward_is_one_graph_with_the_eager_loss(scope):
+    """run.flex_attention with run.compile (train/stepping.compile_forward, both scopes), for T-TA's and GPT-BERT's
+    recipe models: the block mask made inside the graph (flex.block_mask_of), so the step is one graph (the layers
+    scope: its two block codes) with no graph break, and a second batch with another mask runs it again without a
+    recompile; both losses equal eager SDPA's. Traced by dynamo and AOTAutograd ("aot_eager"): this CPU's inductor
+    cannot lower FlexAttention reading a mask computed in the graph (torch 2.13 takes its captured buffers' dtypes
+    before it realises them: NoValidChoicesError), and its FlexAttention has no backward; a GPU's inductor and the
+    gradients: tests/test_gpu.py. Before flex.block_mask_of, create_block_mask and its cache broke the step's graph
+    at every layer (19 graphs for T-TA's step)."""
     import torch._dynamo
+    from torch._dynamo.utils import counters, guard_failures
 
     from maskplay.tasks.train.stepping import compile_forward
 
-    ids = torch.randint(7, 64, (4, 16), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones(4, 16, dtype=torch.bool)
-    mask[1, 11:] = False
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(7, 64, (2, 4, 16), generator=gen)
+    mask = torch.ones(2, 4, 16, dtype=torch.bool)
+    mask[0, 1, 11:] = False
+    mask[1, 2, 6:] = False
     for family in ("tta", "gpt-bert"):
         torch.manual_seed(0)
         model = build_model(ModelConfig(family=family, **SMALL, **RECIPE)).train()
-        batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(2))
+        batches = [model.training_batch(ids[n], mask[n], generator=torch.Generator().manual_seed(2 + n))
+                   for n in range(2)]
         if family == "gpt-bert":
-            batch["causal_rows"] = torch.tensor([True, False, True, False])
+            batches[0]["causal_rows"] = torch.tensor([True, False, True, False])
+            batches[1]["causal_rows"] = torch.tensor([False, True, True, False])
         torch._dynamo.reset()
-        compiled = compile_forward(model.__call__, model, scope)
+        counters.clear()
+        compiled = compile_forward(model.__call__, model, scope, backend="aot_eager")
         with torch.no_grad():
-            want = model(**batch).loss
-            with flex.using(True):
-                got = compiled(**batch).loss
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=family)
+            for batch in batches:
+                want = model(**batch).loss
+                with flex.using(True):
+                    got = compiled(**batch).loss
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=family)
+        assert not counters["graph_break"], (family, dict(counters["graph_break"]))
+        assert counters["stats"]["unique_graphs"] == (1 if scope == "step" else 2), family
+        assert not guard_failures, (family, dict(guard_failures))

@@ -44,11 +44,12 @@ def to_device(batch: dict[str, Any], device: torch.device, pin: bool) -> dict[st
             for k, v in batch.items()}
 
 
-def compile_forward(forward: Forward, model: torch.nn.Module, scope: str) -> Forward:
+def compile_forward(forward: Forward, model: torch.nn.Module, scope: str, backend: str = "inductor") -> Forward:
     """run.compile's forward (run.compile_scope): `forward` compiled whole ("step"), or run eagerly with every block
-    of `model` through one compiled code ("layers", nn/regional.py; raises ValueError for a model it cannot serve)."""
+    of `model` through one compiled code ("layers", nn/regional.py; raises ValueError for a model it cannot serve).
+    `backend`: torch.compile's (tests trace with "aot_eager", dynamo's graphs without inductor's code)."""
     if scope == "step":
-        compiled = torch.compile(forward)
+        compiled = torch.compile(forward, backend=backend)
 
         def whole(*args: Any, **kwargs: Any) -> Any:
             # the loss's labelled positions (nn/outputs.Targets: a nonzero, as many as BERT's masking chose) traced
@@ -60,7 +61,7 @@ def compile_forward(forward: Forward, model: torch.nn.Module, scope: str) -> For
     encoders(model)  # the check, before the first step
 
     def regional(*args: Any, **kwargs: Any) -> Any:
-        with compiled_blocks(model):
+        with compiled_blocks(model, backend):
             return forward(*args, **kwargs)
 
     return regional
