@@ -155,6 +155,20 @@ def test_a_recipe_training_step_on_the_gpu_has_the_cpus_loss_and_gradients(famil
 PLAIN = dict(hidden_dropout=0.0, attention_dropout=0.0)
 
 
+def flex_case(family: str, switches: dict) -> tuple:
+    """A model at the recipes' head width (64; Triton's kernels need at least 16) and length (128), a batch of padded
+    rows beside a full one (GPT-BERT's in both modes), the CPU's eager loss and gradients on it through SDPA; the
+    model is then moved to the GPU."""
+    model = tiny(family, **switches, hidden_size=128, num_heads=2, intermediate_size=256, max_position=128).train()
+    ids, mask = batch_of(model, [128, 100, 120])
+    batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
+    if family == "gpt-bert":
+        batch["causal_rows"] = torch.tensor([True, False, False])
+    want = model(**batch).loss
+    want_grads = torch.autograd.grad(want, list(model.parameters()), allow_unused=True)
+    return model.to(DEVICE), batch, want, want_grads
+
+
 @pytest.mark.skipif(DEVICE != "cuda", reason="FlexAttention's backward runs on a CUDA device only")
 @pytest.mark.parametrize(("family", "switches"), [("gpt", RECIPE), ("bert", RECIPE), ("tta", RECIPE),
                                                   ("gpt-bert", RECIPE), ("tta", PLAIN), ("gpt-bert", PLAIN),
@@ -165,15 +179,7 @@ def test_a_training_step_through_flex_attention_has_the_cpus_loss_and_gradients(
     through SDPA (with the gathered bias), in fp32, then in bf16 autocast against SDPA's step on the GPU."""
     from maskplay.nn.attention import flex
 
-    # the recipes' head width (64; Triton's kernels need at least 16) and length (128), padded rows beside a full one
-    model = tiny(family, **switches, hidden_size=128, num_heads=2, intermediate_size=256, max_position=128).train()
-    ids, mask = batch_of(model, [128, 100, 120])
-    batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
-    if family == "gpt-bert":  # both modes in the batch
-        batch["causal_rows"] = torch.tensor([True, False, False])
-    want = model(**batch).loss
-    want_grads = torch.autograd.grad(want, list(model.parameters()), allow_unused=True)
-    model.to(DEVICE)
+    model, batch, want, want_grads = flex_case(family, switches)
     calls, attend = [], flex.attend
     flex.attend = lambda *a: calls.append(1) or attend(*a)
     try:
@@ -246,14 +252,7 @@ def test_a_compiled_step_through_flex_attention_is_one_graph_with_the_cpus_loss_
     from maskplay.nn.attention import flex
     from maskplay.tasks.train.stepping import compile_forward
 
-    model = tiny(family, **RECIPE, hidden_size=128, num_heads=2, intermediate_size=256, max_position=128).train()
-    ids, mask = batch_of(model, [128, 100, 120])
-    batch = model.training_batch(ids, mask, generator=torch.Generator().manual_seed(0))
-    if family == "gpt-bert":  # both modes in the batch
-        batch["causal_rows"] = torch.tensor([True, False, False])
-    want = model(**batch).loss
-    want_grads = torch.autograd.grad(want, list(model.parameters()), allow_unused=True)
-    model.to(DEVICE)
+    model, batch, want, want_grads = flex_case(family, RECIPE)
     torch._dynamo.reset()
     counters.clear()
     compiled = compile_forward(lambda **kw: model(**kw), model, "step")
