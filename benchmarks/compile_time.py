@@ -12,6 +12,7 @@ compile is a proxy for a GPU's: C++ kernels there, Triton here).
 
     OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/compile_time.py --out compile-time.json
     python benchmarks/compile_time.py --tiny --steps 1          # a dry run: 2 x 32 models
+    python benchmarks/compile_time.py --scopes step --backend aot_eager   # tracing alone, no inductor
     python3 benchmarks/compile_time.py --device cuda --batch 256 --out compile-time-gpu.json   # on a GPU machine
     python3 benchmarks/compile_time.py --device cuda --batch 256 --families gpt-bert --scopes eager step --flex \
         --warm-cache --out compile.json       # as gpu_one_call.sh runs it with FLEX=1
@@ -38,7 +39,7 @@ from gpu_train_speed import Cases, shapes  # noqa: E402
 
 from maskplay.nn.attention import flex  # noqa: E402
 
-SCOPES = ("eager", "layers", "step")
+SCOPES = ("eager", "layers", "step", "nested")
 
 
 def dynamo_counts() -> dict[str, int]:
@@ -60,7 +61,8 @@ def run_case(family: str, scope: str, args: argparse.Namespace) -> dict:
     shape = replace(shapes(args.tiny)["babylm"], batch=args.batch, seq_len=args.seq_len,
                     **({"layers": args.layers} if args.layers else {}))
     device = torch.device(args.device)
-    cases = Cases(argparse.Namespace(compile="off", recipe_compile="off" if scope == "eager" else scope), device)
+    cases = Cases(argparse.Namespace(compile="off", recipe_compile="off" if scope == "eager" else scope,
+                                     backend=args.backend), device)
     step, *_ = cases.ours(shape, family, recipe=True)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
@@ -90,6 +92,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU machine (then try --batch 256)")
     p.add_argument("--tiny", action="store_true", help="the 2 x 32 models, for a dry run")
+    p.add_argument("--backend", default="inductor", choices=["inductor", "aot_eager"],
+                   help="aot_eager: dynamo's and AOTAutograd's tracing alone, the part of a compile that runs on "
+                        "one thread on any machine (inductor's kernels compile in parallel on a GPU machine's cores)")
     p.add_argument("--out", default=None, help="write the results as JSON here (after every case)")
     p.add_argument("--flex", action="store_true", help="attention through FlexAttention (run.flex_attention; a CUDA "
                    "device only: a CPU's FlexAttention has no backward)")

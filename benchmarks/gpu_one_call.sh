@@ -5,8 +5,9 @@
 #      and FlexAttention);
 #   0a. whether to train through FlexAttention: where the profile timed it faster and its GPU test passes;
 #   0b. what each of the recipe's pieces costs its step (benchmarks/switch_cost.py: one piece out at a time);
-#   1. the recipe's step timed at its real batch (benchmarks/compile_time.py), eager and compiled whole (COMPILE_SCOPES:
-#      "eager step"; "layers" compiles block by block): the one that trains the most steps, its compile counted, is
+#   1. the recipe's step timed at its real batch (benchmarks/compile_time.py), eager and compiled whole with each
+#      block a region compiled once (COMPILE_SCOPES: "eager nested"; "step" unrolls every layer, "layers" compiles
+#      block by block): the one that trains the most steps, its compile counted, is
 #      the scope the run trains in (benchmarks/pick_scope.py);
 #   2. benchmarks/gpu_babylm.sh for that one family (prepare, plan, train, BLiMP-dev), its words budget planned from
 #      the step time of 1. and the seconds the deadline leaves (at most the 100 M words of the rule), run.max_minutes
@@ -26,7 +27,7 @@
 # Knobs: OUT, WORK, FAMILY (gpt-bert), PART (1 or 2), PART_STEPS (the steps a part trains: default what fits),
 # PROFILE (1), TRAIN (1; 0: steps 0-0b only), PROFILE_BIAS (the kernels profiled), FLEX (auto: 0a.), FLEX_TEST_LIMIT (150), SWITCHES (1: 0b.),
 # SWITCH_LIMIT (60), SWITCH_ARGS, GPT2 (1: GPT-2 small's case with the time left), GPT2_BATCH (64; session 20 measured 32: 42.9 % MFU),
-# DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), PROFILE_LIMIT (100), COMPILE_LIMIT (150), COMPILE_SCOPES (eager step), PACK (1),
+# DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), PROFILE_LIMIT (100), COMPILE_LIMIT (150), COMPILE_SCOPES (eager nested), PACK (1),
 # BLIMP_METHODS (more ways to score the final model: "pll" for GPT-BERT, empty for none), BLIMP_RAW (1: final-raw too,
 # the trained weights, since final is their moving average), PROFILE_ARGS, COMPILE_ARGS,
 # GPT2_ARGS (more arguments for gpu_profile_step.py, compile_time.py and gpu_train_speed.py: --tiny and small
@@ -111,15 +112,18 @@ if [ "${TRAIN:-1}" = 0 ]; then
   exit 0
 fi
 
-# 1. the step eager and compiled whole (COMPILE_SCOPES, "eager step": since session 23 every recipe's step compiles
-# into one graph; "layers" compiles block by block, which session 20's H200 ran no faster, 111 against 110 ms), at the
+# 1. the step eager and compiled whole (COMPILE_SCOPES, "eager nested": since session 23 every recipe's step compiles
+# into one graph, and since session 27 "nested" traces and lowers each block once for every layer, which on a CPU
+# halved the compile of the whole step at the same steady step (docs/BENCHMARKS.md, "Compiling a recipe"; "step",
+# every layer unrolled, took 272 s there, past COMPILE_LIMIT at a GPU's likely speed); "layers" compiles block by
+# block, which session 20's H200 ran no faster, 111 against 110 ms), at the
 # recipe's batch, through FlexAttention where 0a. chose it; inductor's caches stay on, so that the training run below
 # may compile its graph from them (not yet measured: the plan counts the whole compile again). The JSON is written
 # after each case: a compile that runs past COMPILE_LIMIT leaves eager's timing
 FLEX_ARG=$([ "$FLEX" = 1 ] && echo --flex)
 # shellcheck disable=SC2086
 timeout "${COMPILE_LIMIT:-150}" $PY benchmarks/compile_time.py --device "$DEVICE" --batch 256 --families "$FAMILY" \
-  --scopes ${COMPILE_SCOPES:-eager step} --steps 5 --warm-cache $FLEX_ARG --out "$OUT/compile.json" ${COMPILE_ARGS:-} \
+  --scopes ${COMPILE_SCOPES:-eager nested} --steps 5 --warm-cache $FLEX_ARG --out "$OUT/compile.json" ${COMPILE_ARGS:-} \
   > "$OUT/compile.log" 2>&1
 echo "compile_time exit $? at ${SECONDS}s"; cat "$OUT/compile.log"
 
@@ -133,6 +137,7 @@ SCOPE=${SCOPE:-eager} COMPILE_S=${COMPILE_S:-0}
 SET="${BABYLM_SET:-} run.flex_attention=$([ "$FLEX" = 1 ] && echo true || echo false)"
 [ "$SCOPE" = layers ] && SET="$SET run.compile=true run.compile_scope=layers"
 [ "$SCOPE" = step ] && SET="$SET run.compile=true run.compile_scope=step"
+[ "$SCOPE" = nested ] && SET="$SET run.compile=true run.compile_scope=nested"
 [ "$SCOPE" = eager ] && SET="$SET run.compile=false"
 
 # 2. the budget: what is left after preparing (30 s), starting (25 s), the compile, the final export and held-out

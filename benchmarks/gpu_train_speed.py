@@ -155,7 +155,9 @@ class Cases:
             else:
                 opt = build_optimizer(model, optim)
             scope = recipe_scope(self.args.recipe_compile, train_config.run)
-            forward = compile_forward(forward, model, scope) if scope else forward
+            # compile_time.py --backend aot_eager: dynamo's and AOTAutograd's share of a compile, without inductor's
+            backend = getattr(self.args, "backend", "inductor")
+            forward = compile_forward(forward, model, scope, backend) if scope else forward
         elif self.compile:  # as run.compile compiles it
             forward = compile_forward(forward, model, "step")
 
@@ -378,9 +380,11 @@ def main() -> None:
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     p.add_argument("--recipe", action="store_true", help="also time each family at its strict-small architecture")
     p.add_argument("--recipe-only", action="store_true", help="time the --recipe cases alone")
-    p.add_argument("--recipe-compile", default="config", choices=["config", "on", "off", "step", "layers"],
+    p.add_argument("--recipe-compile", default="config",
+                   choices=["config", "on", "off", "step", "layers", "nested"],
                    help="the recipe cases under torch.compile: as their config's run.compile and run.compile_scope "
-                        "say, or off, or compiled whole (step, or on), or block by block (layers: run.compile_scope)")
+                        "say, or off, or compiled whole (step, or on), or block by block (layers), or whole with "
+                        "each block a region compiled once (nested): run.compile_scope")
     p.add_argument("--compile", default="auto", choices=["auto", "on", "off"], help="auto: on for cuda")
     p.add_argument("--warmup", type=int, default=3, help="steps before timing (compiling happens here)")
     p.add_argument("--steps", type=int, default=10, help="timed steps per case")

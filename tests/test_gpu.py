@@ -240,12 +240,14 @@ def test_a_compiled_training_step_on_the_gpu_has_the_cpus_loss_and_gradients(fam
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="FlexAttention's backward runs on a CUDA device only")
+@pytest.mark.parametrize("scope", ["nested", "step"])
 @pytest.mark.parametrize("family", ["tta", "gpt-bert"])
-def test_a_compiled_step_through_flex_attention_is_one_graph_with_the_cpus_loss_and_gradients(family):
-    """run.compile (the step scope) with run.flex_attention, as gpu_one_call.sh trains the recipes when it picks
-    both: the block mask made inside the graph (flex.block_mask_of), FlexAttention lowered by the GPU's inductor
-    with the rest of the step, one graph and no graph break, on padded rows beside a full one; the loss and every
-    gradient equal the CPU's eager step through SDPA."""
+def test_a_compiled_step_through_flex_attention_is_one_graph_with_the_cpus_loss_and_gradients(family, scope):
+    """run.compile (the whole-step scopes; nested: FlexAttention inside the blocks' regions) with run.flex_attention,
+    as gpu_one_call.sh trains the recipes when it picks both: the block mask made inside the graph
+    (flex.block_mask_of), FlexAttention lowered by the GPU's inductor with the rest of the step, one graph and no
+    graph break, on padded rows beside a full one; the loss and every gradient equal the CPU's eager step through
+    SDPA."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
@@ -255,7 +257,7 @@ def test_a_compiled_step_through_flex_attention_is_one_graph_with_the_cpus_loss_
     model, batch, want, want_grads = flex_case(family, RECIPE)
     torch._dynamo.reset()
     counters.clear()
-    compiled = compile_forward(lambda **kw: model(**kw), model, "step")
+    compiled = compile_forward(lambda **kw: model(**kw), model, scope)
     with flex.using(True):
         got = compiled(**moved(batch, DEVICE)).loss
     got_grads = torch.autograd.grad(got, list(model.parameters()), allow_unused=True)

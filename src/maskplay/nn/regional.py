@@ -7,7 +7,13 @@ sums, the head and the loss) runs eagerly.
 
 A block reads its own entries of the pass's inputs by its layer index (T-TA's keys/values projected for it); an int
 argument would be specialised on, one compile per layer (and past torch._dynamo.config.recompile_limit, 8, the rest
-would run eagerly). So the blocks are handed inputs cut to their own entry (`for_layer`) and index 0."""
+would run eagerly). So the blocks are handed inputs cut to their own entry (`for_layer`) and index 0.
+
+run.compile_scope = "nested": the whole step compiled as one graph, as "step" does, with every block a nested compile
+region (torch.compiler.nested_compile_region): dynamo traces a block once and stamps that subgraph out for every later
+layer, and inductor compiles it once, so the compile costs about one block's tracing and lowering plus what lies
+between the blocks, which stays in the graph. A region reuses its subgraph only when every input is a tensor or a
+constant, so the pass's inputs (a dataclass of tensors) go in flattened (`_flatten`), their structure a constant."""
 
 from __future__ import annotations
 
@@ -34,10 +40,76 @@ def _feed_forward(layer: nn.Module, h: Tensor) -> Tensor:
     return layer.feed_forward(h)
 
 
+NESTED = "nested"  # Encoder.regional's value under run.compile_scope = "nested": regions, not compiled functions
+
+def _kinds() -> dict[str, type]:
+    from .attention.long_attention import BandedMask
+    from .positions import Frame, PassPositions, RelativeTable, Rotary
+
+    return {cls.__name__: cls for cls in (PassInputs, PassPositions, RelativeTable, Rotary, Frame, BandedMask)}
+
+
+def _flatten(obj: object, leaves: list[Tensor]) -> object:
+    """obj's structure as nested tuples of strings and constants, its tensors appended to `leaves`: the pass's
+    dataclasses (_kinds), tuples and lists are walked; None, numbers and strings are constants of the structure."""
+    if isinstance(obj, Tensor):
+        # a region's inputs may not alias each other (T-TA's per-layer keys and values are views of one projection):
+        # a view goes in as its own copy
+        leaves.append(obj if obj._base is None else obj.clone())
+        return "tensor"
+    name = type(obj).__name__
+    if dataclasses.is_dataclass(obj) and name in _KINDS:
+        return (name, tuple((f.name, _flatten(getattr(obj, f.name), leaves)) for f in dataclasses.fields(obj)))
+    if isinstance(obj, (tuple, list)):
+        return (name, tuple(_flatten(x, leaves) for x in obj))
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return ("constant", obj)
+    raise ValueError(f"run.compile_scope = 'nested' passes a block's inputs as tensors and constants, not a {name}: "
+                     "use 'step'")
+
+
+def _unflatten(spec: object, leaves: Iterator[Tensor]) -> object:
+    if spec == "tensor":
+        return next(leaves)
+    kind, body = spec  # type: ignore[misc]
+    if kind == "constant":
+        return body
+    if kind in _KINDS:
+        return _KINDS[kind](**{name: _unflatten(part, leaves) for name, part in body})
+    return {"tuple": tuple, "list": list}[kind](_unflatten(part, leaves) for part in body)
+
+
+def _nested(method: str) -> Callable[..., Tensor]:
+    """layer.<method>(h, inputs, 0) as a nested compile region over the inputs' tensors, their structure a constant
+    argument (so that the region's later calls reuse its subgraph); "feed_forward" takes h alone."""
+    if method == "feed_forward":
+        return torch.compiler.nested_compile_region(_feed_forward)
+
+    @torch.compiler.nested_compile_region
+    def region(layer: nn.Module, h: Tensor, spec: tuple, *leaves: Tensor) -> Tensor:
+        inputs = _unflatten(spec, iter(leaves))
+        return layer(h, inputs, 0) if method == "forward" else layer.attend(h, inputs, 0)
+
+    def call(layer: nn.Module, h: Tensor, inputs: PassInputs) -> Tensor:
+        leaves: list[Tensor] = []
+        spec = _flatten(inputs, leaves)
+        return region(layer, h, spec, *leaves)
+
+    return call
+
+
+_KINDS = _kinds()
+# made at import: a region made while dynamo traces the step would be a graph break (nested_compile_region is not
+# traced)
+_NESTED_PARTS = {name: _nested(name) for name in ("forward", "attend", "feed_forward")}
+
+
 @functools.cache
 def compiled_parts(backend: str = "inductor") -> dict[str, Callable[..., Tensor]]:
     """The compiled block methods, made once per process and backend: dynamo keeps its compiled code on each
-    function's code object, shared by every model and layer that passes its guards."""
+    function's code object, shared by every model and layer that passes its guards. NESTED: the nested regions."""
+    if backend == NESTED:
+        return _NESTED_PARTS
     return {name: torch.compile(fn, backend=backend)
             for name, fn in (("forward", _forward), ("attend", _attend), ("feed_forward", _feed_forward))}
 
@@ -55,8 +127,8 @@ def encoders(model: nn.Module) -> list[nn.Module]:
     blocks would not all run through them (a two-stream family runs its own layer loop; reversible layers)."""
     found = [m for m in model.modules() if hasattr(m, "regional")]
     if not found or any(e.reversible for e in found) or getattr(model, "two_streams", False):
-        raise ValueError("run.compile_scope = 'layers' compiles backbone.Encoder's blocks, which this model does not "
-                         "run one by one (its family's own layer loop, or reversible layers): use 'step'")
+        raise ValueError("run.compile_scope = 'layers' (or 'nested') compiles backbone.Encoder's blocks, which this "
+                         "model does not run one by one (its family's own layer loop, or reversible layers): use 'step'")
     return found
 
 

@@ -98,6 +98,57 @@ def test_layers_scope_gives_the_eager_weights(tmp_path):
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
+def test_nested_scope_gives_the_eager_gradients_and_weights(tmp_path):
+    """run.compile_scope = "nested" through inductor on GPT-BERT's recipe architecture: the step one graph, each block
+    a region lowered once for every layer (the subgraphs counted: tests/nn/test_regional.py); one step's loss and
+    every gradient are eager's (to fp32's rounding, as the step scope's), and the weights after 3 trained steps too,
+    to LAMB's amplification of that rounding in DenseFormer's 2-element weights (its trust ratio)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters, guard_failures
+
+    from maskplay import preset
+    from maskplay.families import build_model
+    from maskplay.tasks.train.stepping import compile_forward
+    from tests.families.test_gpt_bert_switches import GPT_BERT
+    from tests.nn.test_regional import tiny_batch
+
+    torch.manual_seed(0)
+    model = build_model(preset("tiny", family="gpt-bert", num_layers=3, hidden_dropout=0.0, attention_dropout=0.0,
+                               **GPT_BERT)).train()
+    batch = tiny_batch(model, 0, padded=False)
+
+    def loss_and_grads(forward):  # noqa: ANN001, ANN202
+        model.zero_grad(set_to_none=True)
+        with model.known_from_host(batch):
+            loss = forward(**batch).loss
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    want, want_grads = loss_and_grads(model)
+    torch._dynamo.reset()
+    counters.clear()
+    got, got_grads = loss_and_grads(compile_forward(model.__call__, model, "nested"))
+    assert counters["stats"]["unique_graphs"] == 1
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert got_grads.keys() == want_grads.keys()
+    for name in want_grads:
+        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+    data = fixed_length_data(tmp_path / "data")
+    common = [*NO_DROPOUT, "optim.max_steps=3", "optim.warmup_steps=1", "run.precision=fp32", "data.bucket_window=1",
+              *RECIPE_ARCH]
+    eager = train(small_config(data, tmp_path / "eager", *common, family="gpt-bert"))
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = train(small_config(data, tmp_path / "compiled", *common, "run.compile=true",
+                                  "run.compile_scope=nested", family="gpt-bert"))
+    assert counters["stats"]["unique_graphs"] == 1 and not guard_failures
+    a, b = weights(eager.run_dir), weights(compiled.run_dir)
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-3, atol=5e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
 def test_a_compiled_run_with_dropout_resumes_bitwise(tmp_path):
     """GPT-BERT at the recipes' architecture, compiled whole, with hidden dropout (the recipes' 0.1: random numbers
     drawn inside the compiled graph) and the weights' moving average: 6 steps in one run, and 3 then a resume from

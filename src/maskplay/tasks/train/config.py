@@ -30,7 +30,7 @@ from ...runtime.precision_probe import AUTO
 OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "cosine-cooldown")
 PRECISIONS = (AUTO, *(p.value for p in Precision if p.trainable))  # auto, fp32, bf16, bf16-autocast
-COMPILE_SCOPES = ("step", "layers")  # run.compile_scope
+COMPILE_SCOPES = ("step", "layers", "nested")  # run.compile_scope
 # ModelConfig fields that come from the tokenizer of the data, never from the training config.
 TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "eos_token_id", "unk_token_id", "sos_token_id", "mask_token_id",
                     "sep_token_id", "special_token_ids")
@@ -261,7 +261,9 @@ class RunSection:
     compile: bool = False
     # what run.compile compiles: "step" (the whole forward and its loss, every layer unrolled into one graph) |
     # "layers" (each block alone, one compiled code reused by every layer, the rest eager: a compile that costs one
-    # block, not num_layers; nn/regional.py). docs/TRAINING.md and docs/BENCHMARKS.md ("Compiling a recipe") compare them
+    # block, not num_layers; nn/regional.py) | "nested" (the whole step in one graph, each block in it a nested compile
+    # region traced and compiled once for every layer). docs/TRAINING.md and docs/BENCHMARKS.md ("Compiling a
+    # recipe") compare them
     compile_scope: str = "step"
     # attention under a materialised mask (T-TA's, GPT-BERT's mixed batches, UniLM's, XLNet's, padding, and the
     # position terms of disentangled attention and Transformer-XL/XLNet) through FlexAttention, compiled: the mask
@@ -307,9 +309,9 @@ class RunSection:
             raise ValueError(f"run.threads must be positive, got {self.threads}")
         if self.compile_scope not in COMPILE_SCOPES:
             raise ValueError(f"run.compile_scope must be one of {COMPILE_SCOPES}, got {self.compile_scope!r}")
-        if self.compile_scope == "layers" and self.memory_length:
-            raise ValueError("run.compile_scope = 'layers' compiles the blocks of a pass without memory: not with "
-                             "run.memory_length (use 'step')")
+        if self.compile_scope in ("layers", "nested") and self.memory_length:
+            raise ValueError(f"run.compile_scope = {self.compile_scope!r} compiles the blocks of a pass without memory: "
+                             "not with run.memory_length (use 'step')")
 
 
 @dataclass

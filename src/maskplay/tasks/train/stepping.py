@@ -17,7 +17,7 @@ from torch import Tensor
 from ...config import ModelConfig
 from ...families import MaskplayModel
 from ...nn.attention.long_attention import clamp_spans, span_penalty
-from ...nn.regional import compiled_blocks, encoders
+from ...nn.regional import NESTED, compiled_blocks, encoders
 from ...runtime.precision import Precision
 from .config import TrainConfig
 from .distributed import Dist, all_reduce_sum
@@ -45,16 +45,21 @@ def to_device(batch: dict[str, Any], device: torch.device, pin: bool) -> dict[st
 
 
 def compile_forward(forward: Forward, model: torch.nn.Module, scope: str, backend: str = "inductor") -> Forward:
-    """run.compile's forward (run.compile_scope): `forward` compiled whole ("step"), or run eagerly with every block
-    of `model` through one compiled code ("layers", nn/regional.py; raises ValueError for a model it cannot serve).
+    """run.compile's forward (run.compile_scope): `forward` compiled whole ("step"), compiled whole with every block of
+    `model` a nested region traced once ("nested"), or run eagerly with every block through one compiled code
+    ("layers"; nn/regional.py; both raise ValueError for a model whose blocks they cannot serve).
     `backend`: torch.compile's (tests trace with "aot_eager", dynamo's graphs without inductor's code)."""
-    if scope == "step":
+    if scope in ("step", "nested"):
         compiled = torch.compile(forward, backend=backend)
+        # "nested": the same graph, each block in it a region traced and compiled once for every layer
+        regions = (lambda: compiled_blocks(model, NESTED)) if scope == "nested" else contextlib.nullcontext
+        if scope == "nested":
+            encoders(model)  # the check, before the first step
 
         def whole(*args: Any, **kwargs: Any) -> Any:
             # the loss's labelled positions (nn/outputs.Targets: a nonzero, as many as BERT's masking chose) traced
             # with a size known only at run time, instead of a graph break there and a recompile for every count
-            with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+            with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True), regions():
                 return compiled(*args, **kwargs)
 
         return whole
