@@ -167,7 +167,8 @@ def test_the_block_mask_from_the_mask_is_create_block_masks(B, H, Lq, Lk):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.slow  # traces four forwards: about 20 s on a 2-core machine
+@pytest.mark.heavy
+@pytest.mark.slow  # traces four forwards a scope: about 25 s in all on a 2-core machine
 @pytest.mark.parametrize("scope", ["step", "layers", "nested"])
 def test_flex_inside_a_compiled_forward_is_one_graph_with_the_eager_loss(scope):
     """run.flex_attention with run.compile (train/stepping.compile_forward, every scope), for T-TA's and GPT-BERT's

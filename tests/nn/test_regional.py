@@ -128,6 +128,8 @@ def region_subgraphs(forward, batch) -> tuple[int, int]:  # noqa: ANN001
     return len(graphs), len(called)
 
 
+@pytest.mark.heavy
+@pytest.mark.slow  # traces six forwards and a backward a model: about 30 s in all on a 2-core machine
 @pytest.mark.parametrize("family,arch", [("tta", GPT_BERT), ("gpt-bert", GPT_BERT), ("bert", {})],
                          ids=["tta-recipe", "gpt-bert-recipe", "bert"])
 def test_the_nested_scope_is_one_graph_whose_layers_reuse_one_region(family, arch):
