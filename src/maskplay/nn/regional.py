@@ -42,6 +42,7 @@ def _feed_forward(layer: nn.Module, h: Tensor) -> Tensor:
 
 NESTED = "nested"  # Encoder.regional's value under run.compile_scope = "nested": regions, not compiled functions
 
+
 def _kinds() -> dict[str, type]:
     from .attention.long_attention import BandedMask
     from .positions import Frame, PassPositions, RelativeTable, Rotary
