@@ -115,7 +115,7 @@ fi
 # 1. the step eager and compiled whole (COMPILE_SCOPES, "eager nested": since session 23 every recipe's step compiles
 # into one graph, and since session 27 "nested" traces and lowers each block once for every layer, which on a CPU
 # halved the compile of the whole step at the same steady step (docs/BENCHMARKS.md, "Compiling a recipe"; "step",
-# every layer unrolled, took 272 s there, past COMPILE_LIMIT at a GPU's likely speed); "layers" compiles block by
+# every layer unrolled, took 213-293 s there, about COMPILE_LIMIT at a GPU's likely speed); "layers" compiles block by
 # block, which session 20's H200 ran no faster, 111 against 110 ms), at the
 # recipe's batch, through FlexAttention where 0a. chose it; inductor's caches stay on, so that the training run below
 # may compile its graph from them (not yet measured: the plan counts the whole compile again). The JSON is written
