@@ -163,6 +163,19 @@ def test_the_nested_scope_is_one_graph_whose_layers_reuse_one_region(family, arc
     assert not guard_failures, f"recompiled: {dict(guard_failures)}"
 
 
+def test_the_nested_scope_needs_nested_regions_and_an_encoders_blocks(monkeypatch):
+    import maskplay.nn.regional as regional
+    from maskplay.tasks.train.stepping import compile_forward
+
+    xlnet = build_model(preset("tiny", family="xlnet"))
+    with pytest.raises(ValueError, match="'nested'"):
+        compile_forward(xlnet.__call__, xlnet, "nested")
+    bert = build_model(preset("tiny", family="bert"))
+    monkeypatch.setattr(regional, "_NESTED_PARTS", None)
+    with pytest.raises(ValueError, match="needs torch.compiler.nested_compile_region"):
+        compile_forward(bert.__call__, bert, "nested")
+
+
 def test_the_nested_scope_refuses_what_it_cannot_flatten():
     from maskplay.nn.regional import _flatten
 

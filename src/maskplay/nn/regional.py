@@ -101,8 +101,18 @@ def _nested(method: str) -> Callable[..., Tensor]:
 
 _KINDS = _kinds()
 # made at import: a region made while dynamo traces the step would be a graph break (nested_compile_region is not
-# traced)
-_NESTED_PARTS = {name: _nested(name) for name in ("forward", "attend", "feed_forward")}
+# traced); none in a torch without them (before 2.8), where the nested scope is refused (check_nested)
+_NESTED_PARTS = ({name: _nested(name) for name in ("forward", "attend", "feed_forward")}
+                 if hasattr(torch.compiler, "nested_compile_region") else None)
+
+
+def check_nested(model: nn.Module) -> None:
+    """Raises ValueError where run.compile_scope = "nested" cannot serve `model` (encoders' check) or this torch has
+    no nested compile regions."""
+    encoders(model)
+    if _NESTED_PARTS is None:
+        raise ValueError(f"run.compile_scope = 'nested' needs torch.compiler.nested_compile_region (torch >= 2.8; "
+                         f"this is {torch.__version__}): use 'step'")
 
 
 @functools.cache

@@ -17,7 +17,7 @@ from torch import Tensor
 from ...config import ModelConfig
 from ...families import MaskplayModel
 from ...nn.attention.long_attention import clamp_spans, span_penalty
-from ...nn.regional import NESTED, compiled_blocks, encoders
+from ...nn.regional import NESTED, check_nested, compiled_blocks, encoders
 from ...runtime.precision import Precision
 from .config import TrainConfig
 from .distributed import Dist, all_reduce_sum
@@ -54,7 +54,7 @@ def compile_forward(forward: Forward, model: torch.nn.Module, scope: str, backen
         # "nested": the same graph, each block in it a region traced and compiled once for every layer
         regions = (lambda: compiled_blocks(model, NESTED)) if scope == "nested" else contextlib.nullcontext
         if scope == "nested":
-            encoders(model)  # the check, before the first step
+            check_nested(model)  # before the first step
 
         def whole(*args: Any, **kwargs: Any) -> Any:
             # the loss's labelled positions (nn/outputs.Targets: a nonzero, as many as BERT's masking chose) traced
