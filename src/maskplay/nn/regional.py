@@ -26,6 +26,8 @@ import torch
 from torch import Tensor, nn
 
 from .attention.inputs import PassInputs
+from .attention.long_attention import BandedMask
+from .positions import Frame, PassPositions, RelativeTable, Rotary
 
 
 def _forward(layer: nn.Module, h: Tensor, inputs: PassInputs) -> Tensor:
@@ -43,16 +45,13 @@ def _feed_forward(layer: nn.Module, h: Tensor) -> Tensor:
 NESTED = "nested"  # Encoder.regional's value under run.compile_scope = "nested": regions, not compiled functions
 
 
-def _kinds() -> dict[str, type]:
-    from .attention.long_attention import BandedMask
-    from .positions import Frame, PassPositions, RelativeTable, Rotary
-
-    return {cls.__name__: cls for cls in (PassInputs, PassPositions, RelativeTable, Rotary, Frame, BandedMask)}
+# the dataclasses a block's inputs are made of, by name: what _flatten walks and _unflatten builds again
+_KINDS = {cls.__name__: cls for cls in (PassInputs, PassPositions, RelativeTable, Rotary, Frame, BandedMask)}
 
 
 def _flatten(obj: object, leaves: list[Tensor]) -> object:
     """obj's structure as nested tuples of strings and constants, its tensors appended to `leaves`: the pass's
-    dataclasses (_kinds), tuples and lists are walked; None, numbers and strings are constants of the structure."""
+    dataclasses (_KINDS), tuples and lists are walked; None, numbers and strings are constants of the structure."""
     if isinstance(obj, Tensor):
         # a region's inputs may not alias each other (T-TA's per-layer keys and values are views of one projection):
         # a view goes in as its own copy
@@ -99,7 +98,6 @@ def _nested(method: str) -> Callable[..., Tensor]:
     return call
 
 
-_KINDS = _kinds()
 # made at import: a region made while dynamo traces the step would be a graph break (nested_compile_region is not
 # traced); none in a torch without them (before 2.8), where the nested scope is refused (check_nested)
 _NESTED_PARTS = ({name: _nested(name) for name in ("forward", "attend", "feed_forward")}

@@ -27,30 +27,46 @@ def fixed_length_data(directory):
     return directory
 
 
+def eager_then_compiled(tmp_path, family: str, common: list[str], *compile_sets: str) -> tuple[dict, dict]:
+    """The weights of a run with `common` and of the same run under run.compile (and `compile_sets`), dynamo reset and
+    its counters cleared between them, so that a test reads what the compiled run alone counted."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    data = fixed_length_data(tmp_path / "data")
+    eager = train(small_config(data, tmp_path / "eager", *common, family=family))
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = train(small_config(data, tmp_path / "compiled", *common, "run.compile=true", *compile_sets,
+                                  family=family))
+    a, b = weights(eager.run_dir), weights(compiled.run_dir)
+    assert a.keys() == b.keys()
+    return a, b
+
+
+def assert_same_weights(a: dict, b: dict, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}")
+
+
 @pytest.mark.parametrize("family", ["gpt", "bert", "gpt-bert"])
 def test_compiled_training_gives_the_eager_weights(tmp_path, family):
     """One graph for each: GPT's rows have no padding, which the trainer tells the forward (masks.rows_without_padding)
     instead of letting the flash path's check read the mask inside the graph; BERT's labelled positions, as many as
     its masking chose, are traced with a size known at run time (stepping.compile_forward), not a break;
     GPT-BERT's rows' modes, which pick SDPA's mask, come from the host's copy too (its known_from_host)."""
-    data = fixed_length_data(tmp_path / "data")
-    common = [*NO_DROPOUT, "optim.max_steps=3", "optim.warmup_steps=1", "run.precision=fp32", "data.bucket_window=1"]
-    import torch._dynamo
     from torch._dynamo.utils import counters
 
-    eager = train(small_config(data, tmp_path / "eager", *common, family=family))
-    torch._dynamo.reset()
-    counters.clear()
-    compiled = train(small_config(data, tmp_path / "compiled", *common, "run.compile=true", family=family))
+    common = [*NO_DROPOUT, "optim.max_steps=3", "optim.warmup_steps=1", "run.precision=fp32", "data.bucket_window=1"]
+    a, b = eager_then_compiled(tmp_path, family, common)
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert counters["stats"]["unique_graphs"] == 1
-    a, b = weights(eager.run_dir), weights(compiled.run_dir)
-    assert a.keys() == b.keys()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+    assert_same_weights(a, b)
 
 
 RECIPE_ARCH = ["model.denseformer=true", "model.positions=disentangled", "model.norm_placement=pre", "model.num_layers=3"]
+RECIPE_COMMON = [*NO_DROPOUT, "optim.max_steps=3", "optim.warmup_steps=1", "run.precision=fp32", "data.bucket_window=1",
+                 *RECIPE_ARCH]
 
 
 @pytest.mark.parametrize("family", ["tta", "gpt-bert"])
@@ -59,43 +75,23 @@ def test_a_recipe_compiles_whole_without_a_graph_break(tmp_path, family):
     under the step scope: one graph, no break, no recompile (no read-back of dead rows, mask kind, target count or,
     GPT-BERT's, its modes' counts inside the forward: 4 breaks and a recompile a step before session 23), and the
     eager run's weights."""
-    data = fixed_length_data(tmp_path / "data")
-    common = [*NO_DROPOUT, "optim.max_steps=3", "optim.warmup_steps=1", "run.precision=fp32", "data.bucket_window=1",
-              *RECIPE_ARCH]
-    import torch._dynamo
     from torch._dynamo.utils import counters, guard_failures
 
-    eager = train(small_config(data, tmp_path / "eager", *common, family=family))
-    torch._dynamo.reset()
-    counters.clear()
-    compiled = train(small_config(data, tmp_path / "compiled", *common, "run.compile=true", family=family))
+    a, b = eager_then_compiled(tmp_path, family, RECIPE_COMMON)
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert counters["stats"]["unique_graphs"] == 1 and not guard_failures
-    a, b = weights(eager.run_dir), weights(compiled.run_dir)
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+    assert_same_weights(a, b)
 
 
 def test_layers_scope_gives_the_eager_weights(tmp_path):
     """run.compile_scope = "layers" on T-TA with GPT-BERT's DenseFormer and disentangled positions (the strict-small
     recipes' architecture): each block compiled once for every layer (two frames, attention and feed-forward
     sub-layers, at any depth: tests/nn/test_regional.py), and the eager run's weights."""
-    data = fixed_length_data(tmp_path / "data")
-    common = [*NO_DROPOUT, "optim.max_steps=3", "optim.warmup_steps=1", "run.precision=fp32", "data.bucket_window=1",
-              *RECIPE_ARCH]
-    import torch._dynamo
     from torch._dynamo.utils import counters, guard_failures
 
-    eager = train(small_config(data, tmp_path / "eager", *common, family="tta"))
-    torch._dynamo.reset()
-    counters.clear()
-    compiled = train(small_config(data, tmp_path / "compiled", *common, "run.compile=true",
-                                  "run.compile_scope=layers", family="tta"))
+    a, b = eager_then_compiled(tmp_path, "tta", RECIPE_COMMON, "run.compile_scope=layers")
     assert counters["frames"]["total"] == 2 and not guard_failures  # one code for all 3 layers, compiled once
-    a, b = weights(eager.run_dir), weights(compiled.run_dir)
-    assert a.keys() == b.keys()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+    assert_same_weights(a, b)
 
 
 def test_nested_scope_gives_the_eager_gradients_and_weights(tmp_path):
@@ -134,19 +130,9 @@ def test_nested_scope_gives_the_eager_gradients_and_weights(tmp_path):
     for name in want_grads:
         torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
-    data = fixed_length_data(tmp_path / "data")
-    common = [*NO_DROPOUT, "optim.max_steps=3", "optim.warmup_steps=1", "run.precision=fp32", "data.bucket_window=1",
-              *RECIPE_ARCH]
-    eager = train(small_config(data, tmp_path / "eager", *common, family="gpt-bert"))
-    torch._dynamo.reset()
-    counters.clear()
-    compiled = train(small_config(data, tmp_path / "compiled", *common, "run.compile=true",
-                                  "run.compile_scope=nested", family="gpt-bert"))
+    a, b = eager_then_compiled(tmp_path, "gpt-bert", RECIPE_COMMON, "run.compile_scope=nested")
     assert counters["stats"]["unique_graphs"] == 1 and not guard_failures
-    a, b = weights(eager.run_dir), weights(compiled.run_dir)
-    assert a.keys() == b.keys()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], rtol=1e-3, atol=5e-5, msg=lambda m, n=name: f"{n}: {m}")
+    assert_same_weights(a, b, rtol=1e-3, atol=5e-5)
 
 
 def test_a_compiled_run_with_dropout_resumes_bitwise(tmp_path):

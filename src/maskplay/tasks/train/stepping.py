@@ -51,10 +51,10 @@ def compile_forward(forward: Forward, model: torch.nn.Module, scope: str, backen
     `backend`: torch.compile's (tests trace with "aot_eager", dynamo's graphs without inductor's code)."""
     if scope in ("step", "nested"):
         compiled = torch.compile(forward, backend=backend)
-        # "nested": the same graph, each block in it a region traced and compiled once for every layer
-        regions = (lambda: compiled_blocks(model, NESTED)) if scope == "nested" else contextlib.nullcontext
-        if scope == "nested":
+        regions = contextlib.nullcontext
+        if scope == "nested":  # the same graph, each block in it a region traced and compiled once for every layer
             check_nested(model)  # before the first step
+            regions = functools.partial(compiled_blocks, model, NESTED)
 
         def whole(*args: Any, **kwargs: Any) -> Any:
             # the loss's labelled positions (nn/outputs.Targets: a nonzero, as many as BERT's masking chose) traced
