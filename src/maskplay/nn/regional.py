@@ -57,14 +57,17 @@ def _flatten(obj: object, leaves: list[Tensor]) -> object:
         # a view goes in as its own copy
         leaves.append(obj if obj._base is None else obj.clone())
         return "tensor"
-    name = type(obj).__name__
-    if dataclasses.is_dataclass(obj) and name in _KINDS:
-        return (name, tuple((f.name, _flatten(getattr(obj, f.name), leaves)) for f in dataclasses.fields(obj)))
+    # classes compared, not type(obj).__name__ or dataclasses.is_dataclass read: torch 2.11's dynamo (the GPU
+    # machine's) traces neither (a graph break at every block)
+    for name, kind in _KINDS.items():
+        if type(obj) is kind:
+            return (name, tuple((f.name, _flatten(getattr(obj, f.name), leaves)) for f in dataclasses.fields(obj)))
     if isinstance(obj, (tuple, list)):
-        return (name, tuple(_flatten(x, leaves) for x in obj))
+        return ("tuple" if isinstance(obj, tuple) else "list", tuple(_flatten(x, leaves) for x in obj))
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return ("constant", obj)
-    raise ValueError(f"run.compile_scope = 'nested' passes a block's inputs as tensors and constants, not a {name}: "
+    raise ValueError(f"run.compile_scope = 'nested' passes a block's inputs as tensors and constants, not a "
+                     f"{type(obj).__name__}: "
                      "use 'step'")
 
 
