@@ -116,12 +116,18 @@ def check_nested(model: nn.Module) -> None:
                          f"this is {torch.__version__}): use 'step'")
 
 
-@functools.cache
 def compiled_parts(backend: str = "inductor") -> dict[str, Callable[..., Tensor]]:
     """The compiled block methods, made once per process and backend: dynamo keeps its compiled code on each
-    function's code object, shared by every model and layer that passes its guards. NESTED: the nested regions."""
+    function's code object, shared by every model and layer that passes its guards. NESTED: the nested regions,
+    returned without the cache, since dynamo traces this call inside the nested scope's step and warns at a cached
+    function's every call."""
     if backend == NESTED:
         return _NESTED_PARTS
+    return _compiled_functions(backend)
+
+
+@functools.cache
+def _compiled_functions(backend: str) -> dict[str, Callable[..., Tensor]]:
     return {name: torch.compile(fn, backend=backend)
             for name, fn in (("forward", _forward), ("attend", _attend), ("feed_forward", _feed_forward))}
 
