@@ -5,13 +5,18 @@ BIN := $(VENV)/bin
 
 .PHONY: venv test test-heavy test-avx2 test-gpu test-torch fuzz lint demo bench bundle-tta bundle-gpt bundle-unilm clean
 
+# a virtual environment $(1) with torch==$(2) and maskplay in it, torch first (for 2.13.0 here the CPU build: a plain
+# `torch` requirement would pull GBs of CUDA packages), then pinned so that maskplay's requirements keep it
+define make_venv
+	$(PY) -m venv $(1)
+	$(1)/bin/pip install -q --upgrade pip
+	$(1)/bin/pip install -q torch==$(2)
+	$(1)/bin/pip install -q -e '.[test,serve]' torch==$(2)
+	touch $(1)/bin/maskplay
+endef
+
 $(BIN)/maskplay: pyproject.toml
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	# the CPU build first: a plain `torch` requirement would pull GBs of CUDA packages
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,serve]'
-	touch $(BIN)/maskplay
+	$(call make_venv,$(VENV),2.13.0)
 
 venv: $(BIN)/maskplay
 
@@ -50,10 +55,10 @@ OTHER_TORCH ?= 2.11.0
 OTHER := .venv-torch$(OTHER_TORCH)
 COMPILE_TESTS := tests/nn/test_regional.py tests/nn/test_flex_attention.py tests/nn/test_denseformer.py \
 	tests/tasks/train/test_train_compile.py tests/test_step_syncs.py
-test-torch:
-	test -x $(OTHER)/bin/maskplay || { $(PY) -m venv $(OTHER) && $(OTHER)/bin/pip install -q --upgrade pip \
-		&& $(OTHER)/bin/pip install -q torch==$(OTHER_TORCH) && $(OTHER)/bin/pip install -q -e '.[test,serve]' \
-		torch==$(OTHER_TORCH); }
+$(OTHER)/bin/maskplay: pyproject.toml
+	$(call make_venv,$(OTHER),$(OTHER_TORCH))
+
+test-torch: $(OTHER)/bin/maskplay
 	$(OTHER)/bin/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider $(COMPILE_TESTS)
 
 # The property tests' long runs (tests/test_fuzz.py, 10,000 examples each; docs/RELIABILITY-2.md): longer than

@@ -67,8 +67,7 @@ def _flatten(obj: object, leaves: list[Tensor]) -> object:
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return ("constant", obj)
     raise ValueError(f"run.compile_scope = 'nested' passes a block's inputs as tensors and constants, not a "
-                     f"{type(obj).__name__}: "
-                     "use 'step'")
+                     f"{type(obj).__name__}: use 'step'")
 
 
 def _unflatten(spec: object, leaves: Iterator[Tensor]) -> object:
