@@ -140,6 +140,38 @@ class StepBatches(torch.utils.data.Dataset):
         return {**self.__dict__, "_data": None}
 
 
+class StepFeed:
+    """The run's micro-batches step by step from its stream (step_stream, DataSchedule.stream, stream_steps), the
+    next step's fetchable early (data.prepare_ahead). A stream reads the state's position when it starts an epoch,
+    and moves the state into it; the loop advances the state after each step. So an early fetch shows the stream
+    the state as it will be after this step and then puts the state back, and the step that takes those
+    micro-batches moves the state into the epoch they belong to: between steps the state is as without it."""
+
+    def __init__(self, state: TrainState, stream: Iterator[list[tuple[Tensor, Tensor]]]) -> None:
+        self.state, self.stream = state, stream
+        self.early: tuple[list[tuple[Tensor, Tensor]], tuple[int, int]] | None = None
+
+    def next(self) -> list[tuple[Tensor, Tensor]]:
+        """This step's micro-batches (the very list `ahead` returned, if it ran)."""
+        if self.early is None:
+            return next(self.stream)
+        micro_batches, (self.state.epoch, self.state.position) = self.early
+        self.early = None
+        return micro_batches
+
+    def ahead(self) -> list[tuple[Tensor, Tensor]]:
+        """The next step's micro-batches, fetched during this one."""
+        st = self.state
+        kept = st.step, st.epoch, st.position
+        st.step, st.position = st.step + 1, st.position + 1
+        try:
+            micro_batches = next(self.stream)
+            self.early = micro_batches, (st.epoch, st.position)
+        finally:
+            st.step, st.epoch, st.position = kept
+        return micro_batches
+
+
 def eval_batches(dataset: TokenDataset, n_sequences: int, micro: int, max_length: int,
                  pad_id: int) -> list[tuple[Tensor, Tensor]]:
     """The fixed held-out set: the first n_sequences of the split, sorted by length (less padding), in

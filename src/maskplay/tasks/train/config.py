@@ -188,6 +188,11 @@ class DataSection:
     # on a CUDA device, each micro-batch's tensors go to the GPU through page-locked host memory, an asynchronous
     # copy (a pageable one waits until the GPU has run all it was given); ignored on other devices
     pin_memory: bool = True
+    # the next step's micro-batches fetched, made into the family's batches (masking, on the host) and sent to the
+    # device after this step's backward is queued and before the host waits for its loss: on a GPU the host's work
+    # between steps runs while the device still computes (train/stepping.py). The same batches and random draws
+    # either way, so the same weights, bitwise (tests/tasks/train/test_prepare_ahead.py)
+    prepare_ahead: bool = True
     bucket_window: int = 100  # sort by length within windows of this many batches (1 = plain shuffle)
     # sequence packing: consecutive training sequences joined into rows of at most max_length pieces, each keeping
     # its [SOS] / [EOS]; batch_size then counts packed rows (held-out evaluation stays on single sequences)
@@ -411,8 +416,8 @@ def load_train_config(path: str | Path) -> TrainConfig:
 
 # Fields a resumed run may change without changing what it computes (budgets, logging, where it runs).
 RESUMABLE_CHANGES = frozenset({
-    "optim.max_steps", "optim.grad_accum", "data.num_workers", "data.pin_memory", "data.path", "data.corpus",
-    "data.tokenizer",
+    "optim.max_steps", "optim.grad_accum", "data.num_workers", "data.pin_memory", "data.prepare_ahead", "data.path",
+    "data.corpus", "data.tokenizer",
     "run.out_dir", "run.eval_every", "run.eval_batches", "run.save_every", "run.keep_last", "run.log_every",
     "run.max_minutes", "run.stop_at_step", "run.max_words", "run.checkpoint_at_words", "run.device", "run.threads",
     "run.progress", "run.tensorboard", "run.compile", "run.compile_scope", "run.flex_attention",

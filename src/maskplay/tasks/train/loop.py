@@ -22,7 +22,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -37,7 +37,7 @@ from ...nn.attention import flex
 from ...nn.attention.long_attention import span_summary
 from ...runtime.files import prepare_output_dir
 from ...runtime.precision import forward_in
-from .batches import pack_groups, packed_lengths, sequence_lengths, step_stream
+from .batches import StepFeed, pack_groups, packed_lengths, sequence_lengths, step_stream
 from .checkpoint_files import remove_partial_writes
 from .config import TrainConfig
 from .data_schedule import DataSchedule, batch_size_at, length_at, scheduled
@@ -280,9 +280,10 @@ class Trainer:
                                                           self.tokenizer.special.pad))
                 if self.stream is not None:
                     batches = stream_steps(st, cfg, self.d, self.train_data.directory, self.stream)
+                feed = StepFeed(st, batches)
                 while not status:
                     words_before = st.words_seen
-                    outcome = self._step(batches, signals, budget, window)
+                    outcome = self._step(feed, signals, budget, window)
                     status = status_after(self.config, self.state.step, outcome, st.words_seen)
                     for mark in marks_crossed(cfg, words_before, st.words_seen):  # a loadable model at N words
                         export_at_words(self.run_dir, self.d, self.model, self.tokenizer, cfg, mark, st.progress(),
@@ -321,9 +322,8 @@ class Trainer:
         return Progress(total=self.config.optim.max_steps, initial=self.state.step, unit="step",
                         desc=self.model_config.family)
 
-    def _step(self, batches: Iterator[list[tuple[Tensor, Tensor]]], signals: StopSignals, budget: float,
-              window: Window) -> StepOutcome:
-        st = self.state
+    def _step(self, feed: StepFeed, signals: StopSignals, budget: float, window: Window) -> StepOutcome:
+        st, cfg = self.state, self.config
 
         def stop_flags() -> list[float]:
             return [float(signals.received is not None), float(st.elapsed() >= budget)]
@@ -331,7 +331,10 @@ class Trainer:
         if self.memory is not None:
             self.memory.before_step(st.position, self.batches_per_epoch)
         try:
-            outcome = self.stepper.step(st.step, lambda: next(batches), stop_flags, window)
+            # the next step's batches made while the device computes this one, unless this is the last step
+            last = st.step + 1 >= min(cfg.optim.max_steps, cfg.run.stop_at_step or cfg.optim.max_steps)
+            ahead = feed.ahead if cfg.data.prepare_ahead and not last else None
+            outcome = self.stepper.step(st.step, feed.next, stop_flags, window, ahead)
         except NonFinite as err:
             self._diverged(str(err))
         st.step += 1

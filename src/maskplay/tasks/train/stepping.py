@@ -100,6 +100,7 @@ class Stepper:
         self.optimizer, self.generator, self.precision = optimizer, generator, precision
         self.forward, self.count_targets = forward, count_targets
         self.pin = pins(config, d.device)
+        self.ready: Ready | None = None  # the next step's micro-batches, made ahead (prepare_ahead)
         self.ddp = None
         if d.enabled:
             from torch.nn.parallel import DistributedDataParallel
@@ -111,7 +112,8 @@ class Stepper:
                                          config.run.compile_scope) if config.run.compile else None)
 
     def step(self, step: int, next_batches: Callable[[], list[tuple[Tensor, Tensor]]],
-             stop_flags: Callable[[], list[float]], window: Window) -> StepOutcome:
+             stop_flags: Callable[[], list[float]], window: Window,
+             batches_ahead: Callable[[], list[tuple[Tensor, Tensor]]] | None = None) -> StepOutcome:
         """Optimizer step number step + 1 on this process's micro-batches of the global batch; stop_flags are
         read once the micro-batches are done and all-reduced with the loss, so every process decides alike.
 
@@ -119,19 +121,28 @@ class Stepper:
         parts and the gradient norm together (on a GPU each read waits for every kernel queued before it, and the
         device then idles while the host queues the next; reading each micro-batch's loss, and the norm apart, cost
         a step two or more such waits). Under DDP the global target count, which scales the gradient, is read
-        first, with the losses."""
+        first, with the losses.
+
+        batches_ahead (data.prepare_ahead): the next step's micro-batches, fetched before that read, so that their
+        family batches are made and sent while the device still computes this step (prepare_ahead); the step that
+        is given them by next_batches uses what was made."""
         cfg, d = self.config, self.d
         lr = learning_rate(step, cfg.optim)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         micro_batches = next_batches()
+        ready = self._take_ready(micro_batches)
+        self.model.set_training_progress(step / cfg.optim.max_steps)  # as prepare sets it: what follows the step reads it
         outs: list[MicroOut] = []
         n_targets, n_tokens = 0, 0
         for m, (ids, mask) in enumerate(micro_batches):
-            outs.append(self.micro_step(step, ids, mask, sync=m == len(micro_batches) - 1, micro=m))
+            made = ready[m] if ready is not None else self.prepare(step, ids, mask)
+            outs.append(self.micro_step(step, made, sync=m == len(micro_batches) - 1, micro=m))
             n_targets += outs[-1].n
             n_tokens += int(mask.sum())  # the host's mask: no read of the device
         n_words = getattr(micro_batches, "words", 0)  # batches.MicroBatches
+        if batches_ahead is not None:
+            self.prepare_ahead(step + 1, batches_ahead())
         flags = stop_flags()
         if d.enabled:
             losses = read_back(unread(outs))
@@ -168,15 +179,38 @@ class Stepper:
         clip = self.config.optim.clip
         return torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
 
-    def micro_step(self, step: int, ids: Tensor, mask: Tensor, sync: bool, micro: int = 0) -> MicroOut:
-        """Forward and backward one micro-batch's summed token loss; returns it, the target count and the
-        family's loss parts (ModelOutput.parts, means over the targets), the tensors still on the device, unread.
-        With memory, the micro-batch reads the memory its predecessor at index `micro` left and leaves its own."""
+    def prepare(self, step: int, ids: Tensor, mask: Tensor) -> Prepared:
+        """One micro-batch of step number step + 1 made ready for its forward: the family's batch, made on the host
+        (its masking draws from the run's generator) and sent to the device."""
         self.model.set_training_progress(step / self.config.optim.max_steps)  # an objective that changes over training
         batch: dict[str, Any] = self.model.training_batch(ids, mask, generator=self.generator)  # device-independent
         n = self.count_targets(self.model, batch)  # on the host's copy: read from a GPU's, a synchronisation
         known = self.model.known_from_host(batch)  # the same: what the forward need not read back (padding, modes)
-        batch = to_device(batch, self.d.device, self.pin)
+        return Prepared(to_device(batch, self.d.device, self.pin), n, known)
+
+    def prepare_ahead(self, step: int, micro_batches: list[tuple[Tensor, Tensor]]) -> None:
+        """Step number step + 1's micro-batches made now (prepare), while the device still computes the step before;
+        afterwards the generator and the model's training progress are put back as they were, so that between
+        steps everything (a checkpoint, an evaluation) is as without the lookahead, and the step that uses what was
+        made moves the generator on to where making it left it (_take_ready)."""
+        before = self.generator.get_state()
+        made = [self.prepare(step, ids, mask) for ids, mask in micro_batches]
+        self.ready = Ready(micro_batches, made, self.generator.get_state())
+        self.generator.set_state(before)
+        self.model.set_training_progress((step - 1) / self.config.optim.max_steps)  # the step still on the device
+
+    def _take_ready(self, micro_batches: list[tuple[Tensor, Tensor]]) -> list[Prepared] | None:
+        ready, self.ready = self.ready, None
+        if ready is None or ready.source is not micro_batches:
+            return None
+        self.generator.set_state(ready.generator_after)
+        return ready.made
+
+    def micro_step(self, step: int, made: Prepared, sync: bool, micro: int = 0) -> MicroOut:
+        """Forward and backward one micro-batch's summed token loss; returns it, the target count and the
+        family's loss parts (ModelOutput.parts, means over the targets), the tensors still on the device, unread.
+        With memory, the micro-batch reads the memory its predecessor at index `micro` left and leaves its own."""
+        batch, n, known = dict(made.batch), made.n, made.known
         if self.memory is not None:
             batch.update(mems=self.memory.get(micro), memory_length=self.memory.length)
         module = self.ddp if self.ddp is not None else self.model
@@ -200,6 +234,26 @@ class Stepper:
             else:
                 total.backward()
         return MicroOut(total.detach(), n, {k: v.detach() for k, v in (out.parts or {}).items()})
+
+
+@dataclass
+class Prepared:
+    """A micro-batch ready for its forward: the family's batch on the device, its target count (from the host's
+    copy) and the context that tells the forward what the host's copy says (MaskplayModel.known_from_host)."""
+
+    batch: dict[str, Any]
+    n: int
+    known: contextlib.AbstractContextManager
+
+
+@dataclass
+class Ready:
+    """The next step's micro-batches as fetched (`source`, the very list its step is given), made (prepare), and
+    the generator's state after making them."""
+
+    source: list[tuple[Tensor, Tensor]]
+    made: list[Prepared]
+    generator_after: Tensor
 
 
 @dataclass
