@@ -241,6 +241,13 @@ class RunSection:
     save_every: int = 1000  # steps between checkpoints (0 = only at the end and on a signal)
     keep_last: int = 3  # checkpoints kept; older ones are deleted
     log_every: int = 10  # steps between metrics.jsonl records
+    # the host reads each step's loss and gradient norm from the device at the step's end and stops before a nan or
+    # inf reaches the weights (true); or (false) only where it needs them: a logged step, an evaluation, a
+    # checkpoint, a model exported at a word mark, the run's end. Then on a GPU the host never waits for the device
+    # between steps, and a nan or inf still stops the run before anything after it is logged or saved, at the next
+    # such point (the weights in memory are past it by then; the last checkpoint is the good state). The same
+    # weights and metrics either way. One process only: under DDP the all-reduced counts are read every step
+    check_every_step: bool = True
     max_minutes: float | None = None  # wall-clock budget for the training loop, resumes included
     # end the run at this step (checkpoint, export) as a spent budget does, while the learning-rate schedule still
     # runs to optim.max_steps: equal token budgets for families whose speeds differ, or on a busy machine
@@ -419,6 +426,7 @@ RESUMABLE_CHANGES = frozenset({
     "optim.max_steps", "optim.grad_accum", "data.num_workers", "data.pin_memory", "data.prepare_ahead", "data.path",
     "data.corpus", "data.tokenizer",
     "run.out_dir", "run.eval_every", "run.eval_batches", "run.save_every", "run.keep_last", "run.log_every",
+    "run.check_every_step",
     "run.max_minutes", "run.stop_at_step", "run.max_words", "run.checkpoint_at_words", "run.device", "run.threads",
     "run.progress", "run.tensorboard", "run.compile", "run.compile_scope", "run.flex_attention",
     "run.deterministic", "run.dist_timeout_s",

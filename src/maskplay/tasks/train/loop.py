@@ -23,7 +23,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -285,7 +285,11 @@ class Trainer:
                     words_before = st.words_seen
                     outcome = self._step(feed, signals, budget, window)
                     status = status_after(self.config, self.state.step, outcome, st.words_seen)
-                    for mark in marks_crossed(cfg, words_before, st.words_seen):  # a loadable model at N words
+                    marks = marks_crossed(cfg, words_before, st.words_seen)
+                    if status or marks or any(every and st.step % every == 0 for every in (
+                            cfg.run.log_every, cfg.run.eval_every, cfg.run.save_every)):
+                        outcome = self._settled(outcome, window)  # read before anything is logged or saved
+                    for mark in marks:  # a loadable model at N words
                         export_at_words(self.run_dir, self.d, self.model, self.tokenizer, cfg, mark, st.progress(),
                                         self.log, ema=self.ema)
                     if st.step % cfg.run.log_every == 0 or status:
@@ -336,15 +340,25 @@ class Trainer:
             ahead = feed.ahead if cfg.data.prepare_ahead and not last else None
             outcome = self.stepper.step(st.step, feed.next, stop_flags, window, ahead)
         except NonFinite as err:
-            self._diverged(str(err))
+            self._diverged(err)
         st.step += 1
         st.position += 1
         st.tokens_seen += int(outcome.tokens)
         st.words_seen += int(outcome.words)
-        window.add_step(outcome.loss, outcome.targets, outcome.tokens)
         if self.bar is not None:
             self.bar.update(1)
         return outcome
+
+    def _settled(self, outcome: StepOutcome, window: Window) -> StepOutcome:
+        """The outcome with its loss and gradient norm read, the steps before it not yet read added to the window
+        (run.check_every_step = false; with it true, every step was read at its end)."""
+        if not self.stepper.unread:
+            return outcome
+        try:
+            loss, grad_norm = self.stepper.settle(window)
+        except NonFinite as err:
+            self._diverged(err)
+        return replace(outcome, loss=loss, grad_norm=grad_norm)
 
     def _log_step(self, outcome: StepOutcome, window: Window, budget: float) -> None:
         st = self.state
@@ -361,15 +375,18 @@ class Trainer:
             extra = {"budget_left": f"{max(0.0, budget - st.elapsed()) / 60:.1f}min"} if math.isfinite(budget) else {}
             self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", lr=f"{outcome.lr:.2e}", **extra)
 
-    def _diverged(self, what: str) -> NoReturn:
-        """Stop before a non-finite value reaches the weights: the optimizer has not stepped, no checkpoint is
-        written, and the newest checkpoint on disk is the last good state. Every process sees the same all-reduced
-        values, so all stop at the same step."""
+    def _diverged(self, err: NonFinite) -> NoReturn:
+        """Stop before a non-finite value reaches the weights, or (run.check_every_step = false) anything after it
+        is logged or saved: no checkpoint is written, and the newest checkpoint on disk is the last good state.
+        Every process sees the same all-reduced values, so all stop at the same step."""
         if self.bar is not None:
             self.bar.close()
         where = (f"the last good checkpoint is {self.last_path}" if self.last_path is not None
                  else "no checkpoint was written yet")
-        message = (f"step {self.state.step + 1}: {what}; training stopped before the update, {where}. Start a new "
+        stopped = ("before the update" if err.step == self.state.step else
+                   f"at step {self.state.step}, where it was read (run.check_every_step = false), before anything "
+                   "after it was saved")
+        message = (f"step {err.step + 1}: {err}; training stopped {stopped}, {where}. Start a new "
                    "run with a lower optim.lr or run.precision=fp32 (a resumed run repeats this step exactly)")
         if self.metrics:  # into train.log; the console gets it once, as the command's one-line error
             self.metrics.log(f"ERROR: {message}", echo=False)

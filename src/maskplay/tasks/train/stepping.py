@@ -73,7 +73,12 @@ def compile_forward(forward: Forward, model: torch.nn.Module, scope: str, backen
 
 
 class NonFinite(Exception):
-    """The loss or the gradient of a step is nan or inf; raised before the optimizer steps."""
+    """The loss or the gradient of step index `step` (number step + 1) is nan or inf: raised before the optimizer
+    steps, or, with run.check_every_step = false, when the step is read (Stepper.settle)."""
+
+    def __init__(self, step: int, what: str) -> None:
+        super().__init__(what)
+        self.step = step
 
 
 @dataclass
@@ -101,6 +106,7 @@ class Stepper:
         self.forward, self.count_targets = forward, count_targets
         self.pin = pins(config, d.device)
         self.ready: Ready | None = None  # the next step's micro-batches, made ahead (prepare_ahead)
+        self.unread: list[Unread] = []  # steps whose loss and norm are still on the device (run.check_every_step)
         self.ddp = None
         if d.enabled:
             from torch.nn.parallel import DistributedDataParallel
@@ -125,7 +131,11 @@ class Stepper:
 
         batches_ahead (data.prepare_ahead): the next step's micro-batches, fetched before that read, so that their
         family batches are made and sent while the device still computes this step (prepare_ahead); the step that
-        is given them by next_batches uses what was made."""
+        is given them by next_batches uses what was made.
+
+        With run.check_every_step = false (one process), the step's loss, parts and norm stay on the device, unread
+        (the outcome's loss and grad_norm are nan), until the loop asks for them (settle): the host then never waits
+        for the device between steps. Each step is added to `window` when it is read, in either case."""
         cfg, d = self.config, self.d
         lr = learning_rate(step, cfg.optim)
         for group in self.optimizer.param_groups:
@@ -151,15 +161,14 @@ class Stepper:
                 d, torch.tensor([loss_sum, n_targets, n_tokens, n_words, *flags], dtype=torch.float64)).tolist()
             g_loss, g_targets, g_tokens, g_words, g_signal, g_budget = totals
             check_targets(step, g_targets)
-            check_loss(g_loss)
-            grad_norm = check_norm(read_back([self._scaled_clipped_gradient(g_targets)])[0])
+            check_loss(step, g_loss)
+            grad_norm = check_norm(step, read_back([self._scaled_clipped_gradient(g_targets)])[0])
+            window.add_step(g_loss, g_targets, g_tokens)
         else:
             g_targets, g_tokens, g_words, (g_signal, g_budget) = n_targets, n_tokens, n_words, flags
             check_targets(step, g_targets)
-            norm = self._scaled_clipped_gradient(g_targets)
-            values = read_back([*unread(outs), norm])
-            g_loss = check_loss(add_micro_parts(outs, values[:-1], window))
-            grad_norm = check_norm(values[-1])
+            self.unread.append(Unread(step, outs, self._scaled_clipped_gradient(g_targets), g_targets, g_tokens))
+            g_loss, grad_norm = self.settle(window) if cfg.run.check_every_step else (math.nan, math.nan)
         self.optimizer.step()
         if self.model_config.long.adaptive_span:
             clamp_spans(self.model)  # spans back into [0, max_span]
@@ -168,6 +177,21 @@ class Stepper:
         self.optimizer.zero_grad(set_to_none=True)
         return StepOutcome(lr=lr, loss=g_loss, targets=float(g_targets), tokens=float(g_tokens),
                            words=float(g_words), grad_norm=grad_norm, signal=bool(g_signal), budget=bool(g_budget))
+
+    def settle(self, window: Window) -> tuple[float, float]:
+        """Reads the steps not yet read (run.check_every_step = false) in one read of the device, adds each to
+        `window` in step order and returns the last one's summed loss and gradient norm; raises NonFinite for the
+        first step whose loss or norm is nan or inf. (nan, nan) when every step has been read."""
+        steps, self.unread = self.unread, []
+        if not steps:
+            return math.nan, math.nan
+        values = iter(read_back([t for u in steps for t in (*unread(u.outs), u.norm)]))
+        loss = norm = math.nan
+        for u in steps:
+            loss = check_loss(u.step, add_micro_parts(u.outs, [next(values) for _ in unread(u.outs)], window))
+            norm = check_norm(u.step, next(values))
+            window.add_step(loss, u.targets, u.tokens)
+        return loss, norm
 
     def _scaled_clipped_gradient(self, g_targets: float) -> Tensor:
         """The gradient made that of the mean token loss, clipped; its norm before clipping, on the device."""
@@ -257,6 +281,18 @@ class Ready:
 
 
 @dataclass
+class Unread:
+    """A step (index `step`) whose micro-batches' losses and parts and gradient norm are still on the device, with
+    its target and token counts (the host's)."""
+
+    step: int
+    outs: list[MicroOut]
+    norm: Tensor
+    targets: float
+    tokens: float
+
+
+@dataclass
 class MicroOut:
     """One micro-batch's summed token loss (None when it had no targets), its target count, and the family's loss
     parts (means over its targets), as tensors: read by the step, all at once."""
@@ -298,13 +334,13 @@ def check_targets(step: int, g_targets: float) -> None:
         raise ValueError(f"step {step}: the global batch has no target tokens")
 
 
-def check_loss(g_loss: float) -> float:
+def check_loss(step: int, g_loss: float) -> float:
     if not math.isfinite(g_loss):
-        raise NonFinite(f"the training loss is {g_loss}")
+        raise NonFinite(step, f"the training loss is {g_loss}")
     return g_loss
 
 
-def check_norm(grad_norm: float) -> float:
+def check_norm(step: int, grad_norm: float) -> float:
     if not math.isfinite(grad_norm):  # a finite loss whose gradient overflowed
-        raise NonFinite(f"the gradient norm is {grad_norm}")
+        raise NonFinite(step, f"the gradient norm is {grad_norm}")
     return grad_norm
