@@ -105,14 +105,54 @@ def stepping_forward(model, precision, **batch):  # noqa: ANN001, ANN003, ANN201
 
 def test_the_trainers_step_reads_the_device_once():
     """The losses of every micro-batch, the family's loss parts (GPT-BERT's causal and masked losses) and the
-    gradient norm come back in one read a step (tasks/train/stepping.py); the rest are the model's own (the
-    recipes' counts above, once per micro-batch)."""
-    for family, model_reads in {"gpt": 1, "gpt-bert": 1}.items():
+    gradient norm come back in one read a step (tasks/train/stepping.py). The labelled positions, which the
+    recipes' bare steps above read once a micro-batch, the trainer finds on the host's copy of the labels and sends
+    with the batch (nn/outputs.labelled_rows_known), for every family whose loss takes its labels as they come:
+    all but GPT, whose forward shifts them first (once per micro-batch)."""
+    for family, model_reads in {"gpt": 1, "gpt-bert": 0, "bert": 0, "tta": 0}.items():
         step, seeds = stepper_step(family, micro_batches=3)
         reads = step_syncs.count_reads(step, seeds)
         trainer = {k: n for k, n in reads.items() if "stepping.py" in k}
         assert sum(trainer.values()) == 1, (family, reads)
         assert sum(reads.values()) == 1 + 3 * model_reads, (family, reads)
+
+
+def test_labelled_positions_found_on_the_host_give_the_same_loss_and_gradients_without_a_read():
+    """Targets.of_labels takes the host's rows for the very labels tensor labelled_rows_known names (no read, the
+    same loss and gradients bitwise) and finds them on the device, with one read, for any other tensor, even an
+    equal one: the rows are never applied to labels they were not found in."""
+    from maskplay.nn.modeling import IGNORE_INDEX
+    from maskplay.nn.outputs import labelled_rows_known, rows_of
+
+    for family in ("bert", "gpt-bert"):
+        model, _, shape = step_syncs.recipe_model(family, ["num_layers=2"])
+        ids = torch.randint(7, shape.vocab, (2, shape.seq_len), generator=torch.Generator().manual_seed(0))
+        batch = model.training_batch(ids, torch.ones_like(ids, dtype=torch.bool),
+                                     generator=torch.Generator().manual_seed(1))
+        rows = rows_of(batch["labels"] != IGNORE_INDEX)
+
+        def run(known_for, batch=batch, rows=rows, model=model):  # noqa: ANN001, ANN202
+            result = {}
+
+            def step(mode):
+                mode.mark([*batch.values(), rows])
+                with labelled_rows_known(known_for(batch), rows):
+                    loss = model(**batch).loss
+                loss.backward()
+                result["loss"] = loss.detach().clone()
+                result["grads"] = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+                model.zero_grad(set_to_none=True)
+
+            reads = step_syncs.count_reads(step, [*model.parameters(), *model.buffers()], warm=False)
+            return sum(reads.values()), result
+
+        found = run(lambda b: None)
+        known = run(lambda b: b["labels"])
+        other = run(lambda b: b["labels"].clone())
+        assert (found[0], known[0], other[0]) == (1, 0, 1), family
+        for result in (known[1], other[1]):
+            assert torch.equal(result["loss"], found[1]["loss"])
+            assert all(torch.equal(a, b) for a, b in zip(result["grads"], found[1]["grads"], strict=True))
 
 
 def test_a_pass_told_its_rows_have_no_padding_does_not_read_the_mask_back():

@@ -184,7 +184,7 @@ class GPTBert(MaskplayModel):
         windows and the evaluation skip it). With z_loss the whole of it is tensor arithmetic: nothing is read
         back, so a compiled step is one graph whatever the modes' counts."""
         options = self.config.gpt_bert
-        at = Targets(labels != IGNORE_INDEX)
+        at = Targets.of_labels(labels, labels != IGNORE_INDEX)
         in_causal = at.take(causal_rows[:, None].expand_as(labels))
         hidden, targets = at.take(h), at.take(labels)
         modes = {"masked_loss": ~in_causal, "causal_loss": in_causal}

@@ -196,7 +196,7 @@ class ModelBase(nn.Module):
             loss = self.head.loss(hidden.flatten(0, -2), self.embeddings.word.weight, labels.flatten())
             return ModelOutput(loss=loss, logits=self._deferred_logits(hidden, selected), last_hidden_state=hidden,
                                hidden_states=states)
-        at = Targets(selected)
+        at = Targets.of_labels(labels, selected)
         selected_hidden = at.take(hidden)
         loss = self.head.loss(selected_hidden, self.embeddings.word.weight, at.take(labels))
         return ModelOutput(loss=loss, logits=self._deferred_logits(selected_hidden), last_hidden_state=hidden,

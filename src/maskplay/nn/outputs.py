@@ -1,19 +1,57 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
+import torch
 from torch import Tensor
+
+
+def rows_of(selected: Tensor) -> Tensor:
+    """The flat indices of the true positions of `selected`, in row-major order."""
+    return selected.reshape(-1).nonzero().squeeze(1)
+
+
+class _KnownRows:
+    """The labels tensor of the batch being run and its labelled positions' flat indices, found by the caller on
+    the host's copy (labelled_rows_known)."""
+
+    labels: Tensor | None = None
+    rows: Tensor | None = None
+
+
+@contextmanager
+def labelled_rows_known(labels: Tensor | None, rows: Tensor | None) -> Iterator[None]:
+    """Within: Targets.of_labels given this very labels tensor takes `rows`, its labelled positions' flat indices
+    that the caller found on the host's copy and sent with the batch, instead of finding them on the device (which
+    reads their count back: a host synchronisation on a GPU, once a micro-batch). Any other tensor, such as labels
+    a family shifted, is searched as before; so is every tensor while torch.compile traces."""
+    before = _KnownRows.labels, _KnownRows.rows
+    _KnownRows.labels, _KnownRows.rows = (labels, rows) if rows is not None else (None, None)
+    try:
+        yield
+    finally:
+        _KnownRows.labels, _KnownRows.rows = before
 
 
 class Targets:
     """The labelled positions of a batch, found once: `selected` (B, L) bool -> their flat indices, in row-major
     order. take(x) is x[selected] for x of shape (B, L, ...), but through one index: a boolean mask is turned into
     indices, which reads its count back from the device (a host synchronisation on a GPU), every time it indexes,
-    and again in the backward; this reads it once (benchmarks/step_syncs.py)."""
+    and again in the backward; this reads it once (benchmarks/step_syncs.py), and of_labels not at all where the
+    caller found them on the host."""
 
-    def __init__(self, selected: Tensor) -> None:
-        self.rows = selected.reshape(-1).nonzero().squeeze(1)
+    def __init__(self, selected: Tensor, rows: Tensor | None = None) -> None:
+        self.rows = rows_of(selected) if rows is None else rows
         self.dims = selected.dim()
+
+    @classmethod
+    def of_labels(cls, labels: Tensor, selected: Tensor) -> Targets:
+        """The positions `selected` of `labels` (those not ignored): the host's rows where labelled_rows_known
+        gave them for this tensor."""
+        if not torch.compiler.is_compiling() and _KnownRows.labels is labels:
+            return cls(selected, _KnownRows.rows)
+        return cls(selected)
 
     def take(self, x: Tensor) -> Tensor:
         return x.flatten(0, self.dims - 1).index_select(0, self.rows)

@@ -46,5 +46,7 @@ def test_pinned_batches_train_the_same_weights(data, tmp_path, monkeypatch):  # 
     pinned = fake_pinning(monkeypatch)
     monkeypatch.setattr(stepping, "pins", lambda config, device: True)
     run = train(small_config(data, tmp_path / "b", "optim.max_steps=2", family="gpt"))
-    assert len(pinned) == 2 * 3  # input_ids, attention_mask, labels of each step's one micro-batch
+    # input_ids, attention_mask, labels and the labelled positions (nn/outputs.labelled_rows_known) of each step's
+    # one micro-batch
+    assert len(pinned) == 2 * 4
     assert_same_weights(weights(plain.run_dir), weights(run.run_dir))

@@ -160,6 +160,15 @@ def stop_reason(cfg: TrainConfig, status: str, step: int, words_seen: int) -> st
     return f"used the run.max_minutes={cfg.run.max_minutes} budget"
 
 
+def diverged_message(err: NonFinite, step: int, last_path: Path | None) -> str:
+    """The one-line error of a run stopped by a nan or inf at step index err.step, found at step index `step`."""
+    where = f"the last good checkpoint is {last_path}" if last_path is not None else "no checkpoint was written yet"
+    stopped = ("before the update" if err.step == step else
+               f"at step {step}, where it was read (run.check_every_step = false), before anything after it was saved")
+    return (f"step {err.step + 1}: {err}; training stopped {stopped}, {where}. Start a new run with a lower optim.lr "
+            "or run.precision=fp32 (a resumed run repeats this step exactly)")
+
+
 class Trainer:
     """One run: __init__ prepares it (checks, data, model, resumption), run() trains it."""
 
@@ -381,13 +390,7 @@ class Trainer:
         Every process sees the same all-reduced values, so all stop at the same step."""
         if self.bar is not None:
             self.bar.close()
-        where = (f"the last good checkpoint is {self.last_path}" if self.last_path is not None
-                 else "no checkpoint was written yet")
-        stopped = ("before the update" if err.step == self.state.step else
-                   f"at step {self.state.step}, where it was read (run.check_every_step = false), before anything "
-                   "after it was saved")
-        message = (f"step {err.step + 1}: {err}; training stopped {stopped}, {where}. Start a new "
-                   "run with a lower optim.lr or run.precision=fp32 (a resumed run repeats this step exactly)")
+        message = diverged_message(err, self.state.step, self.last_path)
         if self.metrics:  # into train.log; the console gets it once, as the command's one-line error
             self.metrics.log(f"ERROR: {message}", echo=False)
             self.metrics.plot()

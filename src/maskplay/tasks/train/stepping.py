@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,8 @@ from torch import Tensor
 from ...config import ModelConfig
 from ...families import MaskplayModel
 from ...nn.attention.long_attention import clamp_spans, span_penalty
+from ...nn.modeling import IGNORE_INDEX
+from ...nn.outputs import labelled_rows_known, rows_of
 from ...nn.regional import NESTED, check_nested, compiled_blocks, encoders
 from ...runtime.precision import Precision
 from .config import TrainConfig
@@ -29,6 +31,17 @@ from .stream import SegmentMemory
 # the loop's own forward_in and count_targets are passed in, so that what a test patches there is what runs
 Forward = Callable[..., Any]
 CountTargets = Callable[[MaskplayModel, dict[str, Tensor]], int]
+
+
+_ROWS = "labelled rows"  # sent with a batch's tensors, not a forward argument
+
+
+@contextlib.contextmanager
+def within(*contexts: contextlib.AbstractContextManager) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for context in contexts:
+            stack.enter_context(context)
+        yield
 
 
 def pins(config: TrainConfig, device: torch.device) -> bool:
@@ -210,7 +223,11 @@ class Stepper:
         batch: dict[str, Any] = self.model.training_batch(ids, mask, generator=self.generator)  # device-independent
         n = self.count_targets(self.model, batch)  # on the host's copy: read from a GPU's, a synchronisation
         known = self.model.known_from_host(batch)  # the same: what the forward need not read back (padding, modes)
-        return Prepared(to_device(batch, self.d.device, self.pin), n, known)
+        labels = batch.get("labels")  # and the labelled positions, sent with the batch (nn/outputs.Targets)
+        rows = rows_of(labels != IGNORE_INDEX) if isinstance(labels, Tensor) else None
+        sent = to_device({**batch, _ROWS: rows} if rows is not None else batch, self.d.device, self.pin)
+        rows = sent.pop(_ROWS, None)
+        return Prepared(sent, n, within(known, labelled_rows_known(sent.get("labels"), rows)))
 
     def prepare_ahead(self, step: int, micro_batches: list[tuple[Tensor, Tensor]]) -> None:
         """Step number step + 1's micro-batches made now (prepare), while the device still computes the step before;
