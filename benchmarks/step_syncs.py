@@ -30,6 +30,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from maskplay.nn import outputs
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from step_ops import recipe_model  # noqa: E402
 
@@ -63,11 +65,14 @@ class DeviceReads(TorchDispatchMode):
         self.watched = {name: getattr(torch.Tensor, name) for name in HOST_COPIES}
         for name, method in self.watched.items():
             setattr(torch.Tensor, name, self._watch(name, method))
+        # the CPU-only check of the host's labelled rows (nn/outputs.Targets.of_labels) is not a GPU's read
+        self.checked, outputs._KnownRows.check_on_cpu = outputs._KnownRows.check_on_cpu, False
         return super().__enter__()
 
     def __exit__(self, *exc):  # noqa: ANN002, ANN204
         for name, method in self.watched.items():
             setattr(torch.Tensor, name, method)
+        outputs._KnownRows.check_on_cpu = self.checked
         return super().__exit__(*exc)
 
     def _watch(self, name: str, method):  # noqa: ANN001, ANN202

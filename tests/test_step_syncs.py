@@ -106,15 +106,14 @@ def stepping_forward(model, precision, **batch):  # noqa: ANN001, ANN003, ANN201
 def test_the_trainers_step_reads_the_device_once():
     """The losses of every micro-batch, the family's loss parts (GPT-BERT's causal and masked losses) and the
     gradient norm come back in one read a step (tasks/train/stepping.py). The labelled positions, which the
-    recipes' bare steps above read once a micro-batch, the trainer finds on the host's copy of the labels and sends
-    with the batch (nn/outputs.labelled_rows_known), for every family whose loss takes its labels as they come:
-    all but GPT, whose forward shifts them first (once per micro-batch)."""
-    for family, model_reads in {"gpt": 1, "gpt-bert": 0, "bert": 0, "tta": 0}.items():
+    recipes' bare steps above read once a micro-batch, the trainer finds on the host's copy of the labels (as the
+    family's loss_labels makes them: GPT's shifted) and sends with the batch (nn/outputs.labelled_rows_known)."""
+    for family in ("gpt", "gpt-bert", "bert", "tta"):
         step, seeds = stepper_step(family, micro_batches=3)
         reads = step_syncs.count_reads(step, seeds)
         trainer = {k: n for k, n in reads.items() if "stepping.py" in k}
         assert sum(trainer.values()) == 1, (family, reads)
-        assert sum(reads.values()) == 1 + 3 * model_reads, (family, reads)
+        assert sum(reads.values()) == 1, (family, reads)
 
 
 def test_labelled_positions_found_on_the_host_give_the_same_loss_and_gradients_without_a_read():
@@ -124,12 +123,12 @@ def test_labelled_positions_found_on_the_host_give_the_same_loss_and_gradients_w
     from maskplay.nn.modeling import IGNORE_INDEX
     from maskplay.nn.outputs import labelled_rows_known, rows_of
 
-    for family in ("bert", "gpt-bert"):
+    for family in ("bert", "gpt-bert", "gpt"):
         model, _, shape = step_syncs.recipe_model(family, ["num_layers=2"])
         ids = torch.randint(7, shape.vocab, (2, shape.seq_len), generator=torch.Generator().manual_seed(0))
         batch = model.training_batch(ids, torch.ones_like(ids, dtype=torch.bool),
                                      generator=torch.Generator().manual_seed(1))
-        rows = rows_of(batch["labels"] != IGNORE_INDEX)
+        rows = rows_of(model.loss_labels(batch["labels"]) != IGNORE_INDEX)
 
         def run(known_for, batch=batch, rows=rows, model=model):  # noqa: ANN001, ANN202
             result = {}
@@ -210,3 +209,21 @@ def test_gpt_berts_forward_told_its_rows_modes_does_not_read_them_back():
 
         assert reads(False) and not reads(True), rows
         assert torch.equal(losses[False], losses[True])
+
+
+def test_rows_that_are_not_the_loss_labels_are_refused_on_a_cpu():
+    """On a CPU every forward given the host's rows checks them against a search (which reads nothing back there):
+    GPT given the rows of its unshifted labels, not of loss_labels', refuses them instead of taking wrong targets."""
+    import pytest
+
+    from maskplay.nn.modeling import IGNORE_INDEX
+    from maskplay.nn.outputs import labelled_rows_known, rows_of
+
+    model, _, shape = step_syncs.recipe_model("gpt", ["num_layers=1"])
+    ids = torch.randint(7, shape.vocab, (2, 16), generator=torch.Generator().manual_seed(0))
+    batch = model.training_batch(ids, torch.ones_like(ids, dtype=torch.bool))
+    with labelled_rows_known(batch["labels"], rows_of(batch["labels"] != IGNORE_INDEX)), \
+            pytest.raises(RuntimeError, match="loss_labels and its forward disagree"):
+        model(**batch)
+    with labelled_rows_known(batch["labels"], rows_of(model.loss_labels(batch["labels"]) != IGNORE_INDEX)):
+        assert torch.isfinite(model(**batch).loss)

@@ -57,13 +57,17 @@ class GPT(MaskplayModel):
         if labels is None:
             out = self.output(h, None, states)
         else:
-            out = self.output(h[:, :-1], labels[:, 1:].clone(), states)
+            out = self.output(h[:, :-1], self.loss_labels(labels).clone(), states, source=labels)
             out.last_hidden_state = h
         if memory_length:
             assert states is not None
             out.mems = [torch.cat([*memory[index:index + 1], state.detach()], dim=1)[:, -memory_length:]
                         for index, state in enumerate(states[:-1])]
         return out
+
+    def loss_labels(self, labels: Tensor) -> Tensor:
+        """Position k predicts token k + 1."""
+        return labels[:, 1:]
 
     @classmethod
     def check_memory(cls, config: ModelConfig) -> None:

@@ -184,8 +184,15 @@ class ModelBase(nn.Module):
     def logits(self, hidden: Tensor) -> Tensor:
         return self.head(hidden, self.embeddings.word.weight)
 
-    def output(self, hidden: Tensor, labels: Tensor | None, states: tuple[Tensor, ...] | None) -> ModelOutput:
-        """The head at labelled positions only (all positions without labels), and the mean token loss."""
+    def loss_labels(self, labels: Tensor) -> Tensor:
+        """The labels the loss is over, made from the batch's (training_batch's) as the forward makes them: as
+        they are here (GPT: shifted). The trainer finds their labelled positions on the host (nn/outputs.Targets)."""
+        return labels
+
+    def output(self, hidden: Tensor, labels: Tensor | None, states: tuple[Tensor, ...] | None,
+               source: Tensor | None = None) -> ModelOutput:
+        """The head at labelled positions only (all positions without labels), and the mean token loss. `source`:
+        the batch's labels that `labels` were made from by loss_labels, where that made a new tensor."""
         if labels is None:
             return ModelOutput(logits=self._deferred_logits(hidden), last_hidden_state=hidden, hidden_states=states)
         selected = labels != IGNORE_INDEX
@@ -196,7 +203,7 @@ class ModelBase(nn.Module):
             loss = self.head.loss(hidden.flatten(0, -2), self.embeddings.word.weight, labels.flatten())
             return ModelOutput(loss=loss, logits=self._deferred_logits(hidden, selected), last_hidden_state=hidden,
                                hidden_states=states)
-        at = Targets.of_labels(labels, selected)
+        at = Targets.of_labels(labels, selected, source)
         selected_hidden = at.take(hidden)
         loss = self.head.loss(selected_hidden, self.embeddings.word.weight, at.take(labels))
         return ModelOutput(loss=loss, logits=self._deferred_logits(selected_hidden), last_hidden_state=hidden,

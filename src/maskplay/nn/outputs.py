@@ -18,14 +18,18 @@ class _KnownRows:
 
     labels: Tensor | None = None
     rows: Tensor | None = None
+    # on a CPU, where a search reads nothing back, the rows are checked against it (benchmarks/step_syncs.py, which
+    # counts what a GPU would read with CPU tensors standing for the device's, turns this off: a GPU never checks)
+    check_on_cpu = True
 
 
 @contextmanager
 def labelled_rows_known(labels: Tensor | None, rows: Tensor | None) -> Iterator[None]:
     """Within: Targets.of_labels given this very labels tensor takes `rows`, its labelled positions' flat indices
     that the caller found on the host's copy and sent with the batch, instead of finding them on the device (which
-    reads their count back: a host synchronisation on a GPU, once a micro-batch). Any other tensor, such as labels
-    a family shifted, is searched as before; so is every tensor while torch.compile traces."""
+    reads their count back: a host synchronisation on a GPU, once a micro-batch); `rows` are those of the family's
+    loss_labels(labels), found on the host's copy. Any other tensor is searched as before; so is every tensor
+    while torch.compile traces."""
     before = _KnownRows.labels, _KnownRows.rows
     _KnownRows.labels, _KnownRows.rows = (labels, rows) if rows is not None else (None, None)
     try:
@@ -46,11 +50,16 @@ class Targets:
         self.dims = selected.dim()
 
     @classmethod
-    def of_labels(cls, labels: Tensor, selected: Tensor) -> Targets:
+    def of_labels(cls, labels: Tensor, selected: Tensor, source: Tensor | None = None) -> Targets:
         """The positions `selected` of `labels` (those not ignored): the host's rows where labelled_rows_known
-        gave them for this tensor."""
-        if not torch.compiler.is_compiling() and _KnownRows.labels is labels:
-            return cls(selected, _KnownRows.rows)
+        gave them for this tensor, or for `source`, the batch's labels that the family made these from
+        (MaskplayModel.loss_labels, whose result on the host's copy the rows were found in)."""
+        if not torch.compiler.is_compiling() and _KnownRows.labels is (labels if source is None else source):
+            rows = _KnownRows.rows
+            if rows.device.type == "cpu" and _KnownRows.check_on_cpu and not torch.equal(rows, rows_of(selected)):
+                raise RuntimeError("the labelled positions found on the host are not those of the labels the loss "
+                                   "is over: the family's loss_labels and its forward disagree")
+            return cls(selected, rows)
         return cls(selected)
 
     def take(self, x: Tensor) -> Tensor:

@@ -224,7 +224,7 @@ class Stepper:
         n = self.count_targets(self.model, batch)  # on the host's copy: read from a GPU's, a synchronisation
         known = self.model.known_from_host(batch)  # the same: what the forward need not read back (padding, modes)
         labels = batch.get("labels")  # and the labelled positions, sent with the batch (nn/outputs.Targets)
-        rows = rows_of(labels != IGNORE_INDEX) if isinstance(labels, Tensor) else None
+        rows = rows_of(self.model.loss_labels(labels) != IGNORE_INDEX) if isinstance(labels, Tensor) else None
         sent = to_device({**batch, _ROWS: rows} if rows is not None else batch, self.d.device, self.pin)
         rows = sent.pop(_ROWS, None)
         return Prepared(sent, n, within(known, labelled_rows_known(sent.get("labels"), rows)))
