@@ -492,6 +492,9 @@ def announce(run: Trainer) -> None:
              f"device {run.device}, {run.precision.value}; run directory {run.run_dir}")
     if words := plan_line(cfg, run.train_data, len(run.item_lengths)):
         run.log(words)
+    if d.enabled and not cfg.run.check_every_step:
+        run.log("run.check_every_step = false reads the loss at logged steps on one process only: under DDP each "
+                "step's all-reduced target count, which scales the gradient, is read at its end")
 
 
 
