@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,14 +34,6 @@ CountTargets = Callable[[MaskplayModel, dict[str, Tensor]], int]
 
 
 _ROWS = "labelled rows"  # sent with a batch's tensors, not a forward argument
-
-
-@contextlib.contextmanager
-def within(*contexts: contextlib.AbstractContextManager) -> Iterator[None]:
-    with contextlib.ExitStack() as stack:
-        for context in contexts:
-            stack.enter_context(context)
-        yield
 
 
 def pins(config: TrainConfig, device: torch.device) -> bool:
@@ -198,10 +190,11 @@ class Stepper:
         steps, self.unread = self.unread, []
         if not steps:
             return math.nan, math.nan
-        values = iter(read_back([t for u in steps for t in (*unread(u.outs), u.norm)]))
+        tensors = [unread(u.outs) for u in steps]
+        values = iter(read_back([t for u, ts in zip(steps, tensors, strict=True) for t in (*ts, u.norm)]))
         loss = norm = math.nan
-        for u in steps:
-            loss = check_loss(u.step, add_micro_parts(u.outs, [next(values) for _ in unread(u.outs)], window))
+        for u, ts in zip(steps, tensors, strict=True):
+            loss = check_loss(u.step, add_micro_parts(u.outs, [next(values) for _ in ts], window))
             norm = check_norm(u.step, next(values))
             window.add_step(loss, u.targets, u.tokens)
         return loss, norm
@@ -226,8 +219,7 @@ class Stepper:
         labels = batch.get("labels")  # and the labelled positions, sent with the batch (nn/outputs.Targets)
         rows = rows_of(self.model.loss_labels(labels) != IGNORE_INDEX) if isinstance(labels, Tensor) else None
         sent = to_device({**batch, _ROWS: rows} if rows is not None else batch, self.d.device, self.pin)
-        rows = sent.pop(_ROWS, None)
-        return Prepared(sent, n, within(known, labelled_rows_known(sent.get("labels"), rows)))
+        return Prepared(sent, n, known, sent.pop(_ROWS, None))
 
     def prepare_ahead(self, step: int, micro_batches: list[tuple[Tensor, Tensor]]) -> None:
         """Step number step + 1's micro-batches made now (prepare), while the device still computes the step before;
@@ -252,6 +244,7 @@ class Stepper:
         family's loss parts (ModelOutput.parts, means over the targets), the tensors still on the device, unread.
         With memory, the micro-batch reads the memory its predecessor at index `micro` left and leaves its own."""
         batch, n, known = dict(made.batch), made.n, made.known
+        rows_known = labelled_rows_known(made.batch.get("labels"), made.rows)
         if self.memory is not None:
             batch.update(mems=self.memory.get(micro), memory_length=self.memory.length)
         module = self.ddp if self.ddp is not None else self.model
@@ -264,7 +257,7 @@ class Stepper:
                                  "tokens (its sequences hold only special tokens); drop such sequences from the "
                                  "data")
             return MicroOut(None, 0, {})
-        with no_sync, known:
+        with no_sync, known, rows_known:
             out = (self.compiled(**batch) if self.compiled is not None
                    else self.forward(module, self.precision, **batch))
             if self.memory is not None:
@@ -280,11 +273,13 @@ class Stepper:
 @dataclass
 class Prepared:
     """A micro-batch ready for its forward: the family's batch on the device, its target count (from the host's
-    copy) and the context that tells the forward what the host's copy says (MaskplayModel.known_from_host)."""
+    copy), the context that tells the forward what the host's copy says (MaskplayModel.known_from_host), and the
+    labelled positions of its loss's labels found there, on the device (nn/outputs.labelled_rows_known)."""
 
     batch: dict[str, Any]
     n: int
     known: contextlib.AbstractContextManager
+    rows: Tensor | None
 
 
 @dataclass
