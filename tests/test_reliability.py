@@ -343,52 +343,11 @@ def test_resume_works_from_before_the_first_checkpoint(env, capsys, monkeypatch)
     assert "no checkpoint yet; starting from step 0" in out and (run_dir / "final" / "model.safetensors").is_file()
 
 
-def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(env, capsys, monkeypatch):
-    import json
-
+def poison_fifth_step(monkeypatch) -> Callable[[], None]:
+    """The trainer's forward made to return a nan loss at the 5th optimizer step's only micro-batch; returns what
+    removes the cause."""
     import maskplay.tasks.train.loop as loop
-    from maskplay.tasks.train import checkpoint_files as ckpt
 
-    run_dir = env["root"] / "run-nan"
-    real = loop.forward_in
-    calls = {"train": 0}
-
-    def poisoned(model, precision, *args, **kwargs):
-        out = real(model, precision, *args, **kwargs)
-        if model.training:
-            calls["train"] += 1
-            if calls["train"] == 5:  # the 5th optimizer step's only micro-batch
-                out.loss = out.loss * float("nan")
-        return out
-
-    monkeypatch.setattr(loop, "forward_in", poisoned)
-    argv = ["pretrain", "--data", str(env["data"]), "--out", str(run_dir), *PRETRAIN, "--max-steps", "8",
-            "--set", "run.save_every=2", "--set", "run.log_every=1"]
-    code, _, err = run_cli(argv, capsys)
-    line = assert_one_line_error(code, err, "pretrain", "step 5: the training loss is nan")
-    assert "ckpt-000004" in line
-    assert [p.name for _, p in ckpt.list_checkpoints(run_dir)] == ["ckpt-000002", "ckpt-000004"]
-    ckpt.verify_checkpoint(run_dir / "ckpt-000004")
-    assert not (run_dir / "final").exists()
-    records = [json.loads(r) for r in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert max(r["step"] for r in records) == 4 and "NaN" not in (run_dir / "metrics.jsonl").read_text()
-    assert "ERROR: step 5: the training loss is nan" in (run_dir / "train.log").read_text()
-
-    monkeypatch.setattr(loop, "forward_in", real)  # the cause removed, the run resumes from the good checkpoint
-    code, out, err = run_cli(["pretrain", "--out", str(run_dir), "--resume"], capsys)
-    assert code == 0, err
-    assert "resumed from" in out and "at step 4" in out and (run_dir / "final").is_dir()
-
-
-def test_a_non_finite_loss_read_late_still_stops_before_anything_after_it_is_saved(env, capsys, monkeypatch):
-    """run.check_every_step = false: step 5's nan is read at step 6, a checkpoint's step, and the run stops there
-    without writing it; nothing after step 4 is logged, and the run resumes from ckpt-000004."""
-    import json
-
-    import maskplay.tasks.train.loop as loop
-    from maskplay.tasks.train import checkpoint_files as ckpt
-
-    run_dir = env["root"] / "run-nan-late"
     real = loop.forward_in
     calls = {"train": 0}
 
@@ -401,6 +360,48 @@ def test_a_non_finite_loss_read_late_still_stops_before_anything_after_it_is_sav
         return out
 
     monkeypatch.setattr(loop, "forward_in", poisoned)
+    return lambda: monkeypatch.setattr(loop, "forward_in", real)
+
+
+def assert_resumes_from_the_fourth_step(run_dir: Path, capsys) -> None:
+    """The cause removed, `pretrain --resume` continues from ckpt-000004 to the end."""
+    code, out, err = run_cli(["pretrain", "--out", str(run_dir), "--resume"], capsys)
+    assert code == 0, err
+    assert "resumed from" in out and "at step 4" in out and (run_dir / "final").is_dir()
+
+
+def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(env, capsys, monkeypatch):
+    import json
+
+    from maskplay.tasks.train import checkpoint_files as ckpt
+
+    run_dir = env["root"] / "run-nan"
+    cure = poison_fifth_step(monkeypatch)
+    argv = ["pretrain", "--data", str(env["data"]), "--out", str(run_dir), *PRETRAIN, "--max-steps", "8",
+            "--set", "run.save_every=2", "--set", "run.log_every=1"]
+    code, _, err = run_cli(argv, capsys)
+    line = assert_one_line_error(code, err, "pretrain", "step 5: the training loss is nan")
+    assert "ckpt-000004" in line
+    assert [p.name for _, p in ckpt.list_checkpoints(run_dir)] == ["ckpt-000002", "ckpt-000004"]
+    ckpt.verify_checkpoint(run_dir / "ckpt-000004")
+    assert not (run_dir / "final").exists()
+    records = [json.loads(r) for r in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in records) == 4 and "NaN" not in (run_dir / "metrics.jsonl").read_text()
+    assert "ERROR: step 5: the training loss is nan" in (run_dir / "train.log").read_text()
+
+    cure()  # the cause removed, the run resumes from the good checkpoint
+    assert_resumes_from_the_fourth_step(run_dir, capsys)
+
+
+def test_a_non_finite_loss_read_late_still_stops_before_anything_after_it_is_saved(env, capsys, monkeypatch):
+    """run.check_every_step = false: step 5's nan is read at step 6, a checkpoint's step, and the run stops there
+    without writing it; nothing after step 4 is logged, and the run resumes from ckpt-000004."""
+    import json
+
+    from maskplay.tasks.train import checkpoint_files as ckpt
+
+    run_dir = env["root"] / "run-nan-late"
+    cure = poison_fifth_step(monkeypatch)
     argv = ["pretrain", "--data", str(env["data"]), "--out", str(run_dir), *PRETRAIN, "--max-steps", "8",
             "--set", "run.save_every=2", "--set", "run.log_every=3", "--set", "run.check_every_step=false"]
     code, _, err = run_cli(argv, capsys)
@@ -411,10 +412,8 @@ def test_a_non_finite_loss_read_late_still_stops_before_anything_after_it_is_sav
     records = [json.loads(r) for r in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert max(r["step"] for r in records) == 3 and "NaN" not in (run_dir / "metrics.jsonl").read_text()
 
-    monkeypatch.setattr(loop, "forward_in", real)
-    code, out, err = run_cli(["pretrain", "--out", str(run_dir), "--resume"], capsys)
-    assert code == 0, err
-    assert "resumed from" in out and "at step 4" in out and (run_dir / "final").is_dir()
+    cure()
+    assert_resumes_from_the_fourth_step(run_dir, capsys)
 
 
 # ---- outputs that keep every line -------------------------------------------------------------------------------

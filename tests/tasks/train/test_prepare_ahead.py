@@ -50,6 +50,20 @@ def state(checkpoint: Path) -> dict:
     return {k: v for k, v in saved.items() if k not in ("saved_at", "elapsed_s")}
 
 
+def assert_same_runs(a: Path, b: Path) -> tuple[list[dict], list[str]]:
+    """Two run directories with the same final weights, metrics (clocks aside) and checkpoints (their states, clocks
+    aside, and RNG streams), two checkpoints at least; returns the metrics and the checkpoints' names."""
+    assert_same_weights(weights(a), weights(b))
+    logged = records(b)
+    assert logged == records(a)
+    checkpoints = sorted(p.name for p in b.glob("ckpt-*"))
+    assert checkpoints == sorted(p.name for p in a.glob("ckpt-*")) and len(checkpoints) >= 2
+    for name in checkpoints:
+        assert state(b / name) == state(a / name)
+        assert_same_weights(load_file(str(b / name / ckpt.RNG_FILE)), load_file(str(a / name / ckpt.RNG_FILE)))
+    return logged, checkpoints
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_same_run_with_and_without_making_the_next_step_ahead(data, tmp_path, case):
@@ -57,18 +71,11 @@ def test_the_same_run_with_and_without_making_the_next_step_ahead(data, tmp_path
     runs = {ahead: train(small_config(data, tmp_path / str(ahead), *LONG, *extra, f"data.prepare_ahead={ahead}",
                                       family=family))
             for ahead in (False, True)}
-    off, on = runs[False].run_dir, runs[True].run_dir
     assert runs[False].step == runs[True].step == 14
-    assert_same_weights(weights(off), weights(on))
-    logged = records(on)
-    assert logged == records(off)
+    # each checkpoint written while the next step's batches had been made (and its RNG drawn)
+    logged, _ = assert_same_runs(runs[False].run_dir, runs[True].run_dir)
     assert max(r.get("epoch", 0) for r in logged) >= 1, "the runs should cross an epoch's end"
     assert sum("eval_loss" in r for r in logged) >= 4  # evaluated between steps made ahead, and at the end
-    checkpoints = sorted(p.name for p in on.glob("ckpt-*"))
-    assert checkpoints == sorted(p.name for p in off.glob("ckpt-*")) and len(checkpoints) >= 2
-    for name in checkpoints:  # each written while the next step's batches had been made (and its RNG drawn)
-        assert state(on / name) == state(off / name)
-        assert_same_weights(load_file(str(on / name / ckpt.RNG_FILE)), load_file(str(off / name / ckpt.RNG_FILE)))
 
 
 @pytest.mark.slow
