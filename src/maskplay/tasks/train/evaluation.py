@@ -15,6 +15,8 @@ from ...runtime.precision import Precision
 from .batches import eval_batches
 from .config import TrainConfig
 from .distributed import Dist, all_reduce_sum
+from .ema import WeightEma
+from .metrics import Metrics
 from .stepping import CountTargets, Forward
 from .stream import stream_eval_batches
 
@@ -76,3 +78,18 @@ class Evaluator:
         self.parts = {f"eval_{k}": v / part_n[k] for k, v in parts.items()}
         totals = all_reduce_sum(self.d, torch.tensor([loss_sum, count], dtype=torch.float64))
         return None if totals[1] == 0 else float(totals[0] / totals[1])
+
+    def report(self, step: int, elapsed_s: float, metrics: Metrics | None, log: Callable[[str], None],
+               ema: WeightEma | None = None) -> float | None:
+        """The held-out loss, recorded with its parts into metrics.jsonl and logged (main process); with `ema`, the
+        loss of the weights' moving average instead, recorded as ema_eval_loss. A collective, as evaluate() is."""
+        if ema is None:
+            loss, key, what, parts = self.evaluate(), "eval_loss", "held-out loss", self.parts
+        else:
+            with ema.applied():
+                loss = self.evaluate()
+            key, what, parts = "ema_eval_loss", "held-out loss of the weights' moving average", {}
+        if metrics and loss is not None:
+            metrics.record(step=step, **{key: loss}, elapsed_s=elapsed_s, **parts)
+            log(f"step {step}: {what} {loss:.4f}")
+        return loss

@@ -417,31 +417,14 @@ class Trainer:
         return self.evaluator.evaluate()
 
     def _evaluate_at_start(self) -> None:
-        self.state.last_eval = self.evaluate()
-        if self.metrics and self.state.last_eval is not None:
-            self.metrics.record(step=0, eval_loss=self.state.last_eval, elapsed_s=0.0, **self.evaluator.parts)
-            self.log(f"step 0: held-out loss {self.state.last_eval:.4f}")
+        self.state.last_eval = self.evaluator.report(0, 0.0, self.metrics, self.log)
 
     def _eval_and_report(self) -> None:
-        loss = self.evaluate()
-        if loss is None:
-            return
-        self.state.last_eval = loss
-        if self.metrics:
-            self.metrics.record(step=self.state.step, eval_loss=loss, elapsed_s=self.state.elapsed(),
-                                **self.evaluator.parts)
-            self.metrics.plot()
-            self.log(f"step {self.state.step}: held-out loss {loss:.4f}")
-
-    def _evaluate_ema(self) -> None:
-        """With optim.ema, the held-out loss of the moving average too (the periodic ones are the raw weights')."""
-        if self.ema is None:
-            return
-        with self.ema.applied():
-            loss = self.evaluate()
-        if self.metrics and loss is not None:
-            self.metrics.record(step=self.state.step, ema_eval_loss=loss, elapsed_s=self.state.elapsed())
-            self.log(f"step {self.state.step}: held-out loss of the weights' moving average {loss:.4f}")
+        loss = self.evaluator.report(self.state.step, self.state.elapsed(), self.metrics, self.log)
+        if loss is not None:
+            self.state.last_eval = loss
+            if self.metrics:
+                self.metrics.plot()
 
     def save(self) -> Path:
         """Write a checkpoint of the current state (a collective: every process must call it)."""
@@ -458,7 +441,8 @@ class Trainer:
             name, exit_code = signals.describe()
             self.log(f"stopped by {name} at step {step}; resume with --resume (checkpoint {self.last_path})")
         else:
-            self._evaluate_ema()
+            if self.ema is not None:  # the periodic losses are the raw weights'
+                self.evaluator.report(step, self.state.elapsed(), self.metrics, self.log, ema=self.ema)
             final = export_final(self.run_dir, self.d, self.model, self.model_config, self.tokenizer, cfg, self.log,
                                  ema=self.ema)
             why = stop_reason(cfg, status, step, self.state.words_seen)
