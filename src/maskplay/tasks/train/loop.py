@@ -273,7 +273,7 @@ class Trainer:
         announce(self)
         self.model.train()
         if st.step == 0:
-            self._evaluate_at_start()
+            st.last_eval = self.evaluator.report(0, 0.0, self.metrics, self.log)
         budget = cfg.run.max_minutes * 60 if cfg.run.max_minutes is not None else math.inf
         status = status_at_start(self.config, self.state.step, self.state.words_seen)
         saved_at = st.step if self.checkpoint_path is not None else -1
@@ -412,12 +412,6 @@ class Trainer:
                 self.metrics.log(f"ERROR: {message}", echo=False)
 
     # ---- evaluating, saving, finishing ----------------------------------------------------------------------
-
-    def evaluate(self) -> float | None:
-        return self.evaluator.evaluate()
-
-    def _evaluate_at_start(self) -> None:
-        self.state.last_eval = self.evaluator.report(0, 0.0, self.metrics, self.log)
 
     def _eval_and_report(self) -> None:
         loss = self.evaluator.report(self.state.step, self.state.elapsed(), self.metrics, self.log)
