@@ -1,4 +1,4 @@
-"""Old import paths of modules that moved (issue 41: the layers as sub-packages), served by one import hook
+"""Old import paths of modules that moved (when the layers became sub-packages), served by one import hook
 instead of a shim file per module. `import maskplay.backbone` still works and warns (DeprecationWarning) with the new
 path; it gives the same module object as `import maskplay.nn.backbone` (a package's submodules too:
 maskplay.train.loop is maskplay.tasks.train.loop). Modules whose names moved to several places (maskplay.generation,

@@ -218,7 +218,7 @@ class ModelConfig(FamilySections):
     # bert: normal(initializer_range); truncated-depth-scaled (GPT-BERT's): truncated normal, std sqrt(2 / (5 hidden))
     # at +-2 std, the feed-forward weights of layer i scaled by sqrt(1 / (2 (i + 1)))
     weight_init: str = _switch("bert", group="gpt-bert", renamed={"gpt-bert": "truncated-depth-scaled"})
-    # ---- issue 42, masked half (docs/SWITCHES.md). head_gelu_tanh: the LM head's GELU in its tanh approximation
+    # ---- HuggingFace masked LMs' switches (docs/SWITCHES.md). head_gelu_tanh: the LM head's GELU in its tanh approximation
     # (ALBERT's and any HuggingFace hidden_act = "gelu_new" model's head; gelu_tanh is the feed-forward's)
     head_gelu_tanh: bool = _switch(False, group="hf-masked")
     # positions = "disentangled": the relative buckets (2 x relative_buckets - 1 table rows) and the distance the

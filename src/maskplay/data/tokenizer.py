@@ -20,7 +20,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 SPECIAL_TOKENS = ["[PAD]", "[EOS]", "[UNK]", "[SOS]", "[MASK]", "[CLS]", "[SEP]"]
-# RoBERTa's / XLM-R's names for the same roles (HuggingFace directories read as models, issue 42)
+# RoBERTa's / XLM-R's names for the same roles (HuggingFace directories read as models)
 ROBERTA_SPECIALS = ["<pad>", "</s>", "<unk>", "<s>", "<mask>"]
 
 

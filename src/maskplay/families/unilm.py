@@ -1,4 +1,4 @@
-"""UniLM (Dong et al., NeurIPS 2019) as bert4keras builds it (seed 001): a BERT turned into a seq2seq model by
+"""UniLM (Dong et al., NeurIPS 2019) as bert4keras builds it: a BERT turned into a seq2seq model by
 its attention mask alone. No new weights: the state dict is BertMLM's, so any BERT checkpoint initialises it.
 
 Input `[SOS] source [SEP] target [EOS]` (`[CLS] source [SEP] target [SEP]` with a BERT vocabulary): segment 0

@@ -13,7 +13,7 @@ naively a step costs O(S^2) kernels and copies; two streams keep that down:
   gradients of the sums that read that state (all known by then: every later weighted sum runs its backward first,
   being downstream). So autograd accumulates nothing: the list stream's O(S^2) accumulations and stacked copies
   become one kernel a sum, and each gradient is read where it is needed, not added into every earlier state's
-  gradient at every sum (an outer-product update until session 20: three times the memory traffic). The weights'
+  gradient at every sum (an outer-product update before commit 0eaa0a1: three times the memory traffic). The weights'
   gradients come all at once from the first sum's backward, the last to run: one product of the states and the
   sums' gradients, each read once, where a matrix-vector product a sum read every earlier state again.
 - `ListStream` (under torch.compile's whole-step scope, which cannot trace a buffer written in a backward, and for

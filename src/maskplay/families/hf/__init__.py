@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 # this order is the order ARCHITECTURES lists; HuggingFace's causal LMs (read only, onto gpt) after the twins
 for _converter in (BERT, ELECTRA, GPT_CONVERTER, XLNET, GPT2, GPT_NEOX, LLAMA, QWEN2, OPT):
     register(_converter)
-# issue 42, masked half: HuggingFace masked LMs read into a bert (registered after BERT, whose converter stays the
+# HuggingFace masked LMs read into a bert (registered after BERT, whose converter stays the
 # family's export)
 for _converter in (ROBERTA, DISTILBERT, ALBERT, DEBERTA_V2):
     register(_converter)

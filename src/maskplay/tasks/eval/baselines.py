@@ -1,5 +1,5 @@
 """Model-free STS baselines, printed next to every model's STS result so that nobody takes a number below them
-for progress (issue 18):
+for progress:
 
 - bag of words: the cosine of the two sentences' word-count vectors;
 - TF-IDF: the cosine of the count vectors weighted by inverse document frequency.
