@@ -3,7 +3,7 @@ loss equal the CPU's, a bf16 training step, the strict-small recipes' training s
 the CPU's, a compiled GPT, BERT, T-TA and GPT-BERT step against the CPU's eager one, the CUDA-graph decode step against
 the plain cached path on the GPU, and sentence scores equal the CPU's.
 MASKPLAY_TEST_DEVICE=cpu runs the same checks with the CPU as the second device (a dry run of this file's own
-logic where no GPU is lent; the decode step is then compiled by torch.compile instead of captured)."""
+logic on a machine without a GPU; the decode step is then compiled by torch.compile instead of captured)."""
 
 from __future__ import annotations
 
@@ -215,7 +215,7 @@ def test_a_compiled_training_step_on_the_gpu_has_the_cpus_loss_and_gradients(fam
     """run.compile's step scope (train/stepping.compile_forward: the labelled positions traced with a run-time
     size; GPT-BERT's modes' means over tensor counts) told the rows have no padding (masks.rows_without_padding:
     GPT's flash path reads nothing), on full rows as packing makes them, against the CPU's eager step; T-TA and
-    GPT-BERT at the strict-small recipes' architecture, whose step compiles into one graph since session 23."""
+    GPT-BERT at the strict-small recipes' architecture, whose step compiles into one graph (since commit 308e144)."""
     from maskplay.nn.masks import no_padding, rows_without_padding
     from maskplay.tasks.train.stepping import compile_forward
 

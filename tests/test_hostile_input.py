@@ -1,4 +1,4 @@
-"""Issue 46: the server, lm-eval and model directories under hostile input. Each case was a 500, a traceback, an
+"""The server, lm-eval and model directories under hostile input. Each case was a 500, a traceback, an
 unbounded allocation or a path outside the model directory before its fix; the server cases run in process
 (FastAPI's TestClient on create_app), with the bundled gpt-mini-wiki."""
 

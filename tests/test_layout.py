@@ -1,7 +1,8 @@
-"""The house rules (ARCHITECTURE.md), checked on the source so that they cannot quietly erode: no import cycle in
-the package or in scripts/ (imports inside functions count, and so does a submodule's `from . import x`, which
-runs its package's __init__), no family name compared outside families/, no class over 300 lines and no function
-over 80. The layers themselves are import-linter's contract in pyproject.toml (`lint-imports`, run by make test)."""
+"""The layering and file-size rules (ARCHITECTURE.md), checked on the source so that they cannot quietly erode: no
+import cycle in the package or in scripts/ (imports inside functions count, and so does a submodule's `from . import
+x`, which runs its package's __init__), no family name compared outside families/, no class over 300 lines and no
+function over 80. The layers themselves are import-linter's contract in pyproject.toml (`lint-imports`, run by make
+test)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bad inputs to the commands added since docs/RELIABILITY.md's table (issue 31): each case runs the command in
+"""Bad inputs to the commands added since docs/RELIABILITY.md's table: each case runs the command in
 this process through maskplay.cli.main, as tests/test_reliability.py does, and asserts exit code 2 with one line
 `maskplay CMD: error: ...` naming the option or the file, or the documented handling (exit 0 and what was done).
 docs/RELIABILITY-2.md lists these cases."""
@@ -107,7 +107,7 @@ FT = ["--epochs", "1", "--batch-size", "8"]
 
 # (id, command as printed, argv builder, what the error line must name)
 CASES: list = [
-    # --- tracebacks before (issue 31) ---
+    # --- tracebacks before their fixes (2026-11-25) ---
     ("generate-device-foo", "generate", lambda e: ["generate", str(e["model"]), "the cat", "--device", "foo"],
      "--device='foo'"),
     pytest.param("generate-device-cuda", "generate", lambda e: ["generate", str(e["model"]), "the", "--device", "cuda"],

@@ -88,7 +88,7 @@ def test_curves_hf_model_recipe_overrides_and_resume(tmp_path, monkeypatch, caps
     hf_bert = MaskplayModel.from_pretrained(work / "hf-bert" / "final")
     assert hf_bert.config.family == "bert" and (work / "hf-bert" / "final" / "tokenizer.json").is_file()
 
-    # a session stopped after the first point: --resume trains on from the checkpoint and keeps the first point
+    # a run stopped after the first point: --resume trains on from the checkpoint and keeps the first point
     plan_file = work / "gpt" / "plan.json"
     plan = json.loads(plan_file.read_text())
     first = plan["curve"][0]

@@ -138,7 +138,7 @@ def test_the_buffered_stream_refuses_to_regather_rows():
 
 def test_a_compiled_pass_without_gradients_traces_every_sum_in_one_graph():
     """Under no_grad the list stream's sums skip the autograd Function (torch.compile cannot trace its forward there:
-    a graph break at every sum until session 25, torch 2.13) and give its values."""
+    a graph break at every sum before commit 1f00af4, torch 2.13) and give its values."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 

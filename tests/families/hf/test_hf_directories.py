@@ -1,4 +1,4 @@
-"""HuggingFace directories as models everywhere (issue 42): MaskplayModel / Scorer / Embedder.from_pretrained and
+"""HuggingFace directories as models everywhere: MaskplayModel / Scorer / Embedder.from_pretrained and
 `maskplay score|embed|finetune` take a HuggingFace directory (safetensors or pytorch_model.bin read with
 weights_only=True), converted in memory with one stderr line; headless encoders as sentence-transformers ships
 them embed with its pooling and refuse to score in one line; an unknown architecture lists the registry's."""

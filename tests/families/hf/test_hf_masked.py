@@ -1,4 +1,4 @@
-"""HuggingFace masked LMs beyond BERT (issue 42): a random model of each architecture, built from its config
+"""HuggingFace masked LMs beyond BERT: a random model of each architecture, built from its config
 class, saved with save_pretrained and read back, converted with `maskplay convert --from-hf`, gives the same fp32
 logits (1e-5) and maskplay's PLL score gives a naive HuggingFace PLL loop's numbers; what cannot be exact is
 refused in one line."""

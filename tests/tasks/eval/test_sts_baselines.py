@@ -70,8 +70,8 @@ def test_empty_and_undefined():
         Idf.fit([])
 
 
-def test_the_issue_numbers_on_stsb_dev():
-    """Issue 18: BoW 58.8 and TF-IDF (IDF from the STS-B train sentences) 74.7 Spearman on STS-B dev."""
+def test_the_reference_numbers_on_stsb_dev():
+    """The reference baselines: BoW 58.8 and TF-IDF (IDF from the STS-B train sentences) 74.7 Spearman on STS-B dev."""
     dev_path = shared_path("stsbenchmark", "sts-dev.csv")
     dev = load_stsb(dev_path)
     idf = baseline_idf(dev, "stsb", dev_path)

@@ -1,4 +1,4 @@
-"""Long documents for users (issue 15): XLNet's causal score over segments with Transformer-XL memory
+"""Long documents: XLNet's causal score over segments with Transformer-XL memory
 (overflow="memory", maskplay.tasks.score.memory) and embeddings of long text in windows (Embedder overflow="window")."""
 
 from __future__ import annotations

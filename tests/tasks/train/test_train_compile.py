@@ -73,7 +73,7 @@ RECIPE_COMMON = [*NO_DROPOUT, "optim.max_steps=3", "optim.warmup_steps=1", "run.
 def test_a_recipe_compiles_whole_without_a_graph_break(tmp_path, family):
     """T-TA and GPT-BERT at the strict-small recipes' architecture (DenseFormer, disentangled positions, pre-LN)
     under the step scope: one graph, no break, no recompile (no read-back of dead rows, mask kind, target count or,
-    GPT-BERT's, its modes' counts inside the forward: 4 breaks and a recompile a step before session 23), and the
+    GPT-BERT's, its modes' counts inside the forward: 4 breaks and a recompile a step before commit 308e144), and the
     eager run's weights."""
     from torch._dynamo.utils import counters, guard_failures
 
