@@ -47,7 +47,7 @@ test-avx2: venv
 test-gpu: venv
 	$(BIN)/python -m pytest -q -m gpu tests
 
-# The compile-sensitive tests under another torch, by default the GPU machine's (2.11.0; the CPU's is 2.13.0): graph
+# The compile-sensitive tests under another torch, by default 2.11.0, the GPU benchmarks' (the CPU's is 2.13.0): graph
 # counts are facts of torch's version as well as of the code: at commit 87ca7a9 (2026-12-03) the nested scope was one
 # graph under 2.13 and 4-11 under 2.11 (docs/FAULTS.md). Its own venv, .venv-torch$(OTHER_TORCH); PyPI's wheel
 # of an older torch is a CUDA build (about 3 GB with its libraries, a few minutes to install), which runs on a CPU.
