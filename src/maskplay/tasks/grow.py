@@ -1,5 +1,5 @@
 """`maskplay grow`: a bigger model that computes what a smaller one computes, to continue pretraining from (seed
-001, "can we grow a Transformer without loss?"; docs/SWITCHES.md).
+001, "can we grow a Transformer without loss?"; docs/guides/switches.md).
 
 Width, by an integer factor k (hidden k x, heads k x at the same head width, FFN k x): every hidden, head and FFN
 unit is duplicated k times, in blocks ([copy 1 | copy 2 | ...]), and every weight that reads duplicated units is
