@@ -1,4 +1,4 @@
-"""Faults of a training run (docs/FAULTS.md): a process of a torchrun run killed or hung, a checkpoint write that
+"""Faults of a training run (docs/reference/errors.md): a process of a torchrun run killed or hung, a checkpoint write that
 fails half-way (the disk full), and two runs writing the same --out."""
 
 from __future__ import annotations

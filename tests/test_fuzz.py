@@ -3,7 +3,7 @@ parser: on any input, the only exception is a documented one-line error (ValueEr
 argparse's ArgumentTypeError for an option), and what is accepted is what the docs say. Each property runs twice:
 a quick run (QUICK examples, derandomized: the same examples every time) and a slow-marked long run (LONG = 10,000
 examples, new ones each time) that `make fuzz` runs (MASKPLAY_FUZZ_LONG=1; skipped otherwise).
-docs/RELIABILITY-2.md states the properties."""
+docs/reference/errors.md states the properties."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 QUICK, LONG = 150, 10_000
-# The long runs take longer than `make test`'s budget allows (docs/RELIABILITY-2.md): `make fuzz` runs them.
+# The long runs take longer than `make test`'s budget allows (docs/reference/errors.md): `make fuzz` runs them.
 LONG_RUN = pytest.mark.skipif(not os.environ.get("MASKPLAY_FUZZ_LONG"),
                               reason="the 10,000-example runs: `make fuzz` (MASKPLAY_FUZZ_LONG=1)")
 
@@ -171,7 +171,7 @@ def decode_oracle(pieces: list[str], specials: set[str]) -> str:
 
 
 def _check_round_trip(text: str) -> None:
-    """What round-trips through the uncased WordPiece tokenizer (docs/RELIABILITY-2.md):
+    """What round-trips through the uncased WordPiece tokenizer (docs/reference/errors.md):
     1. encoding never fails on a str without surrogates (what the strict UTF-8 reader yields);
     2. the pieces spell the *normalised* text: with N = BertNormalizer(text) (control characters dropped, white
        space made spaces, CJK ideographs spaced, lower-cased, accents stripped) and W = BertPreTokenizer(N) (split

@@ -1,7 +1,7 @@
 """Bad inputs to every command: each case must end with exit code 2 and one line on stderr,
 `maskplay CMD: error: ...`, naming the argument or the file at fault. The commands run in this process through
 maskplay.cli.main, so an exception other than the one-line errors (a traceback) fails the test instead of
-being printed. docs/RELIABILITY.md lists these cases."""
+being printed. docs/reference/errors.md lists these cases."""
 
 from __future__ import annotations
 

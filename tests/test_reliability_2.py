@@ -1,7 +1,7 @@
-"""Bad inputs to the commands added since docs/RELIABILITY.md's table: each case runs the command in
+"""Bad inputs to the commands added since docs/reference/errors.md's table: each case runs the command in
 this process through maskplay.cli.main, as tests/test_reliability.py does, and asserts exit code 2 with one line
 `maskplay CMD: error: ...` naming the option or the file, or the documented handling (exit 0 and what was done).
-docs/RELIABILITY-2.md lists these cases."""
+docs/reference/errors.md lists these cases."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ LM_HEADS = ("mlm", "tied", "untied")  # heads.py
 
 def _switch(default: Any = dataclasses.MISSING, *, group: str = "architecture", quiet: bool | None = None,
             renamed: dict[str, str] | None = None, default_factory: Any = dataclasses.MISSING) -> Any:
-    """A ModelConfig field that changes the architecture away from BERT's (docs/SWITCHES.md): the switch lists
+    """A ModelConfig field that changes the architecture away from BERT's (docs/guides/switches.md): the switch lists
     below are read from this metadata. group: the switches that came together (gpt-bert: Charpentier & Samuel
     2024's; hf-masked and causal-lm: what HuggingFace's masked and causal LMs need); quiet: config.json leaves it
     out at its default, so that it reads as it did before the switch existed (every group but the first's);
@@ -46,8 +46,8 @@ def _switch(default: Any = dataclasses.MISSING, *, group: str = "architecture", 
 
 @dataclass
 class LongAttentionConfig:
-    """Long-text attention (docs/LONG_TEXT.md, attention/long_attention.py), for every single-stream family: a Longformer
-    window with global tokens, or a learned span per head (adaptive span). All off by default."""
+    """Long-text attention (docs/guides/long-text.md, attention/long_attention.py), for every single-stream family: a
+    Longformer window with global tokens, or a learned span per head (adaptive span). All off by default."""
 
     window: int | None = None  # Longformer's sliding window: w keys on each side (GPT, causal, sees w to the left)
     dilation: int = 1  # Longformer's dilated window: keys i +- k * dilation for k <= window
@@ -173,7 +173,7 @@ class ModelConfig(FamilySections):
     # width of the embedding tables; None = hidden_size. When it differs, a linear projection maps the embeddings
     # to the hidden size and the LM head maps back (HuggingFace ELECTRA's embedding_size, ALBERT's factorisation)
     embedding_size: int | None = None
-    # where positions come from (positions.py, docs/SWITCHES.md): learned | sinusoidal | rotary | t5 | alibi |
+    # where positions come from (positions.py, docs/guides/switches.md): learned | sinusoidal | rotary | t5 | alibi |
     # none | transformer-xl; None = the family's own: "transformer-xl" for xlnet, else "learned"
     positions: str | None = _switch(None)
     # biases on the attention's query/key/value/output projections; None = the family's own (XLNet has none)
@@ -196,7 +196,7 @@ class ModelConfig(FamilySections):
     # | lsra: Lite Transformer's long-short range attention, half the channels through a convolution (attention/lsra.py)
     attention: str = _switch("dot")
     lsra_kernel: int = 7  # the convolution's kernel size (odd; centred on the query), read by attention = "lsra" only
-    # GPT-BERT's architecture (Charpentier & Samuel 2024; docs/SWITCHES.md), each off by default. norm_affine = false:
+    # GPT-BERT's architecture (Charpentier & Samuel 2024; docs/guides/switches.md), each off by default. norm_affine = false:
     # every norm of the backbone and the LM head without a learned gain and bias (elementwise_affine=False)
     norm_affine: bool = _switch(True, group="gpt-bert")
     # a norm on the attention output before its output projection
@@ -218,14 +218,14 @@ class ModelConfig(FamilySections):
     # bert: normal(initializer_range); truncated-depth-scaled (GPT-BERT's): truncated normal, std sqrt(2 / (5 hidden))
     # at +-2 std, the feed-forward weights of layer i scaled by sqrt(1 / (2 (i + 1)))
     weight_init: str = _switch("bert", group="gpt-bert", renamed={"gpt-bert": "truncated-depth-scaled"})
-    # ---- HuggingFace masked LMs' switches (docs/SWITCHES.md). head_gelu_tanh: the LM head's GELU in its tanh approximation
-    # (ALBERT's and any HuggingFace hidden_act = "gelu_new" model's head; gelu_tanh is the feed-forward's)
+    # ---- HuggingFace masked LMs' switches (docs/guides/switches.md). head_gelu_tanh: the LM head's GELU in its tanh
+    # approximation (ALBERT's and any HuggingFace hidden_act = "gelu_new" model's head; gelu_tanh is the feed-forward's)
     head_gelu_tanh: bool = _switch(False, group="hf-masked")
     # positions = "disentangled": the relative buckets (2 x relative_buckets - 1 table rows) and the distance the
     # log buckets reach (GPT-BERT's 32 and 512; DeBERTa-v3's position_buckets 256 and max_relative_positions 512)
     relative_buckets: int = _switch(32, group="hf-masked")
     relative_max_distance: int = _switch(512, group="hf-masked")
-    # HuggingFace causal LMs' switches (docs/SWITCHES.md), each off by default. num_kv_heads: grouped-query attention,
+    # HuggingFace causal LMs' switches (docs/guides/switches.md), each off by default. num_kv_heads: grouped-query attention,
     # that many key/value heads shared by num_heads / num_kv_heads query heads each (None: one per query head)
     num_kv_heads: int | None = _switch(None, group="causal-lm")
     # GPT-NeoX: h + Attn(norm1(h)) + FFN(norm2(h)), one residual (pre-norm only)
@@ -356,7 +356,7 @@ class ModelConfig(FamilySections):
                 raise ValueError(f"positions = 'disentangled' runs its own scores on q . k attention: not with {clash[0]}")
 
     def _check_reversible(self, xl: bool) -> None:
-        """reversible = true needs additive residuals on one stream (docs/SWITCHES.md#reversible-layers-reversible)."""
+        """reversible = true needs additive residuals on one stream (docs/guides/switches.md, "Reversible layers")."""
         if not self.reversible:
             return
         clash = [name for name, on in ((f"family {self.family} (its two streams run the blocks in its own loop)", xl),
@@ -368,7 +368,7 @@ class ModelConfig(FamilySections):
             raise ValueError(f"reversible = true rebuilds each block's input from its output: not with {clash[0]}")
 
     def _check_relative_buckets(self) -> None:
-        """relative_buckets / relative_max_distance must make log buckets (docs/SWITCHES.md)."""
+        """relative_buckets / relative_max_distance must make log buckets (docs/guides/switches.md)."""
         mid = self.relative_buckets // 2
         if self.relative_buckets < 2 or self.relative_max_distance - 1 <= mid:
             raise ValueError(f"relative_buckets ({self.relative_buckets}) must be >= 2 and relative_max_distance "
@@ -376,7 +376,7 @@ class ModelConfig(FamilySections):
                              "span the distances between the two")
 
     def architecture_changes(self) -> list[str]:
-        """The architecture switches (docs/SWITCHES.md) set away from the family's own, as "name = value":
+        """The architecture switches (docs/guides/switches.md) set away from the family's own, as "name = value":
         what a converter to another library's architecture must refuse."""
         own = ModelConfig(family=self.family)
         return [f"{name} = {getattr(self, name)!r}" for name in ARCHITECTURE_SWITCHES
@@ -447,7 +447,7 @@ def switches(group: str | None = None) -> dict[str, Any]:
 
 
 ARCHITECTURE_SWITCHES = tuple(switches())
-GPT_BERT_SWITCHES = switches("gpt-bert")  # Charpentier & Samuel 2024's (docs/SWITCHES.md)
+GPT_BERT_SWITCHES = switches("gpt-bert")  # Charpentier & Samuel 2024's (docs/guides/switches.md)
 HF_MASKED_SWITCHES = switches("hf-masked")  # ALBERT's tanh GELU head, DeBERTa-v3's relative buckets
 CAUSAL_LM_SWITCHES = switches("causal-lm")  # GPT-2, GPT-NeoX, LLaMA, Qwen2, OPT
 # config.json leaves these out at their defaults (every group but the plain architecture's; reversible; long)

@@ -1,4 +1,4 @@
-"""GPT-BERT's architecture switches (docs/SWITCHES.md; Charpentier & Samuel 2024, ltgoslo/gpt-bert model_extra.py):
+"""GPT-BERT's architecture switches (docs/guides/switches.md; Charpentier & Samuel 2024, ltgoslo/gpt-bert model_extra.py):
 disentangled attention against HuggingFace DebertaV2's DisentangledSelfAttention and, where GPT-BERT's bucketing
 differs, against a per-pair loop; DenseFormer at its identity start against the plain residual stream and away from
 it against the weighted sums written out; every switch against its formula; the whole GPT-BERT architecture against

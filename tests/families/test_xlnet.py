@@ -132,7 +132,7 @@ def test_pll_score_has_no_gradient_from_its_own_token_at_any_depth(layers):
 
 
 def test_one_pass_pll_would_leak_from_layer_two():
-    """Why XLNet's PLL needs one pass per token (docs/SCORING.md): with every token's query stream run at once over
+    """Why XLNet's PLL needs one pass per token (docs/guides/scoring.md): with every token's query stream run at once over
     content streams that see each other, token i's score reads token i through the other content states."""
     for layers, leaks in ((1, False), (2, True)):
         model = make(num_layers=layers)

@@ -1,4 +1,4 @@
-"""The architecture switches of docs/SWITCHES.md other than positions (tests/nn/test_positions.py): each against
+"""The architecture switches of docs/guides/switches.md other than positions (tests/nn/test_positions.py): each against
 a formula written out here, and every switch through every family's paths (training step, packed inference,
 PLL's last-layer rows, the key/value cache, save/load, bf16, T-TA's no-leak rule at every depth)."""
 

@@ -1,4 +1,4 @@
-"""The switches HuggingFace's causal LMs need (docs/SWITCHES.md): grouped-query attention (num_kv_heads), the
+"""The switches HuggingFace's causal LMs need (docs/guides/switches.md): grouped-query attention (num_kv_heads), the
 parallel residual, partial rotary and its base, no embedding norm, the plain LM heads and the ReLU feed-forward,
 each against a formula written out here; their defaults leave a model as it was; the key/value cache (plain and
 static) holds the key/value heads only. tests/nn/test_arch_switches.py runs them through every family's paths."""

@@ -1,4 +1,4 @@
-"""Position schemes (positions.py, docs/SWITCHES.md): each against its formula or a published implementation,
+"""Position schemes (positions.py, docs/guides/switches.md): each against its formula or a published implementation,
 wired through every single-stream family (packing, PLL's last-layer query rows, the key/value cache), T-TA's
 no-leak rule under each, and the config switch (TOML, --set, config.json, save/load, one-line errors)."""
 

@@ -13,7 +13,7 @@ from ..runtime.precision import Precision
 from ..runtime.precision_probe import AUTO
 
 MAX_LENGTH_HELP = ("tokens per pass, [SOS]/[EOS] included (default and most: the model's max_position); a longer "
-                   "line goes to --overflow. A long-attention model (docs/LONG_TEXT.md) reads up to max_position "
+                   "line goes to --overflow. A long-attention model (docs/guides/long-text.md) reads up to max_position "
                    "tokens in one pass")
 
 
@@ -194,7 +194,7 @@ def layer_index(value: str) -> int:
 
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr, `maskplay CMD: error: ...` with a pointer to
-    --help, and exit code 2, as the errors of the command handlers are (docs/RELIABILITY.md)."""
+    --help, and exit code 2, as the errors of the command handlers are (docs/reference/errors.md)."""
 
     def error(self, message: str) -> NoReturn:
         # a value with a line break in it (argparse quotes some values, not all) must not break the line

@@ -1,4 +1,4 @@
-"""`maskplay convert`: HuggingFace checkpoints (the architectures families/hf converts, docs/CONVERT.md) to
+"""`maskplay convert`: HuggingFace checkpoints (the architectures families/hf converts, docs/guides/huggingface.md) to
 maskplay model directories and back. Weights are read from safetensors, or from pytorch_model.bin with
 torch.load(weights_only=True): tensors only, nothing else is unpickled (families/hf/directory.py)."""
 

@@ -1,5 +1,5 @@
 """`maskplay distill TEACHER --student tta`: a T-TA whose one pass matches the teacher's PLL distributions, and
-`maskplay distill prepare TEACHER`: the teacher's targets computed once and stored (docs/DISTILL.md)."""
+`maskplay distill prepare TEACHER`: the teacher's targets computed once and stored (docs/guides/distillation.md)."""
 
 from __future__ import annotations
 

@@ -104,7 +104,7 @@ def _task(tasks: argparse._SubParsersAction, name: str, help_text: str, func: Ca
         source.add_argument("--data", default=None, help=data_help)
     source.add_argument("--file", action="append", default=None, metavar="FILE",
                         help="evaluate on this file instead of --data (repeatable; gzip read as such); see "
-                             "docs/SCORING.md for the formats")
+                             "docs/guides/scoring.md for the formats")
     t.add_argument("--format", choices=FORMATS[name], default=None,
                    help="the format of every --file (default: told from each file's content)")
     t.set_defaults(func=_locked(func))

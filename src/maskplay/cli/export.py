@@ -2,11 +2,11 @@
 
 - `--to-hf MODEL --out DIR`: a HuggingFace directory: the twin architecture (families/hf) where it can express the
   model, else HuggingFace custom code (AutoModel* with trust_remote_code=True; `--custom-code` for every model), with
-  a complete tokenizer and a model card (docs/CONVERT.md).
+  a complete tokenizer and a model card (docs/guides/huggingface.md).
   An ELECTRA model: its discriminator to DIR, its generator (a BERT-style masked LM) to --generator-out or DIR/generator.
 - `--to-hf RUN_DIR --revisions --out DIR`: a run's models by words seen (run.checkpoint_at_words) and its final
   model as one HuggingFace repository, a git branch per checkpoint as BabyLM names them (chck_1M, ...), main the
-  final model (docs/BABYLM.md).
+  final model (docs/guides/babylm.md).
 - `--to-sentence-transformers MODEL --out DIR [--pooling mean|first|last]`: a sentence-transformers directory giving
   `maskplay embed`'s vectors.
 - `MODEL_DIR --export discriminator|generator --out DIR`: one tower of an ELECTRA model as a standalone model

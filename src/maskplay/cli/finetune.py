@@ -1,5 +1,5 @@
 """`maskplay finetune`: a backbone + a classification/regression head, early stopping on dev (maskplay.tasks.finetune;
-docs/FINETUNE.md)."""
+docs/guides/fine-tuning.md)."""
 
 from __future__ import annotations
 

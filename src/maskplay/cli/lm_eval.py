@@ -16,7 +16,7 @@ EPILOG = """examples:
   maskplay lm-eval --model maskplay --model_args pretrained=tta-mini-wiki,precision=fp32 --tasks maskplay_pairs \\
       --metadata '{"pairs": "../shared/data/blimp-dev/adjunct_island.jsonl.gz"}' --batch_size 32
   maskplay lm-eval ls tasks        (lm-eval's own help: maskplay lm-eval --help)
-See docs/LM_EVAL.md."""
+See docs/guides/lm-eval.md."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

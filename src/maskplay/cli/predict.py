@@ -1,4 +1,4 @@
-"""`maskplay predict`: a fine-tuned model directory (`maskplay finetune`) on a file. See docs/FINETUNE.md."""
+"""`maskplay predict`: a fine-tuned model directory (`maskplay finetune`) on a file. See docs/guides/fine-tuning.md."""
 
 from __future__ import annotations
 

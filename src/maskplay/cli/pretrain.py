@@ -22,7 +22,7 @@ examples:
 
 Order of precedence: --config TOML (or, with --resume and no --config, the run's saved config.toml), then the
 convenience flags, then every --set KEY=VALUE in order. SIGTERM checkpoints and exits 0; SIGINT (Ctrl-C)
-checkpoints and exits 130; a second Ctrl-C stops at once. See docs/TRAINING.md."""
+checkpoints and exits 130; a second Ctrl-C stops at once. See docs/guides/training.md."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

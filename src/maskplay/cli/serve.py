@@ -1,5 +1,5 @@
 """`maskplay serve MODEL`: an HTTP server for one model (OpenAI-shaped embeddings and completions, per-token
-scores, a page at /); docs/SERVE.md."""
+scores, a page at /); docs/guides/serving.md."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ AUTO = "auto"
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="an HTTP server: OpenAI-shaped /v1/embeddings and /v1/completions, /v1/score, "
                                      "a page at / (needs maskplay[serve])",
-                       description="Serve one model over HTTP with dynamic batching (docs/SERVE.md).")
+                       description="Serve one model over HTTP with dynamic batching (docs/guides/serving.md).")
     p.add_argument("model_dir", metavar="MODEL", help="a model directory or a bundled model's name")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=non_negative_int, default=8000)

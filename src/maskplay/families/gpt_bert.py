@@ -13,7 +13,7 @@ the modes), plus gpt_bert.z_loss x mean (log Z)^2.
 Scores: causal (one pass, the exact log-likelihood), pll (MNTP's pseudo-log-likelihood: each piece masked in turn,
 read one position to its left) and fused (their sum). Embedding and fine-tuning read the bidirectional mode,
 generation the causal one (prefill / step as GPT). The architecture of the paper (model_extra.py) is switches every
-family can use (docs/SWITCHES.md); this file holds only what the family decides."""
+family can use (docs/guides/switches.md); this file holds only what the family decides."""
 
 from __future__ import annotations
 

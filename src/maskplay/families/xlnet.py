@@ -363,7 +363,7 @@ class XLNet(MaskplayModel):
         """Pseudo-log-likelihood, one query per row: the query stream at positions (B,), with tokens
         [positions, ends) (default: that one token) hidden from every stream, so row b predicts its token from all
         the others. One pass per scored token: unlike T-TA, XLNet's content streams read each other, and in
-        layer 2 every other token's content state would already hold the target (docs/SCORING.md)."""
+        layer 2 every other token's content state would already hold the target (docs/guides/scoring.md)."""
         return self(input_ids, attention_mask, hide_positions=positions, hide_ends=ends)
 
     def with_perm_mask(self, input_ids: Tensor, perm_mask: Tensor | None = None,

@@ -1,9 +1,9 @@
-"""A block's feed-forward layer (ModelConfig.ffn; docs/SWITCHES.md): BERT's GELU layer (FeedForward), or the
+"""A block's feed-forward layer (ModelConfig.ffn; docs/guides/switches.md): BERT's GELU layer (FeedForward), or the
 gated ones, GEGLU and SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer"), FFN(x) = (act(x W) * (x V)) W_2
 with act = GELU or Swish (SiLU). With three matrices instead of two, the hidden width is 2/3 of intermediate_size
 (ModelConfig.ffn_width), as the paper does, so that the layer has the parameters of the GELU one it replaces.
 
-GPT-BERT's switches (docs/SWITCHES.md): `gelu_tanh`, GELU in its tanh approximation (gelu and geglu);
+GPT-BERT's switches (docs/guides/switches.md): `gelu_tanh`, GELU in its tanh approximation (gelu and geglu);
 `ffn_inner_norm`, a norm over the hidden width after the activation (NormFormer's "FFN LN", Shleifer et al. 2021),
 FFN(x) = norm(act(x W) * (x V)) W_2. GPT-BERT's GEGLU splits its up-projection [value, gate], this one [gate, value]:
 the same layer with the halves of `up`'s rows swapped (a converter from their weights swaps them)."""

@@ -1,5 +1,5 @@
 """Normalisation: which norm, and where it sits in a block (ModelConfig.norm, ModelConfig.norm_placement;
-docs/SWITCHES.md). backbone.Block reads its placement as data (a pre-norm flag and DeepNet's alpha), set once
+docs/guides/switches.md). backbone.Block reads its placement as data (a pre-norm flag and DeepNet's alpha), set once
 when the block is built; the default, post-LN, is BERT's.
 
 - "post" (BERT): h = LN(h + f(h)) after attention and after the FFN.

@@ -12,7 +12,7 @@ same in every layer of one forward pass (the sinusoid table, which row of it eac
 which pairs are in different segments), built once per batch like the mask. Attention then runs as SDPA with
 the position term as an additive float mask (scaled like the scores), so it keeps SDPA's fused kernel.
 
-The other schemes (docs/SWITCHES.md), for every single-stream family (BERT, GPT, UniLM, ELECTRA, T-TA):
+The other schemes (docs/guides/switches.md), for every single-stream family (BERT, GPT, UniLM, ELECTRA, T-TA):
 
 - "sinusoidal": Vaswani et al.'s fixed table added to the token embeddings where the learned one would be,
   PE(p, 2k) = sin(p / 10000^(2k/d)), PE(p, 2k+1) = cos(p / 10000^(2k/d)), scaled to the RMS a learned table has

@@ -1,5 +1,5 @@
 """`maskplay grow`: a bigger model that computes what a smaller one computes, to continue pretraining from
-(function-preserving growth, as Net2Net's, Chen et al. 2016; docs/SWITCHES.md).
+(function-preserving growth, as Net2Net's, Chen et al. 2016; docs/guides/switches.md).
 
 Width, by an integer factor k (hidden k x, heads k x at the same head width, FFN k x): every hidden, head and FFN
 unit is duplicated k times, in blocks ([copy 1 | copy 2 | ...]), and every weight that reads duplicated units is

@@ -5,7 +5,7 @@
                             task_manager=TaskManager(include_path=TASKS_DIR, include_defaults=False))
 
 Importing this module registers the model type `maskplay` with lm-eval (register()); the `maskplay lm-eval` command
-imports it, the core never does. What each request means (docs/LM_EVAL.md):
+imports it, the core never does. What each request means (docs/guides/lm-eval.md):
 
 - loglikelihood(context, continuation): the sum of log p of the continuation's word pieces by the family's own
   score (its score_methods[0], or method=... in model_args), the context visible: GPT and XLNet (causal) the usual

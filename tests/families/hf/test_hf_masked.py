@@ -156,7 +156,7 @@ def test_what_cannot_be_exact_is_refused_in_one_line(tmp_path):
 
 
 def test_an_unknown_architecture_lists_the_registry(tmp_path):
-    """ModernBERT is refused (docs/CONVERT.md: per-layer local/global attention with two rotary bases); the list
+    """ModernBERT is refused (docs/guides/huggingface.md: per-layer local/global attention with two rotary bases); the list
     of what converts is the registry's, so every registered converter shows."""
     from maskplay.families.hf import architectures
     from maskplay.families.hf.directory import read_hf_dir

@@ -1,4 +1,4 @@
-"""The switches the HuggingFace masked LMs need (docs/SWITCHES.md): head_gelu_tanh (the LM head's GELU
+"""The switches the HuggingFace masked LMs need (docs/guides/switches.md): head_gelu_tanh (the LM head's GELU
 in its tanh approximation) and relative_buckets / relative_max_distance (the disentangled table's buckets); each
 default builds today's model, and config.json leaves them out at their defaults."""
 

@@ -1,4 +1,4 @@
-"""BabyLM's fine-tuning track loads AutoModel and truncates at --sequence_length 512 (docs/BABYLM.md). The BabyLM
+"""BabyLM's fine-tuning track loads AutoModel and truncates at --sequence_length 512 (docs/guides/babylm.md). The BabyLM
 recipes' architecture (configs/babylm/*.toml, at a tiny width) exported takes a 512-token input through AutoModel and
 gives maskplay's hidden states; positions that can stretch (rotary, sinusoidal) take inputs past max_position in the
 export, learned ones are refused in one line. Oracle for the stretched inputs: a causal model's outputs on a prefix

@@ -65,7 +65,7 @@ def test_word_checkpoints_become_branches_that_load(tmp_path, capsys):
         seen.append(expected)
         assert (out / "tokenizer.json").is_file() and (out / "README.md").is_file()
     assert not torch.allclose(seen[0], seen[-1])  # the checkpoints differ, so a wrong branch would show
-    # transformers reads a local directory as checked out, whatever revision= says (docs/BABYLM.md): the trap the
+    # transformers reads a local directory as checked out, whatever revision= says (docs/guides/babylm.md): the trap the
     # checkout above avoids
     checkout(out, "main")
     ignored = transformers.AutoModelForCausalLM.from_pretrained(out, revision="chck_100", trust_remote_code=True)

@@ -1,6 +1,6 @@
 """The minicons-shaped API (maskplay.tasks.score.api): the same numbers as minicons' MaskedLMScorer and as a naive
 HuggingFace PLL loop (mlm-scoring's rule) on a random BertForMaskedLM converted with `maskplay convert`, the
-docs/SCORING.md example; and the same numbers as Scorer for every family."""
+docs/guides/scoring.md example; and the same numbers as Scorer for every family."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def naive_hf_pll(hf, tok, sentence: str, word_l2r: bool = False) -> list[float]:
 
 @pytest.mark.parametrize("metric", METRICS)
 def test_converted_bert_gives_minicons_numbers(hf_bert, metric):
-    """The docs/SCORING.md example: minicons on the HuggingFace directory, maskplay on its conversion."""
+    """The docs/guides/scoring.md example: minicons on the HuggingFace directory, maskplay on its conversion."""
     minicons_scorer = pytest.importorskip("minicons.scorer")
     _, tok, directory = hf_bert
     theirs = minicons_scorer.MaskedLMScorer(str(directory.parent / "hf"), "cpu")

@@ -1,4 +1,4 @@
-"""GPT-BERT's training pieces as options of the shared loop (docs/TRAINING.md, "GPT-BERT's recipe pieces"):
+"""GPT-BERT's training pieces as options of the shared loop (docs/guides/training.md, "GPT-BERT's recipe pieces"):
 LAMB against torch-optimizer's Lamb and a naive float64 loop of the formula, the cosine-with-cooldown schedule at
 chosen steps, the batch-size ramp and sequence-length schedule at chosen steps, the weights' moving average
 against its formula, and a bitwise resume of a run with all of them across a change of sequence length."""

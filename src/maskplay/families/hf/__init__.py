@@ -14,7 +14,7 @@ weight must be filled: nothing is silently skipped.
 directory.py reads a HuggingFace directory (headless encoders too) as a model in memory, for
 MaskplayModel.from_pretrained.
 - GPT2LMHeadModel, GPTNeoXForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, OPTForCausalLM -> GPT with the causal-LM
-  switches (docs/SWITCHES.md), read only (causal.py).
+  switches (docs/guides/switches.md), read only (causal.py).
 
 The registry (registry.py) maps each architecture and each family to its converter; from_hf, to_hf and
 hf_architecture look them up there."""

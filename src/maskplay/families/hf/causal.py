@@ -1,5 +1,5 @@
 """What the converters of HuggingFace's causal LMs share (gpt2.py, gpt_neox.py, llama.py, qwen2.py, opt.py): each maps
-its architecture onto maskplay's gpt family with the causal-LM switches (docs/SWITCHES.md), one way only: from_hf.
+its architecture onto maskplay's gpt family with the causal-LM switches (docs/guides/switches.md), one way only: from_hf.
 Their to_hf refuses in one line (a gpt with these switches has no HuggingFace BertLMHeadModel twin).
 
 A converter states its config (config_from_hf) and how its weights are named (rename: a function from one

@@ -51,7 +51,7 @@ class Attention(nn.Module):
         long = config.long
         self.span = AdaptiveSpan(config.num_heads, long.max_span, long.span_ramp, long.span_init) \
             if long.adaptive_span else None
-        # GPT-BERT's switches on the attention output (docs/SWITCHES.md): output x GELU(gate(h)), then a norm, before
+        # GPT-BERT's switches on the attention output (docs/guides/switches.md): output x GELU(gate(h)), then a norm, before
         # the output projection
         self.gate = nn.Linear(h, h, bias=bias) if config.value_gate else None
         self.out_norm = make_norm(config) if config.attention_output_norm else None

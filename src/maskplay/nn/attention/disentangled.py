@@ -1,4 +1,4 @@
-"""Disentangled attention (`positions = "disentangled"`; docs/SWITCHES.md), DeBERTa's (He et al. 2021) as GPT-BERT
+"""Disentangled attention (`positions = "disentangled"`; docs/guides/switches.md), DeBERTa's (He et al. 2021) as GPT-BERT
 has it (Charpentier & Samuel 2024): content-to-content, content-to-position and position-to-content scores, the
 relative embeddings projected by the layer's own query and key projections (DeBERTa's share_att_key),
 

@@ -1,5 +1,5 @@
 """Long-text attention wired into the backbone: `[model.long]` (config.LongAttentionConfig) for every single-stream
-family (T-TA, BERT, GPT, UniLM, ELECTRA). docs/LONG_TEXT.md has the user's side.
+family (T-TA, BERT, GPT, UniLM, ELECTRA). docs/guides/long-text.md has the user's side.
 
 - **Longformer window** (`long.window` = w keys on each side, `long.dilation`, `long.global_tokens` = the first N
   positions global): the pattern (|i - j| <= w and d | i - j) OR global is ANDed with the family's structural mask
@@ -14,7 +14,7 @@ Two ways to run it, equal to float rounding (tests/nn/test_long_attention.py):
 
 - dense SDPA with the pattern materialised into the (B, 1, Lq, Lk) mask (`LongAttention.prepare` returns the mask,
   the adaptive span's bias is added per layer by `span_mask`): sequences shorter than `long.banded_from` (1024 by
-  default: docs/LONG_TEXT.md's measurements have dense SDPA as fast or faster up to 512 tokens and the banded kernel
+  default: docs/guides/long-text.md's measurements have dense SDPA as fast or faster up to 512 tokens and the banded kernel
   faster from 1024), a key/value cache (generation), PLL's one-query last layer;
 - the banded kernel `banded.sliding_window_attention` (scores and probabilities linear in length) for
   longer full passes: `prepare` returns a `BandedMask`, which the encoder hands to every layer instead of the mask

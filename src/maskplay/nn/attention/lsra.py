@@ -1,5 +1,5 @@
 """Lite Transformer's long-short range attention (LSRA; Wu et al. 2020, "Lite Transformer with Long-Short Range
-Attention", ICLR; `attention = "lsra"`, docs/SWITCHES.md).
+Attention", ICLR; `attention = "lsra"`, docs/guides/switches.md).
 
 The layer's input channels are split in two halves:
 - the first half goes through ordinary multi-head attention at half the width (every head keeps its place, at half

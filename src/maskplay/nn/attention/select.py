@@ -1,4 +1,4 @@
-"""The one place that picks a block's attention layer from the config (ModelConfig.attention; docs/SWITCHES.md).
+"""The one place that picks a block's attention layer from the config (ModelConfig.attention; docs/guides/switches.md).
 Talking heads, relative positions and adaptive spans are switches inside the dot-product layer (dense.Attention);
 disentangled positions have their own (disentangled.DisentangledAttention)."""
 

@@ -1,4 +1,4 @@
-"""Attention kinds other than plain dot-product heads, switched on by ModelConfig fields (docs/SWITCHES.md).
+"""Attention kinds other than plain dot-product heads, switched on by ModelConfig fields (docs/guides/switches.md).
 Each runs the explicit softmax (SDPA has no hook between the scores and the softmax), and only when its switch
 is on: the default attention stays SDPA's fused kernel.
 

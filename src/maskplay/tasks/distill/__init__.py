@@ -1,4 +1,4 @@
-"""Distillation of a masked LM's PLL into a T-TA's one pass (docs/DISTILL.md): `distill` trains the student with
+"""Distillation of a masked LM's PLL into a T-TA's one pass (docs/guides/distillation.md): `distill` trains the student with
 maskplay's training loop, `prepare_targets` stores the teacher's targets once, `TeacherPass` computes them."""
 
 from .config import DistillConfig

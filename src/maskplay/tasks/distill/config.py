@@ -27,8 +27,8 @@ class DistillConfig:
 
     teacher: str = ""
     targets: str = ""
-    # the student's weights: "warm" = every teacher weight whose name and shape agree (docs/DISTILL.md says what that
-    # carries), "scratch" = random (the pretraining initialisation)
+    # the student's weights: "warm" = every teacher weight whose name and shape agree (docs/guides/distillation.md says
+    # what that carries), "scratch" = random (the pretraining initialisation)
     init: str = "warm"
     # the student's architecture: "teacher" = the teacher's masked LM's sizes and switches, as a T-TA; "config" = the
     # [model] section of the training config (preset and overrides)

@@ -22,7 +22,7 @@ from .files import portable
 
 
 def _scorer(options: argparse.Namespace) -> Scorer:
-    # Evaluations never fail on one long sentence: it is scored in windows (see docs/SCORING.md).
+    # Evaluations never fail on one long sentence: it is scored in windows (see docs/guides/scoring.md).
     return Scorer.from_pretrained(options.model_dir, batch_size=options.batch_size, device=resolve_device(options.device),
                                   method=as_method(options.method), overflow=Overflow.WINDOW,
                                   precision=_precision(options), progress=True)

@@ -1,4 +1,4 @@
-"""maskplay models out to HuggingFace (`maskplay export --to-hf`, `--to-sentence-transformers`; docs/CONVERT.md):
+"""maskplay models out to HuggingFace (`maskplay export --to-hf`, `--to-sentence-transformers`; docs/guides/huggingface.md):
 the twin architecture where one can express the model, else HuggingFace custom code (hf_code/, a standalone copy
 of the backbone that imports torch and transformers only: it is package data, never imported by maskplay)."""
 

@@ -4,7 +4,7 @@ repository with a branch per checkpoint named as the BabyLM Challenge asks (`chc
 ... `chck_100M`: "chck_" + the words/ directory's name) and `main` the final model, checked out. The commits run in
 the order of words seen, so `git log main` is the run's history. transformers reads a local directory as it is
 checked out (its `revision=` applies to the Hub only): `git -C DIR checkout chck_1M` before loading a checkpoint
-locally, or upload each branch (`hf upload USER/NAME DIR --revision chck_1M`; docs/BABYLM.md)."""
+locally, or upload each branch (`hf upload USER/NAME DIR --revision chck_1M`; docs/guides/babylm.md)."""
 
 from __future__ import annotations
 
@@ -100,4 +100,4 @@ def export_revisions(run_dir: str | Path, out: str | Path, custom_code: bool = F
             f"by words seen: {branches}",
             f"to load a checkpoint from the directory: git -C {out} checkout BRANCH (transformers ignores revision= "
             "for a local directory); to the Hub: for each branch, check it out and "
-            f"`hf upload USER/NAME {out} --revision BRANCH` (docs/BABYLM.md)"]
+            f"`hf upload USER/NAME {out} --revision BRANCH` (docs/guides/babylm.md)"]

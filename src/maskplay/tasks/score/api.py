@@ -8,7 +8,7 @@
     mlm.word_score(["the cat sat ."], PLL_metric="within_word_l2r")
 
 Scores are natural-log probabilities of the word pieces, never of [CLS]/[SEP] ([SOS]/[EOS]): the rule of
-`Scorer` (docs/SCORING.md, "From minicons and mlm-scoring", lists where minicons' defaults differ)."""
+`Scorer` (docs/guides/scoring.md, "From minicons and mlm-scoring", lists where minicons' defaults differ)."""
 
 from __future__ import annotations
 

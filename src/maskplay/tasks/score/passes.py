@@ -115,7 +115,8 @@ def window_owners(n: int, width: int, causal: bool) -> tuple[list[int], list[int
 
 def pass_length(config: ModelConfig, max_length: int | None) -> int:
     """Tokens per pass, [SOS]/[EOS] included: `max_length`, or the model's max_position; one-line error outside
-    3..max_position. A long-attention model (config.long, docs/LONG_TEXT.md) accepts up to max_position in one pass."""
+    3..max_position. A long-attention model (config.long, docs/guides/long-text.md) accepts up to max_position in one
+    pass."""
     if max_length is None:
         return config.max_position
     if not 3 <= max_length <= config.max_position:
@@ -254,7 +255,7 @@ def _bf16_copies(model: MaskplayModel) -> tuple[MaskplayModel, Any]:
     """A copy of the model with its parameters in bf16 (its buffers, such as rotary frequencies, as they are) and a
     bf16 copy of its LM head. A module, not functional_call over a dict of bf16 tensors: that swaps every
     parameter in and out on each call, about 1 ms a call for a mini model, as much as its whole forward pass on one
-    sentence (the serving path's cost, docs/SERVE.md)."""
+    sentence (the serving path's cost, docs/guides/serving.md)."""
     twin = copy.deepcopy(model)
     for p in twin.parameters():
         p.requires_grad_(False)

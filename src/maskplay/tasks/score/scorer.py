@@ -17,7 +17,7 @@ Log-probabilities are natural logs (nats).
   piece from [SOS], [EOS] and the pieces before it (the pieces' likelihood given the sentence's boundaries).
 - XLNet (method pll): one pass per scored piece, that piece hidden from every stream by the mask (not replaced by
   [MASK]) and read by the query stream at its position; one pass per piece because XLNet's content streams read
-  each other (docs/SCORING.md).
+  each other (docs/guides/scoring.md).
 - ELECTRA (method discriminator): log P(original) of every piece from the discriminator, in one pass per batch
   of sentences: the probability that the token was not replaced, so the sentence score is the sum of
   log P(original). pll and pll-word on an ELECTRA model run on its generator (the generator's PLL).

@@ -46,7 +46,7 @@ def colour_hex(surprisal: float) -> str:
 def json_body(content: Any) -> Response:
     """A JSON response of plain dicts and lists, serialised by pydantic-core without FastAPI's response-model
     pass (a validation of every nested value first): per-request work on the event loop, which the model's thread
-    waits for under load (docs/SERVE.md). A non-finite float becomes null, as FastAPI's own path writes it."""
+    waits for under load (docs/guides/serving.md). A non-finite float becomes null, as FastAPI's own path writes it."""
     return Response(to_json(content, inf_nan_mode="null"), media_type="application/json")
 
 

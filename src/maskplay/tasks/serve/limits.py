@@ -1,4 +1,4 @@
-"""What one request may ask of the served model: the limits `maskplay serve` takes at start (docs/SERVE.md). No
+"""What one request may ask of the served model: the limits `maskplay serve` takes at start (docs/guides/serving.md). No
 import of the serve extra here: the command line reads the defaults without it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Limits:
-    """What one request may ask of the model (docs/SERVE.md), each settable at `maskplay serve` start; a request
+    """What one request may ask of the model (docs/guides/serving.md), each settable at `maskplay serve` start; a request
     over one is a 400 naming the option, before it reaches the queue."""
 
     pieces: int = 65536  # word pieces over all inputs of a /v1/score or /v1/embeddings request

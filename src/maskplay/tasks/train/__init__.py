@@ -1,4 +1,4 @@
-"""Pretraining: one loop for every family, exact resumption, DDP under torchrun. See docs/TRAINING.md."""
+"""Pretraining: one loop for every family, exact resumption, DDP under torchrun. See docs/guides/training.md."""
 
 from .config import DataSection, ModelSection, OptimSection, RunSection, TrainConfig, load_train_config
 from .loop import TrainResult, train

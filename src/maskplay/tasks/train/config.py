@@ -121,7 +121,7 @@ ModelSection.__doc__ = _ModelSectionRules.__doc__
 @dataclass
 class OptimSection:
     """AdamW with linear warmup then linear decay to 0 at max_steps. Defaults are the T-TA paper's. GPT-BERT's
-    recipe pieces (docs/TRAINING.md): optimizer = "lamb", schedule = "cosine-cooldown", ema."""
+    recipe pieces (docs/guides/training.md): optimizer = "lamb", schedule = "cosine-cooldown", ema."""
 
     lr: float = 1e-4
     weight_decay: float = 0.01
@@ -274,13 +274,13 @@ class RunSection:
     # what run.compile compiles: "step" (the whole forward and its loss, every layer unrolled into one graph) |
     # "layers" (each block alone, one compiled code reused by every layer, the rest eager: a compile that costs one
     # block, not num_layers; nn/regional.py) | "nested" (the whole step in one graph, each block in it a nested compile
-    # region traced and compiled once for every layer). docs/TRAINING.md and docs/BENCHMARKS.md ("Compiling a
+    # region traced and compiled once for every layer). docs/guides/training.md and docs/BENCHMARKS.md ("Compiling a
     # recipe") compare them
     compile_scope: str = "step"
     # attention under a materialised mask (T-TA's, GPT-BERT's mixed batches, UniLM's, XLNet's, padding, and the
     # position terms of disentangled attention and Transformer-XL/XLNet) through FlexAttention, compiled: the mask
     # and the terms read inside the kernel, no score bias. The same values; a CUDA device only. nn/attention/flex.py,
-    # docs/TRAINING.md
+    # docs/guides/training.md
     flex_attention: bool = False
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA needs it for bitwise resumes)
     threads: int | None = None  # torch.set_num_threads; None leaves torch's default

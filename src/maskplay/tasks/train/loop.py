@@ -116,7 +116,7 @@ def prepare_data(config: TrainConfig, run_dir: Path, d: Dist, log: Any) -> Path:
         # the defaults of `maskplay prepare` (one sentence per sequence), at this run's length and seed
         prep = PrepareConfig(max_length=config.data.max_length, seed=config.data.seed,
                              workers=min(4, os.cpu_count() or 1), progress=True)
-        log(f"preparing {len(config.data.corpus)} corpus path(s) into {out} (see docs/DATA.md)")
+        log(f"preparing {len(config.data.corpus)} corpus path(s) into {out} (see docs/guides/data.md)")
         summary = prepare_corpus(list(config.data.corpus), config.data.tokenizer, out, prep)
         log(f"prepared {summary.train_sequences:,} training sequences ({summary.train_tokens:,} tokens) and "
             f"{summary.valid_sequences:,} held-out ones in {summary.seconds:.0f} s")

@@ -4,7 +4,7 @@ trained as. It imports torch and transformers only, never maskplay: copied next 
 `AutoModel*.from_pretrained(DIR, trust_remote_code=True)` wherever transformers is installed.
 
 The weights keep maskplay's names (under `maskplay.`; the head under `head.`). What the switches do is maskplay's
-(its docs/SWITCHES.md): positions learned / sinusoidal / rotary / t5 / alibi / none / disentangled, norm layernorm /
+(its docs/guides/switches.md): positions learned / sinusoidal / rotary / t5 / alibi / none / disentangled, norm layernorm /
 rmsnorm with or without a gain, norm placement post / pre / deepnorm, feed-forward gelu / geglu / swiglu, GPT-BERT's
 switches. Inference only: no dropout. Generation keeps a key/value cache (transformers' DynamicCache, under the
 name the installed transformers passes: `cache` in 5, `past_key_values` in 4) where the mask is causal (GPT, GPT-BERT's
