@@ -29,7 +29,7 @@ test: venv lint
 	$(MAKE) --no-print-directory test-avx2
 
 # The tests marked `heavy` (pyproject.toml): inductor compiles, torchrun's several processes, the GPU scripts' dry runs.
-# Together they took as long as the rest of the suite (docs/FAULTS.md), so `make test` leaves them out to stay within
+# Together they took as long as the rest of the suite (CONTRIBUTING.md), so `make test` leaves them out to stay within
 # its 10 minutes on 2 cores; CI (.ci/run) runs them after `make test`.
 test-heavy: venv
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m heavy tests
@@ -37,7 +37,7 @@ test-heavy: venv
 # The fast tests whose code paths depend on the CPU's instructions (marked `isa`: precision, int8, attention
 # kernels, scoring numerics; tests/conftest.py says why) again as on a CPU without AVX-512 (no native bf16 matmuls,
 # no VNNI int8), emulated on any x86 CPU: catches a test that needs bf16 to be fast or one CPU's rounding, and
-# int8's saturating AVX2 kernel. Both test runs use the 2 cores (pytest-xdist; docs/FAULTS.md).
+# int8's saturating AVX2 kernel. Both test runs use the 2 cores (pytest-xdist; CONTRIBUTING.md).
 test-avx2: venv
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m "isa and not slow" tests
 
@@ -49,7 +49,7 @@ test-gpu: venv
 
 # The compile-sensitive tests under another torch, by default 2.11.0, the GPU benchmarks' (the CPU's is 2.13.0): graph
 # counts are facts of torch's version as well as of the code: at commit 87ca7a9 (2026-12-03) the nested scope was one
-# graph under 2.13 and 4-11 under 2.11 (docs/FAULTS.md). Its own venv, .venv-torch$(OTHER_TORCH); PyPI's wheel
+# graph under 2.13 and 4-11 under 2.11 (CONTRIBUTING.md). Its own venv, .venv-torch$(OTHER_TORCH); PyPI's wheel
 # of an older torch is a CUDA build (about 3 GB with its libraries, a few minutes to install), which runs on a CPU.
 OTHER_TORCH ?= 2.11.0
 OTHER := .venv-torch$(OTHER_TORCH)
@@ -61,7 +61,7 @@ $(OTHER)/bin/maskplay: pyproject.toml
 test-torch: $(OTHER)/bin/maskplay
 	$(OTHER)/bin/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider $(COMPILE_TESTS)
 
-# The property tests' long runs (tests/test_fuzz.py, 10,000 examples each; docs/RELIABILITY-2.md): longer than
+# The property tests' long runs (tests/test_fuzz.py, 10,000 examples each; docs/reference/errors.md): longer than
 # `make test`'s budget, so a target of their own. `make test` runs the quick runs (150 examples each).
 fuzz: venv
 	MASKPLAY_FUZZ_LONG=1 $(BIN)/python -m pytest -q -m slow tests/test_fuzz.py
