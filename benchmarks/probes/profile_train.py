@@ -2,7 +2,7 @@
 torch.profiler, the operators that take the most self time, and the run's tokens/s as model FLOP utilisation
 against this machine's measured matmul peak for the same threads and precision (issue 30, part 2).
 
-    OMP_NUM_THREADS=1 python benchmarks/profile_train.py configs/ttq/two-hour-gpt.toml --data runs/data-wg16k \
+    OMP_NUM_THREADS=1 python benchmarks/probes/profile_train.py configs/ttq/two-hour-gpt.toml --data runs/data-wg16k \
         --steps 60 --out results/profile-two-hour-gpt
 
 The profile covers the whole short run (the first steps and the data loading included: what the trainer itself
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from common import machine, matmul_peak  # noqa: E402
 
 from maskplay.config import ModelConfig, apply_overrides, from_dict  # noqa: E402

@@ -4,9 +4,9 @@ ratio in one invocation (maskplay and HuggingFace interleaved), so a ratio is co
 where raw tokens/s drift with the machine's load.
 
     git worktree add --detach ../before <commit>
-    python benchmarks/against_commit.py --base ../before --repeats 2 -- \
+    python benchmarks/probes/against_commit.py --base ../before --repeats 2 -- \
         benchmarks/train_speed.py --preset mini --data none --rounds 3
-    python benchmarks/against_commit.py --base ../before --repeats 2 -- \
+    python benchmarks/probes/against_commit.py --base ../before --repeats 2 -- \
         benchmarks/score_speed.py --sentences 100 --rounds 3 --dtype bf16
 
 Prints, per case, the median ratio of each tree and new / base; writes --out as JSON when given."""
@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parents[2]
 RATIO_KEYS = ("ratio_vs_hf_best", "speed_up_vs_best")  # train_speed.py's and score_speed.py's column
 
 

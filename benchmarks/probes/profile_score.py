@@ -3,7 +3,7 @@ and the T-TA / BERT encoders at the T-TA paper's size (random weights) on real W
 run under torch.profiler with shapes; per path, the share of time in matrix products against everything else, and
 the operators (with their input shapes) that take the most self time.
 
-    OMP_NUM_THREADS=2 python benchmarks/profile_score.py --sentences 200 --dtype bf16 --out results/profile-score
+    OMP_NUM_THREADS=2 python benchmarks/probes/profile_score.py --sentences 200 --dtype bf16 --out results/profile-score
 
 --dtype is the precision of the maskplay rows (auto: what `maskplay score` would pick here). The table is what
 to read on a new CPU (an AMX Xeon, an AVX2-only laptop) before changing anything: a path at a high matmul share is
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from common import machine, resolve_dtype  # noqa: E402
 from score_speed import DATA, wikitext_sentences  # noqa: E402
 

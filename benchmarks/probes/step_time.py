@@ -3,7 +3,7 @@ step) timed in this tree and in another checkout's source, in fresh processes al
 both see the same machine load; prints each round and the ratio of the medians.
 
     git worktree add --detach ../before <commit>
-    OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/step_time.py --against ../before --rows 4 --rounds 4 \
+    OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/probes/step_time.py --against ../before --rows 4 --rounds 4 \
         --out results/denseformer/cpu-against-b803a30-rows4.json
 
 The other checkout only lends its `src/`: this tree's benchmark code builds the step for both (its recipe configs
@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
 from common import machine, median_time  # noqa: E402
 
 

@@ -10,11 +10,11 @@ and dynamo is reset before each case, so every case compiles cold, as a fresh GP
 recompiles are facts of the code, the same on any machine; the seconds are this machine's (a CPU's inductor
 compile is a proxy for a GPU's: C++ kernels there, Triton here).
 
-    OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/compile_time.py --out compile-time.json
-    python benchmarks/compile_time.py --tiny --steps 1          # a dry run: 2 x 32 models
-    python benchmarks/compile_time.py --scopes step --backend aot_eager   # tracing alone, no inductor
-    python3 benchmarks/compile_time.py --device cuda --batch 256 --out compile-time-gpu.json   # on a GPU machine
-    python3 benchmarks/compile_time.py --device cuda --batch 256 --families gpt-bert --scopes eager step --flex \
+    OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/probes/compile_time.py --out compile-time.json
+    python benchmarks/probes/compile_time.py --tiny --steps 1          # a dry run: 2 x 32 models
+    python benchmarks/probes/compile_time.py --scopes step --backend aot_eager   # tracing alone, no inductor
+    python3 benchmarks/probes/compile_time.py --device cuda --batch 256 --out compile-time-gpu.json   # on a GPU machine
+    python3 benchmarks/probes/compile_time.py --device cuda --batch 256 --families gpt-bert --scopes eager step --flex \
         --warm-cache --out compile.json       # as gpu_one_call.sh runs it with FLEX=1
 """
 
@@ -33,7 +33,7 @@ import torch
 import torch._dynamo
 import torch._inductor.config
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from common import machine  # noqa: E402
 from gpu_train_speed import Cases, shapes  # noqa: E402
 

@@ -11,9 +11,9 @@ trained in 24 s and then spent the rest of its 110-s limit building its table.
 products), in one run; `flex` profiles it with no bias at all, through FlexAttention (run.flex_attention,
 attention/flex.py: the terms and the mask read inside its kernel; a CUDA device only).
 
-    python3 benchmarks/gpu_profile_step.py --device cuda --out profile.json            # about a minute on an H200
-    python3 benchmarks/gpu_profile_step.py --device cuda --families gpt-bert tta --bias gather one-hot
-    python benchmarks/gpu_profile_step.py --tiny --device cpu --steps 1               # a dry run on a CPU
+    python3 benchmarks/probes/gpu_profile_step.py --device cuda --out profile.json            # about a minute on an H200
+    python3 benchmarks/probes/gpu_profile_step.py --device cuda --families gpt-bert tta --bias gather one-hot
+    python benchmarks/probes/gpu_profile_step.py --tiny --device cpu --steps 1               # a dry run on a CPU
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from common import machine  # noqa: E402
 from gpu_train_speed import Cases, shapes  # noqa: E402
 
@@ -96,7 +96,7 @@ def show(row: dict) -> None:
                                                f"{row['kernels']:.0f} launches")
     print(f"\n{row['family']} (bias: {row['bias']}): step {row['step_ms']:.1f} ms{busy}")
     if row["syncs"] is None:  # every read is free on a CPU, and its step reads host-only tensors too
-        print("  host synchronisations: a GPU's only (on a CPU, benchmarks/step_syncs.py counts where they would be)")
+        print("  host synchronisations: a GPU's only (on a CPU, benchmarks/probes/step_syncs.py counts where they would be)")
     else:
         print("  host synchronisations a step:", ", ".join(f"{k} {v:g}" for k, v in row["syncs"].items()) or "none")
     print(f"  {'operator':<60}{'calls':>8}{'ms':>9}")

@@ -2,7 +2,7 @@
 ALiBi and a window of 128, forward (inference) and forward + backward (training) at each length, batch 1, fp32,
 one thread; the same model run both ways (long.banded_from switched). What chooses long.banded_from.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/long_model.py --out results/long_context/kernel_choice.json
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/probes/long_model.py --out results/long_context/kernel_choice.json
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from common import median_time  # noqa: E402
 
 from maskplay import preset  # noqa: E402
@@ -61,7 +61,7 @@ def main() -> None:
         args.out.write_text(json.dumps({"model": f"mini gpt, alibi, long.window = {args.window}", "batch": 1,
                                         "precision": "fp32", "threads": 1, "torch": torch.__version__,
                                         "machine": platform.machine(), "processor": platform.processor(),
-                                        "command": "OMP_NUM_THREADS=1 .venv/bin/python benchmarks/long_model.py "
+                                        "command": "OMP_NUM_THREADS=1 .venv/bin/python benchmarks/probes/long_model.py "
                                                    f"--out {args.out}", "rows": rows}, indent=1) + "\n")
 
 

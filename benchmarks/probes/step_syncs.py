@@ -1,5 +1,5 @@
 """Host synchronisations per training step, counted on a CPU: where a strict-small recipe's step (forward, loss,
-backward, the optimizer's update; benchmarks/step_ops.py's step) would make the host wait for a GPU.
+backward, the optimizer's update; benchmarks/probes/step_ops.py's step) would make the host wait for a GPU.
 
 On a GPU the host queues kernels and runs ahead of them; reading a device value back (`item()`, `bool()` or `int()`
 of a tensor, `nonzero` and boolean indexing, whose output size the host must know) makes it wait until the device
@@ -11,8 +11,8 @@ host (the optimizer's step counters, the masking's random draws before the batch
 costs nothing. `tolist()` and `numpy()` of a marked tensor are watched directly (on a CPU they dispatch nothing);
 `.cpu()` is not seen.
 
-    python benchmarks/step_syncs.py                      # every recipe
-    python benchmarks/step_syncs.py --families gpt-bert --out results/gpu-h200-s20/step-syncs.json
+    python benchmarks/probes/step_syncs.py                      # every recipe
+    python benchmarks/probes/step_syncs.py --families gpt-bert --out results/gpu-h200-s20/step-syncs.json
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 
 from maskplay.nn import outputs
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from step_ops import recipe_model  # noqa: E402
 
 # operators whose result the host must read from the device: a value (item, bool, int, float of a tensor) or an

@@ -3,7 +3,7 @@ and `fused` (what the trainer uses where the device has it, maskplay.tasks.train
 two-hour model's shape by default (4 x 256, SwiGLU, vocabulary 16,384: 7.4 M parameters), random gradients; the
 median of interleaved rounds.
 
-    OMP_NUM_THREADS=1 python benchmarks/adamw_kinds.py --threads 1 --out results/adamw-kinds.json
+    OMP_NUM_THREADS=1 python benchmarks/probes/adamw_kinds.py --threads 1 --out results/adamw-kinds.json
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from common import interleaved, machine  # noqa: E402
 
 from maskplay import preset  # noqa: E402

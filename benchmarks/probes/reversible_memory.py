@@ -7,7 +7,7 @@ process's peak resident memory over the first forward + backward (transients and
 case in a fresh subprocess, gradients allocated beforehand, so that no freed pages serve the step). Step time:
 forward + backward, the two cases interleaved round by round in one process, the median; the ratio is what to read.
 
-    OMP_NUM_THREADS=2 nice .venv/bin/python benchmarks/reversible_memory.py --out results/reversible_memory.json
+    OMP_NUM_THREADS=2 nice .venv/bin/python benchmarks/probes/reversible_memory.py --out results/reversible_memory.json
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from common import PeakRSS, interleaved, machine  # noqa: E402
 
 from maskplay import preset  # noqa: E402
@@ -106,7 +106,7 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         setting = {k: getattr(args, k) for k in ("layers", "length", "hidden", "heads", "vocab", "rounds")}
         args.out.write_text(json.dumps({"model": "gpt, pre-LN, fp32, batch 1", **setting, "machine": machine(),
-                                        "command": f"python benchmarks/reversible_memory.py --out {args.out}",
+                                        "command": f"python benchmarks/probes/reversible_memory.py --out {args.out}",
                                         "rows": rows}, indent=1) + "\n")
 
 

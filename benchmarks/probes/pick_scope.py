@@ -8,7 +8,7 @@ speed.
 Writes the speed file gpu_babylm.sh plans the words budget from (one row: the step time of the chosen scope) and
 prints "SCOPE COMPILE_S" for the script.
 
-    python benchmarks/pick_scope.py compile.json gpt-bert 420 --flex 0 --speed-out train-speed.json
+    python benchmarks/probes/pick_scope.py compile.json gpt-bert 420 --flex 0 --speed-out train-speed.json
 """
 
 from __future__ import annotations

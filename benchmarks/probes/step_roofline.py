@@ -11,7 +11,7 @@ Session 20's H200 ran the GPT-BERT recipe step in 110 ms (docs/BENCHMARKS.md, "W
 an estimate far below that says the time goes where this does not look (the host, its synchronisations, kernels far
 slower than their bytes, such as atomic scatter-adds); one near it says which operators to make cheaper.
 
-    python benchmarks/step_roofline.py --families gpt-bert gpt bert tta --out results/gpu-h200-s20/roofline.json
+    python benchmarks/probes/step_roofline.py --families gpt-bert gpt bert tta --out results/gpu-h200-s20/roofline.json
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from step_syncs import recipe_step  # noqa: E402
 
 # an H200 SXM: bf16 dense peak and HBM3e bandwidth (NVIDIA's figures)

@@ -2,7 +2,7 @@
 blocks, interleaved in one run (a dropped block's `.sum()` stands for the log-softmax that reads it). On the
 project's CPU one call with a large output runs well below the machine's bf16 peak; 256-row blocks run near it.
 
-    python benchmarks/head_blocks.py
+    python benchmarks/probes/head_blocks.py
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from common import interleaved, machine, matmul_peak  # noqa: E402
 
 SHAPES = [(4096, 256, 16384, "mini training step, 32 x 128 tokens"),

@@ -7,9 +7,10 @@ On a GPU a step of a small model is bound by launching its kernels, not by compu
 MFU on an H200 (docs/BENCHMARKS.md, "Training on a GPU"). The count is the same on any machine, so this is how that
 cost is tracked where no GPU is lent.
 
-    python benchmarks/step_ops.py                  # every recipe and both HuggingFace twins
-    python benchmarks/step_ops.py --families gpt-bert --set denseformer=false
-    python benchmarks/step_ops.py --rows 256 --blocking cpu --no-hf   # the recipes' real batch, the loss as a CPU walks it
+    python benchmarks/probes/step_ops.py                  # every recipe and both HuggingFace twins
+    python benchmarks/probes/step_ops.py --families gpt-bert --set denseformer=false
+    python benchmarks/probes/step_ops.py --rows 256 --blocking cpu --no-hf   # the recipes' real batch,
+                                                                             # the loss as a CPU walks it
 
 The loss and the scores walk the (N, V) logits in blocks whose size depends on the device (heads.blocking: a CPU's
 cache-sized ones, a GPU's few large ones), so their share of the count grows with the rows a step holds unless the
@@ -25,14 +26,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from gpu_train_speed import model_config, shapes  # noqa: E402
 
 from maskplay.config import apply_overrides  # noqa: E402
 from maskplay.families import build_model  # noqa: E402
 from maskplay.runtime.precision import forward_in  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # operators that make no kernel of their own (views, shape queries, wrappers whose work is counted inside them)
 NO_KERNEL = {"as_strided", "view", "reshape", "select", "slice", "expand", "t", "transpose", "permute", "unsqueeze",
              "detach", "empty", "empty_strided", "alias", "_unsafe_view", "to", "_to_copy", "squeeze", "unbind", "split",

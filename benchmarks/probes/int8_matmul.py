@@ -3,7 +3,7 @@ nn.Linear, torch.ao dynamic int8 quantisation, a bare int8 x int8 -> int32 torch
 Int8Linear (what `--precision int8` uses: oneDNN's int8 kernel, dequantisation and bias fused), with and
 without quantising its input (the kernel alone); interleaved.
 
-    python benchmarks/int8_matmul.py
+    python benchmarks/probes/int8_matmul.py
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from common import interleaved, machine  # noqa: E402
 
 from maskplay.runtime.quant import Int8Linear, quantize_activations  # noqa: E402

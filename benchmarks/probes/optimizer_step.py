@@ -2,8 +2,8 @@
 implementation): the time of optimizer.step() alone and of a whole training step (forward, backward, step), the
 two optimizers interleaved round by round in one invocation, reported as ratios LAMB / AdamW (medians).
 
-    python benchmarks/optimizer_step.py --preset mini --batch 8 --length 128 --rounds 5
-    python benchmarks/optimizer_step.py --device cuda --hidden 384 --layers 12 --heads 6 --ffn 1280 --batch 64"""
+    python benchmarks/probes/optimizer_step.py --preset mini --batch 8 --length 128 --rounds 5
+    python benchmarks/probes/optimizer_step.py --device cuda --hidden 384 --layers 12 --heads 6 --ffn 1280 --batch 64"""
 
 from __future__ import annotations
 

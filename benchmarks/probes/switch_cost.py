@@ -10,9 +10,9 @@ HuggingFace's plain BertForMaskedLM of the size ran 31 ms (session 17): this spl
 "saving" is the recipe's step less the step without it; the pieces interact (DenseFormer's stream reads what the other
 sub-layers write), so the savings need not add up to the plain model's.
 
-    python3 benchmarks/switch_cost.py --device cuda --out switch-cost.json          # about 30 s a family on an H200
-    python benchmarks/switch_cost.py --device cpu --batch 16 --families gpt-bert    # this CPU: minutes
-    python benchmarks/switch_cost.py --tiny --device cpu --steps 1                   # a dry run
+    python3 benchmarks/probes/switch_cost.py --device cuda --out switch-cost.json          # about 30 s a family on an H200
+    python benchmarks/probes/switch_cost.py --device cpu --batch 16 --families gpt-bert    # this CPU: minutes
+    python benchmarks/probes/switch_cost.py --tiny --device cpu --steps 1                   # a dry run
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from common import machine  # noqa: E402
 from gpu_train_speed import Cases, shapes, time_case  # noqa: E402
 

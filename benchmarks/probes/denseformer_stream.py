@@ -1,15 +1,15 @@
 """DenseFormer's buffered stream against its list stream (nn/denseformer.py), in one run: a strict-small recipe's
 training step (configs/babylm/: 12 x 384, forward, backward, LAMB, bf16 autocast) with each, alternated, and the
-operators each step calls (benchmarks/step_ops.py's count: what a GPU launches).
+operators each step calls (benchmarks/probes/step_ops.py's count: what a GPU launches).
 
 The list stream stacks every earlier state for every weighted sum and lets autograd accumulate each state's gradient
 from every later sum, O(S^2) copies and kernels for S sub-layers; the buffered one writes each state once and updates
 all earlier gradients in one kernel a sum.
 
-    OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/denseformer_stream.py --rows 4 --out results/denseformer/cpu.json
+    OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/probes/denseformer_stream.py --rows 4 --out results/denseformer/cpu.json
 
 The operator counts are exact; the times alternate the streams in one process, which overstated the gain at 512
-tokens (1.16x here against 1.04x from fresh processes): benchmarks/step_time.py times a step against another commit
+tokens (1.16x here against 1.04x from fresh processes): benchmarks/probes/step_time.py times a step against another commit
 in fresh processes, the figure docs/BENCHMARKS.md quotes first.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from common import PeakRSS, machine  # noqa: E402
 from step_ops import count_ops, ours  # noqa: E402
 
