@@ -274,10 +274,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="articles per batch")
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=ROOT / "results/long_context")
+    parser.add_argument("--out", type=Path, default=ROOT / "results/long-context")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs/long_context.png")
     parser.add_argument("--sos-check", type=int, default=0, metavar="N",
-                        help="also the [SOS] diagnosis on N short sentences (results/long_context/sos_check.json)")
+                        help="also the [SOS] diagnosis on N short sentences (results/long-context/sos_check.json)")
     parser.add_argument("--no-study", action="store_true", help="only the --sos-check")
     args = parser.parse_args()
 

@@ -8,7 +8,7 @@
 set -euo pipefail
 M="python -m maskplay"
 C=../shared/data/cola/raw
-E=results/ttq/eval
+E=results/time-to-quality/eval
 FREQ=${FREQ:-runs/data-wg16k}
 mkdir -p "$E"
 one() {

@@ -7,7 +7,7 @@ the last output of the segment before; only word pieces are scored ([SOS] / [EOS
 the same pieces. Perplexity over all pieces and by the piece's position in its article.
 
     OMP_NUM_THREADS=1 nice .venv/bin/python scripts/memory_study.py --models runs/xl/gpt-mem runs/xl/gpt-nomem \
-        --out results/memory_training.json
+        --out results/memory-study/training.json
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ and `fused` (what the trainer uses where the device has it, maskplay.tasks.train
 two-hour model's shape by default (4 x 256, SwiGLU, vocabulary 16,384: 7.4 M parameters), random gradients; the
 median of interleaved rounds.
 
-    OMP_NUM_THREADS=1 python benchmarks/probes/adamw_kinds.py --threads 1 --out results/adamw-kinds.json
+    OMP_NUM_THREADS=1 python benchmarks/probes/adamw_kinds.py --threads 1 --out results/probes/adamw-kinds.json
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Attention in training on a CPU: SDPA's kernel against attention written out (q k^T, masked softmax, times v),
 forward and backward, and what the choice does to a whole training step.
 
-    OMP_NUM_THREADS=1 python benchmarks/probes/attention_kernel.py --out results/attention-kernel.json
+    OMP_NUM_THREADS=1 python benchmarks/probes/attention_kernel.py --out results/probes/attention-kernel.json
 
 1. The kernel alone: 4 heads of 64, a causal mask with right padding (rows of L/2..L tokens), B x L = 2,048
    tokens, L from 16 to 256, in bf16 and fp32; the median of interleaved rounds.

@@ -6,7 +6,8 @@ The list stream stacks every earlier state for every weighted sum and lets autog
 from every later sum, O(S^2) copies and kernels for S sub-layers; the buffered one writes each state once and updates
 all earlier gradients in one kernel a sum.
 
-    OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/probes/denseformer_stream.py --rows 4 --out results/denseformer/cpu.json
+    OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/probes/denseformer_stream.py --rows 4 \
+        --out results/probes/denseformer-stream/cpu.json
 
 The operator counts are exact; the times alternate the streams in one process, which overstated the gain at 512
 tokens (1.16x here against 1.04x from fresh processes): benchmarks/probes/step_time.py times a step against another commit

@@ -6,9 +6,9 @@ FlexAttention over a mask computed in the graph, and its FlexAttention has no ba
 counts are facts of the code, the same on any machine; it runs against another tree by PYTHONPATH, and uses only
 what commit e5f4c71 had (torch.compile and nn/regional.compiled_blocks), so it can count the commit before a change.
 
-    python benchmarks/probes/flex_graphs.py --out results/flex-graphs/after.json
+    python benchmarks/probes/flex_graphs.py --out results/probes/flex-graphs/after.json
     git worktree add --detach ../before e5f4c71
-    PYTHONPATH=../before/src python benchmarks/probes/flex_graphs.py --out results/flex-graphs/before-e5f4c71.json
+    PYTHONPATH=../before/src python benchmarks/probes/flex_graphs.py --out results/probes/flex-graphs/before-e5f4c71.json
 """
 
 from __future__ import annotations

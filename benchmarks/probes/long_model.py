@@ -2,7 +2,7 @@
 ALiBi and a window of 128, forward (inference) and forward + backward (training) at each length, batch 1, fp32,
 one thread; the same model run both ways (long.banded_from switched). What chooses long.banded_from.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/probes/long_model.py --out results/long_context/kernel_choice.json
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/probes/long_model.py --out results/long-context/kernel_choice.json
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ and the T-TA / BERT encoders at the T-TA paper's size (random weights) on real W
 run under torch.profiler with shapes; per path, the share of time in matrix products against everything else, and
 the operators (with their input shapes) that take the most self time.
 
-    OMP_NUM_THREADS=2 python benchmarks/probes/profile_score.py --sentences 200 --dtype bf16 --out results/profile-score
+    OMP_NUM_THREADS=2 python benchmarks/probes/profile_score.py --sentences 200 --dtype bf16 \
+        --out results/probes/profile-score/epyc-bf16
 
 --dtype is the precision of the maskplay rows (auto: what `maskplay score` would pick here). The table is what
 to read on a new CPU (an AMX Xeon, an AVX2-only laptop) before changing anything: a path at a high matmul share is

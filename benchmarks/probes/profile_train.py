@@ -3,7 +3,7 @@ torch.profiler, the operators that take the most self time, and the run's tokens
 against this machine's measured matmul peak for the same threads and precision (issue 30, part 2).
 
     OMP_NUM_THREADS=1 python benchmarks/probes/profile_train.py configs/ttq/two-hour-gpt.toml --data runs/data-wg16k \
-        --steps 60 --out results/profile-two-hour-gpt
+        --steps 60 --out results/probes/profile-train/two-hour-gpt
 
 The profile covers the whole short run (the first steps and the data loading included: what the trainer itself
 spends is part of the answer); MFU is from the trainer's own tokens/s over its logged steps after the first

@@ -7,7 +7,8 @@ process's peak resident memory over the first forward + backward (transients and
 case in a fresh subprocess, gradients allocated beforehand, so that no freed pages serve the step). Step time:
 forward + backward, the two cases interleaved round by round in one process, the median; the ratio is what to read.
 
-    OMP_NUM_THREADS=2 nice .venv/bin/python benchmarks/probes/reversible_memory.py --out results/reversible_memory.json
+    OMP_NUM_THREADS=2 nice .venv/bin/python benchmarks/probes/reversible_memory.py \
+        --out results/probes/reversible-memory.json
 """
 
 from __future__ import annotations

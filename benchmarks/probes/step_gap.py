@@ -10,7 +10,7 @@ The model is shrunk (model.preset=tiny, one layer) so that the steps are quick; 
 
     maskplay prepare --corpus ../shared/data/enwiki-wikiextractor/wiki_00.gz \\
       --tokenizer src/maskplay/assets/gpt-two-hour/tokenizer.json --out runs/data-wiki00 --max-length 128
-    python benchmarks/probes/step_gap.py --data runs/data-wiki00 --out results/step-gap/xeon-amx.json
+    python benchmarks/probes/step_gap.py --data runs/data-wiki00 --out results/probes/step-gap/xeon-amx.json
 """
 
 from __future__ import annotations

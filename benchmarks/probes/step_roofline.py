@@ -11,7 +11,8 @@ Session 20's H200 ran the GPT-BERT recipe step in 110 ms (docs/BENCHMARKS.md, "W
 an estimate far below that says the time goes where this does not look (the host, its synchronisations, kernels far
 slower than their bytes, such as atomic scatter-adds); one near it says which operators to make cheaper.
 
-    python benchmarks/probes/step_roofline.py --families gpt-bert gpt bert tta --out results/gpu-h200-s20/roofline.json
+    python benchmarks/probes/step_roofline.py --families gpt-bert gpt bert tta \
+        --out results/gpu/babylm-gpt-bert-one-call-h200/roofline.json
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ costs nothing. `tolist()` and `numpy()` of a marked tensor are watched directly 
 `.cpu()` is not seen.
 
     python benchmarks/probes/step_syncs.py                      # every recipe
-    python benchmarks/probes/step_syncs.py --families gpt-bert --out results/gpu-h200-s20/step-syncs.json
+    python benchmarks/probes/step_syncs.py --families gpt-bert \
+        --out results/gpu/babylm-gpt-bert-one-call-h200/step-syncs.json
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ both see the same machine load; prints each round and the ratio of the medians.
 
     git worktree add --detach ../before <commit>
     OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/probes/step_time.py --against ../before --rows 4 --rounds 4 \
-        --out results/denseformer/cpu-against-b803a30-rows4.json
+        --out results/probes/denseformer-stream/cpu-against-b803a30-rows4.json
 
 The other checkout only lends its `src/`: this tree's benchmark code builds the step for both (its recipe configs
 and model builder must exist there too)."""
