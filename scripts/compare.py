@@ -8,7 +8,7 @@ family; then every dev evaluation the project has. One JSON per (family, lr, see
     python scripts/compare.py sif                                      # + SIF static STS (section 11)
     python scripts/compare.py finetune --code runs/frozen-X --code-label X  # + CoLA fine-tuned (best-lr runs)
     python scripts/compare.py simcse --code runs/frozen-X --code-label X    # + SimCSE, then STS (best-lr runs)
-    python scripts/compare.py summarize                                # table (docs/RESULTS.md) + plot
+    python scripts/compare.py summarize                                # table (docs/results/families-on-tasks.md) + plot
     python scripts/compare.py --tier 2400 run --best-from results/compare --steps 2400 --nbest-limit 100
                                                        # a longer tier in runs/ and results/compare-2400/
 
@@ -279,7 +279,7 @@ def cmd_summarize(args: argparse.Namespace) -> None:
     from compare_report import write_report  # scripts/compare_report.py
 
     write_report(load_results(), Path(args.table or RESULTS / "table.md"),
-                 Path(args.plot or f"docs/{RESULTS.name}.png"), load_untrained(), tier=RESULTS.name)
+                 Path(args.plot or f"docs/results/{RESULTS.name}.png"), load_untrained(), tier=RESULTS.name)
 
 
 def main() -> None:
@@ -317,7 +317,7 @@ def main() -> None:
             p.add_argument("--lr", type=float, default=3e-5)
     summ = sub.add_parser("summarize")
     summ.add_argument("--table", default=None, help="default: RESULTS_DIR/table.md")
-    summ.add_argument("--plot", default=None, help="default: docs/compare[-TIER].png")
+    summ.add_argument("--plot", default=None, help="default: docs/results/compare[-TIER].png")
     args = parser.parse_args()
     if args.tier:
         global RUNS, RESULTS
