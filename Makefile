@@ -76,7 +76,7 @@ bench: venv
 
 # Retrain a bundled model from the shared Wikipedia and export it: configs/bundle-NAME.toml trains runs/bundle/NAME
 # (a started run resumes), scripts/bundle.py writes src/maskplay/assets/NAME. The shipped models' logs, metrics and
-# resolved configs: results/bundle/*-train.*; docs/RESULTS.md section 3.
+# resolved configs: results/bundle/*-train.*; docs/results/bundled-models.md.
 SHARED ?= ../shared/data
 DATA := runs/data-wiki16k
 # $(1): the bundled model whose tokenizer prepares $(DATA) when it is missing (the same tokenizer for all three)

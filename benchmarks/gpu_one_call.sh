@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One strict-small recipe as far toward the 100 M-word budget as one 10-minute GPU command allows (issue 45;
-# docs/RESULTS.md section 15). Inside a deadline (DEADLINE seconds of this script, 540):
+# docs/results/babylm.md). Inside a deadline (DEADLINE seconds of this script, 540):
 #   0. a short profile of the recipe's step (benchmarks/probes/gpu_profile_step.py: the disentangled bias's two kernels,
 #      and FlexAttention);
 #   0a. whether to train through FlexAttention: where the profile timed it faster and its GPU test passes;
@@ -114,7 +114,7 @@ fi
 
 # 1. the step eager and compiled whole (COMPILE_SCOPES, "eager nested": since session 23 every recipe's step compiles
 # into one graph, and since session 27 "nested" traces and lowers each block once for every layer, which on a CPU
-# halved the compile of the whole step at the same steady step (docs/BENCHMARKS.md, "Compiling a recipe"; "step",
+# halved the compile of the whole step at the same steady step (docs/results/training-speed.md; "step",
 # every layer unrolled, took 213-293 s there, about COMPILE_LIMIT at a GPU's likely speed); "layers" compiles block by
 # block, which session 20's H200 ran no faster, 111 against 110 ms), at the
 # recipe's batch, through FlexAttention where 0a. chose it; inductor's caches stay on, so that the training run below

@@ -241,7 +241,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--no-memory", action="store_true", help="time only")
     p.add_argument("--out", default="results/long-context/long_attention.json")
-    p.add_argument("--plot", default="docs/long_attention.png")
+    p.add_argument("--plot", default="docs/results/long_attention.png")
     p.add_argument("--replot", action="store_true", help="redraw --plot from --out without measuring")
     p.add_argument("--worker", nargs=3, metavar=("CASE", "LENGTH", "MODE"), help=argparse.SUPPRESS)
     args = p.parse_args()

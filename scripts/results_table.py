@@ -1,4 +1,4 @@
-"""Print the markdown evaluation table of docs/RESULTS.md from `maskplay eval ... --out` JSON files.
+"""Print the markdown evaluation table of docs/results/README.md from `maskplay eval ... --out` JSON files.
 
     python scripts/results_table.py results/  # expects FAMILY-TASK.json files (tta-sts.json, bert-cola.json, ...)
 """

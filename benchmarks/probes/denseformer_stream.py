@@ -11,7 +11,7 @@ all earlier gradients in one kernel a sum.
 
 The operator counts are exact; the times alternate the streams in one process, which overstated the gain at 512
 tokens (1.16x here against 1.04x from fresh processes): benchmarks/probes/step_time.py times a step against another commit
-in fresh processes, the figure docs/BENCHMARKS.md quotes first.
+in fresh processes, the figure docs/results/benchmarks.md quotes first.
 """
 
 from __future__ import annotations

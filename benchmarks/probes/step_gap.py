@@ -4,7 +4,7 @@ pieces, the family's masking), timed from the end of one step (Stepper.step retu
 start of the next one's forward. On a GPU that is where the device waits for the host: the step ended with the
 host reading the loss, so the device has only the update queued while the host fetches, masks and sends the next
 batch, unless the next batch was made during the step before (prepare_ahead). A CPU measures the host's part; what
-it costs a GPU is the GPU run's (docs/BENCHMARKS.md, "The next step's batch made ahead").
+it costs a GPU is the GPU run's (docs/results/training-speed.md).
 
 The model is shrunk (model.preset=tiny, one layer) so that the steps are quick; the gap does not depend on its size.
 

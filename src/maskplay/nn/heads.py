@@ -120,7 +120,7 @@ class Blocking:
 
 # A CPU wants blocks that stay in cache (above). A GPU wants few, large kernels: each launch costs about as much
 # host time as a small kernel takes, and the CPU's blocking launched ~12 kernels per 64 rows, some 6,000 a step
-# for a 12 x 384 GPT at 32 k tokens, more than all of its layers (docs/BENCHMARKS.md, "The loss on a GPU").
+# for a 12 x 384 GPT at 32 k tokens, more than all of its layers (docs/results/training-speed.md).
 CPU_BLOCKING = Blocking(rows=ROW_BLOCK, chunk_bytes=4 * 2**20)
 GPU_BLOCKING = Blocking(rows=None, chunk_bytes=256 * 2**20)
 

@@ -158,7 +158,8 @@ class SynthesizedAttention(Attention):
 
 
 # Keys up to which bf16 training on a CPU writes attention out rather than calling SDPA. On the AVX-512 BF16 EPYC
-# (benchmarks/probes/attention_kernel.py, docs/BENCHMARKS.md), one thread: forward and backward of SDPA's CPU flash kernel
+# (benchmarks/probes/attention_kernel.py, docs/results/benchmarks.md), one thread: forward and backward of SDPA's CPU
+# flash kernel
 # with a mask took 4-6x the written-out softmax's time at 16-32 keys, 3x at 64-128, 1.2x at 256; whole training
 # steps of the two-hour model on 32- and 64-token rows ran 1.06-1.18x faster, but steps of the `mini` preset on full
 # 64- and 128-token rows with two threads were level (0.93-1.04x over repeated runs), so the switch stops at 64 keys.
