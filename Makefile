@@ -70,13 +70,13 @@ demo: venv
 	$(BIN)/python -m maskplay.tasks.demo
 
 # Every family against its HuggingFace twin, one table (benchmarks/all.py; 10-15 minutes on 2 cores), written into
-# docs/BENCHMARKS.md; the sub-runs' JSON in results/bench-all/.
+# docs/results/benchmarks.md; the sub-runs' JSON in results/bench-all/.
 bench: venv
-	$(BIN)/python benchmarks/all.py --docs docs/BENCHMARKS.md
+	$(BIN)/python benchmarks/all.py --docs docs/results/benchmarks.md
 
 # Retrain a bundled model from the shared Wikipedia and export it: configs/bundle-NAME.toml trains runs/bundle/NAME
 # (a started run resumes), scripts/bundle.py writes src/maskplay/assets/NAME. The shipped models' logs, metrics and
-# resolved configs: results/bundle/*-train.*; docs/RESULTS.md section 3.
+# resolved configs: results/bundle/*-train.*; docs/results/bundled-models.md.
 SHARED ?= ../shared/data
 DATA := runs/data-wiki16k
 # $(1): the bundled model whose tokenizer prepares $(DATA) when it is missing (the same tokenizer for all three)

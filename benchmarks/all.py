@@ -2,7 +2,7 @@
 twin where one exists, best precision against best precision, in one invocation (`make bench`).
 
     python benchmarks/all.py                      # ~10-15 minutes on 2 cores; writes results/bench-all/
-    python benchmarks/all.py --rounds 5 --docs docs/BENCHMARKS.md
+    python benchmarks/all.py --rounds 5 --docs docs/results/benchmarks.md
 
 It runs the project's benchmark scripts with small rounds (ratios are what count; each script interleaves its cases
 round by round, so the machine's drift hits both sides alike) and merges their JSON into one Markdown table:
@@ -20,9 +20,11 @@ round by round, so the machine's drift hits both sides alike) and merges their J
 
 Each row: maskplay's best case (over its precisions, int8 and compiled included where the script has them) and the
 twin's best, the ratio of their throughputs, and maskplay's MFU against this machine's measured matmul peak of the
-precision it ran in (generation: the share of the memory-bandwidth limit instead). Cells a family does not support,
-or that have no script yet, say so. --docs replaces the block between the markers below in that file (appended
-once with a heading if absent); the sub-runs' JSON and the table stay in --work.
+precision it ran in (generation: the share of the memory-bandwidth limit instead), and the CPU's kind (common.cpu_kind:
+AMX, native bf16, VNNI, or AVX2-only; the ratios depend on it). Cells a family does not support, or that have no
+script yet, say so. --docs replaces this CPU kind's block in that file (appended once with a heading if absent), so
+the page keeps one current table per kind; the sub-runs' JSON, cpu.json, all.json (every row with the CPU's model
+and kind) and the table stay in --work.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from common import cpu_info, machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- bench-all:start -->", "<!-- bench-all:end -->"
@@ -155,31 +157,58 @@ NOT_MEASURED = {  # (task, family) -> why the cell is empty
 GENERATES = {"gpt", "unilm", "gpt-bert"}
 
 
-def table(work: Path) -> str:
+def the_cpu(work: Path) -> dict:
+    """The CPU the sub-runs in work ran on: work/cpu.json, written by the run, or this machine's."""
+    path = work / "cpu.json"
+    return json.loads(path.read_text()) if path.exists() else cpu_info()
+
+
+def cells(work: Path) -> list[dict[str, str]]:
+    """One row per family and task: maskplay's best, the twin's best, the ratio, the MFU and the CPU's kind and
+    model (a ratio holds for the kind of CPU it was measured on: docs/results/benchmarks.md)."""
     train, score, generate = train_rows(work), score_rows(work), generate_rows(work)
-    lines = ["| family | task | maskplay (best precision) | HuggingFace twin (best) | ratio | MFU |",
-             "|---|---|---|---|---|---|"]
+    cpu = the_cpu(work)
+    out = []
     for family in FAMILIES:
-        cells = [("train step", train.get(family)), ("score", score.get(("score", family))),
+        tasks = [("train step", train.get(family)), ("score", score.get(("score", family))),
                  ("embed", score.get(("embed", family)))]
         if family in GENERATES:
-            cells.append(("generate", generate.get(family)))
-        for task, cell in cells:
+            tasks.append(("generate", generate.get(family)))
+        for task, cell in tasks:
             if cell is None:
-                why = NOT_MEASURED.get((task.split()[0], family), "not measured")
-                lines.append(f"| {NAMES[family]} | {task} | - | {why} | - | - |")
-            else:
-                lines.append(f"| {NAMES[family]} | {task} | " + " | ".join(cell) + " |")
+                cell = ("-", NOT_MEASURED.get((task.split()[0], family), "not measured"), "-", "-")
+            out.append({"family": NAMES[family], "task": task, "maskplay": cell[0], "twin": cell[1],
+                        "ratio": cell[2], "mfu": cell[3], "cpu_kind": str(cpu["kind"]), "cpu_model": str(cpu["model"])})
+    return out
+
+
+def table(work: Path) -> str:
+    lines = ["| family | task | maskplay (best precision) | HuggingFace twin (best) | ratio | MFU | CPU kind |",
+             "|---|---|---|---|---|---|---|"]
+    for row in cells(work):
+        lines.append("| " + " | ".join(row[k] for k in ("family", "task", "maskplay", "twin", "ratio", "mfu",
+                                                         "cpu_kind")) + " |")
     return "\n".join(lines)
 
 
-def write_docs(path: Path, block: str) -> None:
+def markers(kind: str | None) -> tuple[str, str]:
+    """The docs block's markers: one pair per CPU kind (a run replaces its own kind's table), or the plain pair."""
+    if kind is None:
+        return START, END
+    slug = "-".join(kind.lower().replace("+", " ").split())
+    return f"<!-- bench-all:{slug}:start -->", f"<!-- bench-all:{slug}:end -->"
+
+
+def write_docs(path: Path, block: str, kind: str | None = None) -> None:
+    """Replace the block of this CPU kind in the Markdown file at path (appended with a heading where absent)."""
+    start, end = markers(kind)
     text = path.read_text(encoding="utf-8")
-    body = f"{START}\n{block}\n{END}"
-    if START in text and END in text:
-        text = text[:text.index(START)] + body + text[text.index(END) + len(END):]
+    body = f"{start}\n{block}\n{end}"
+    if start in text and end in text:
+        text = text[:text.index(start)] + body + text[text.index(end) + len(end):]
     else:
-        text = text.rstrip("\n") + "\n\n## Every family against its HuggingFace twin (`benchmarks/all.py`)\n\n" + body + "\n"
+        heading = f"### CPU kind: {kind}" if kind else "## Every family against its HuggingFace twin (`benchmarks/all.py`)"
+        text = text.rstrip("\n") + f"\n\n{heading}\n\n" + body + "\n"
     path.write_text(text, encoding="utf-8")
 
 
@@ -197,6 +226,8 @@ def main() -> None:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     args.work.mkdir(parents=True, exist_ok=True)
     plan = runs(args.rounds, args.work)
+    if not args.table_only:  # the CPU the sub-runs run on, kept beside their JSON
+        (args.work / "cpu.json").write_text(json.dumps({**cpu_info(), "machine": machine()}, indent=1) + "\n")
     unknown = sorted(set(args.only or ()) - set(plan))
     if unknown:
         parser.error(f"--only: unknown sub-runs {unknown}; choose from {sorted(plan)}")
@@ -219,12 +250,16 @@ def main() -> None:
                f"({sum(timings.values()) / 60:.1f} minutes); the other rows are an earlier full run's")
     else:
         how = f"`python benchmarks/all.py --rounds {args.rounds}` ({sum(timings.values()) / 60:.1f} minutes in all)"
-    block = (f"Machine: {machine()}; {args.rounds} interleaved rounds per sub-run; {how}; the sub-runs' JSON in "
+    cpu = the_cpu(args.work)
+    kind = f"CPU kind {cpu['kind']} ({cpu['model']}; flags {' '.join(cpu['flags'])})"
+    block = (f"Machine: {cpu.get('machine', machine())}; {kind}; "
+             f"{args.rounds} interleaved rounds per sub-run; {how}; the sub-runs' JSON in "
              f"`{args.work.as_posix()}/`.\n\n" + table(args.work))
     (args.work / "table.md").write_text(block + "\n")
+    (args.work / "all.json").write_text(json.dumps({"cpu": cpu, "rows": cells(args.work)}, indent=1) + "\n")
     print(block)
     if args.docs is not None:
-        write_docs(args.docs, block)
+        write_docs(args.docs, block, str(cpu["kind"]))
         print(f"wrote the table into {args.docs}")
 
 

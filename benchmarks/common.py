@@ -11,6 +11,38 @@ from collections.abc import Callable
 
 import torch
 
+# The instruction sets that decide which precision is fast on a CPU (docs/results/benchmarks.md keeps one table per
+# kind): native bf16 dot products, int8 dot products (VNNI), and AMX's tile units (bf16 and int8 matrices).
+KIND_FLAGS = (("AMX", ("amx_tile",)), ("bf16", ("avx512_bf16", "amx_bf16")), ("VNNI", ("avx512_vnni", "avx_vnni")))
+
+
+def cpu_kind(flags: str | set[str]) -> str:
+    """The CPU kind from /proc/cpuinfo's flags (a string as the file gives it, or a set): the features of KIND_FLAGS
+    it has, joined by " + " (Sapphire Rapids: "AMX + bf16 + VNNI", Zen4: "bf16 + VNNI", Ice Lake: "VNNI"), or
+    "AVX2-only" where it has none of them and AVX2 (no AVX2 either: "no AVX2")."""
+    have = set(flags.split()) if isinstance(flags, str) else set(flags)
+    kinds = [name for name, any_of in KIND_FLAGS if have & set(any_of)]
+    if kinds:
+        return " + ".join(kinds)
+    return "AVX2-only" if "avx2" in have else "no AVX2"
+
+
+def cpu_info(cpuinfo: str | None = None) -> dict[str, object]:
+    """This CPU's model name, kind (cpu_kind) and the flags that decide it, read from /proc/cpuinfo (or the text
+    given); an unreadable file gives "unknown CPU" and kind "unknown"."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return {"model": "unknown CPU", "kind": "unknown", "flags": []}
+    fields = dict(line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    decisive = sorted(flags & ({"avx2", "avx512f"} | {f for _, any_of in KIND_FLAGS for f in any_of}))
+    return {"model": fields.get("model name", "unknown CPU"), "kind": cpu_kind(flags) if flags else "unknown",
+            "flags": decisive}
+
 
 def machine() -> str:
     cpu = "unknown CPU"

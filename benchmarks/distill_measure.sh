@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 44, item 2 (docs/RESULTS.md section 16): a masked LM as teacher (TEACHER, default the bundled
+# Issue 44, item 2 (docs/results/distillation.md): a masked LM as teacher (TEACHER, default the bundled
 # unilm-titles-mini), T-TA students of its shape at equal student compute (the same steps, batch 32, data and
 # AdamW), the teacher's PLL against the students' one pass. Run from the repository root; W is a scratch directory
 # (nothing of it goes in the repo), R the results folder. benchmarks/distill_teacher.sh makes a BERT teacher first.
@@ -26,7 +26,8 @@ run -m maskplay prepare --corpus "$D"/enwiki-wikiextractor/wiki_0{0,1}.gz --toke
 run -m maskplay distill prepare "$TEACHER" --data "$W/data" --out "$W/targets" --top-k 64 \
     --teacher-precision bf16 --threads 1
 
-# the students: 450 steps of 32 = 15 minutes of one core at the mini T-TA step time of docs/BENCHMARKS.md (2.0 s,
+# the students: 450 steps of 32 = 15 minutes of one core at the mini T-TA step time of docs/results/benchmarks.md
+# (2.0 s,
 # fp32); 900 = 30 minutes. lr 1e-3, 45-step warmup (90 for 900), linear decay to 0, bf16 (precision auto)
 for n in ${STEPS[@]}; do
   for v in $VARIANTS; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 44, item 2 with a teacher that ranks sentences (docs/RESULTS.md section 16, "A BERT teacher made here"): the
+# Issue 44, item 2 with a teacher that ranks sentences (docs/results/distillation.md): the
 # strongest masked LM this machine makes in under an hour of one core, BERT-MLM at 40 % masking (the 60-minute
 # recipe of section 14, configs/ttq/hour-bert.toml) for 12,000 steps on the Wikipedia + Gutenberg mix, then
 # distill_measure.sh's students of its shape. W is a scratch directory (nothing of it goes in the repository).

@@ -11,7 +11,7 @@ bandwidth limit: a step reads every weight and the cache once, so tokens/s <= ba
 bytes + cache bytes), the bandwidth measured by a large tensor copy in the same run.
 
     .venv/bin/python benchmarks/generate_speed.py --preset mini --dtypes fp32 bf16 --prompt-lengths 16 64 \
-        --out results/bench-generate-mini
+        --out results/generate-speed/mini
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# BabyLM strict-small on one GPU in one command (issue 45; docs/BENCHMARKS.md "BabyLM strict-small on a GPU"):
+# BabyLM strict-small on one GPU in one command (issue 45; docs/results/babylm.md):
 # prepares the Wikipedia + Gutenberg mix on this machine's cores, times training (benchmarks/gpu_train_speed.py),
 # trains the four strict-small recipes (configs/babylm/strict-small-{gpt-bert,gpt,bert,tta}.toml) one after another
 # and scores each final model on BLiMP-dev, all within about 9 minutes of one H100. Uses the machine's own python3
@@ -33,7 +33,7 @@
 # What runs fast on the GPU without a knob: pinned host memory for every micro-batch (data.pin_memory, on by default
 # on CUDA) and DataLoader workers prefetching the steps (NUM_WORKERS); in the benchmark, SDPA told is_causal (GPT) or
 # no mask (unpadded BERT) so that flash can run (its JSON's "attention" says per case). The recipes' disentangled
-# position bias keeps a masked SDPA call in training (docs/BENCHMARKS.md, "Training on a GPU").
+# position bias keeps a masked SDPA call in training (docs/results/training-speed.md).
 # The time, on one H100 (planned, not yet measured): environment 5 s, data 30 s, benchmark <= 150 s, then per family
 # about 15 s to start, TRAIN_SECONDS of training, its model exports and BLiMP-dev (<= 75 s): about 9 minutes.
 set -u

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One run on a machine with a CUDA GPU (the `device` tool; docs/BENCHMARKS.md "GPU"): the tests marked `gpu`, then the
+# One run on a machine with a CUDA GPU (the `device` tool; docs/results/training-speed.md): the tests marked `gpu`,
+# then the
 # generation benchmark on the GPU and on two of that machine's CPU cores. Uses the machine's own python3 and torch
 # (PYTHONPATH=src, no install; nothing can be downloaded there). Each part has its own time limit, so one that hangs
 # leaves the others' results. Results go to $OUT (default ./gpu-check).

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # One strict-small recipe as far toward the 100 M-word budget as one 10-minute GPU command allows (issue 45;
-# docs/RESULTS.md section 15). Inside a deadline (DEADLINE seconds of this script, 540):
-#   0. a short profile of the recipe's step (benchmarks/gpu_profile_step.py: the disentangled bias's two kernels,
+# docs/results/babylm.md). Inside a deadline (DEADLINE seconds of this script, 540):
+#   0. a short profile of the recipe's step (benchmarks/probes/gpu_profile_step.py: the disentangled bias's two kernels,
 #      and FlexAttention);
 #   0a. whether to train through FlexAttention: where the profile timed it faster and its GPU test passes;
-#   0b. what each of the recipe's pieces costs its step (benchmarks/switch_cost.py: one piece out at a time);
-#   1. the recipe's step timed at its real batch (benchmarks/compile_time.py), eager and compiled whole with each
+#   0b. what each of the recipe's pieces costs its step (benchmarks/probes/switch_cost.py: one piece out at a time);
+#   1. the recipe's step timed at its real batch (benchmarks/probes/compile_time.py), eager and compiled whole with each
 #      block a region compiled once (COMPILE_SCOPES: "eager nested"; "step" unrolls every layer, "layers" compiles
 #      block by block): the one that trains the most steps, its compile counted, is
-#      the scope the run trains in (benchmarks/pick_scope.py);
+#      the scope the run trains in (benchmarks/probes/pick_scope.py);
 #   2. benchmarks/gpu_babylm.sh for that one family (prepare, plan, train, BLiMP-dev), its words budget planned from
 #      the step time of 1. and the seconds the deadline leaves (at most the 100 M words of the rule), run.max_minutes
 #      and the training command's timeout set so that the final model is exported and scored before the deadline
@@ -55,12 +55,12 @@ pack() {
 [ "${PACK:-1}" = 1 ] && trap pack EXIT
 
 # 0. where the step's time goes on this GPU: kernels, idle, launches, host syncs, top operators; both kernels of
-# the disentangled bias, and FlexAttention (benchmarks/gpu_profile_step.py)
+# the disentangled bias, and FlexAttention (benchmarks/probes/gpu_profile_step.py)
 if [ "${PROFILE:-1}" = 1 ]; then
   # shellcheck disable=SC2086
   # FlexAttention trains on a CUDA device only: a CPU dry run profiles the two bias kernels
   PROFILE_BIAS=${PROFILE_BIAS:-$([ "$DEVICE" = cuda ] && echo "gather one-hot flex" || echo "gather one-hot")}
-  timeout "${PROFILE_LIMIT:-100}" $PY benchmarks/gpu_profile_step.py --device "$DEVICE" --families "$FAMILY" \
+  timeout "${PROFILE_LIMIT:-100}" $PY benchmarks/probes/gpu_profile_step.py --device "$DEVICE" --families "$FAMILY" \
     --bias $PROFILE_BIAS --out "$OUT/profile.json" ${PROFILE_ARGS:-} > "$OUT/profile.log" 2>&1
   echo "profile exit $? at ${SECONDS}s"; grep -v "^ \{2\}aten\|^USDT" "$OUT/profile.log" | head -12
   cp "$OUT/profile.json" "$WORK/profile.json" 2>/dev/null  # for a later command on this machine (TRAIN=0's)
@@ -97,10 +97,10 @@ echo "flex attention: $FLEX at ${SECONDS}s" | tee -a "$OUT/one-call.txt"
 echo "$FLEX" > "$WORK/flex.txt"
 
 # 0b. what each of the recipe's pieces costs its step: the step with one piece out at a time, and with all out
-# (benchmarks/switch_cost.py), so that a faster step is looked for where the time is
+# (benchmarks/probes/switch_cost.py), so that a faster step is looked for where the time is
 if [ "${SWITCHES:-1}" = 1 ]; then
   # shellcheck disable=SC2086
-  timeout "${SWITCH_LIMIT:-60}" $PY benchmarks/switch_cost.py --device "$DEVICE" --families "$FAMILY" \
+  timeout "${SWITCH_LIMIT:-60}" $PY benchmarks/probes/switch_cost.py --device "$DEVICE" --families "$FAMILY" \
     --out "$OUT/switch-cost.json" ${SWITCH_ARGS:-} > "$OUT/switch-cost.log" 2>&1
   echo "switch_cost exit $? at ${SECONDS}s"; grep -A20 "against the recipe" "$OUT/switch-cost.log"
 fi
@@ -114,7 +114,7 @@ fi
 
 # 1. the step eager and compiled whole (COMPILE_SCOPES, "eager nested": since session 23 every recipe's step compiles
 # into one graph, and since session 27 "nested" traces and lowers each block once for every layer, which on a CPU
-# halved the compile of the whole step at the same steady step (docs/BENCHMARKS.md, "Compiling a recipe"; "step",
+# halved the compile of the whole step at the same steady step (docs/results/training-speed.md; "step",
 # every layer unrolled, took 213-293 s there, about COMPILE_LIMIT at a GPU's likely speed); "layers" compiles block by
 # block, which session 20's H200 ran no faster, 111 against 110 ms), at the
 # recipe's batch, through FlexAttention where 0a. chose it; inductor's caches stay on, so that the training run below
@@ -122,16 +122,16 @@ fi
 # after each case: a compile that runs past COMPILE_LIMIT leaves eager's timing
 FLEX_ARG=$([ "$FLEX" = 1 ] && echo --flex)
 # shellcheck disable=SC2086
-timeout "${COMPILE_LIMIT:-150}" $PY benchmarks/compile_time.py --device "$DEVICE" --batch 256 --families "$FAMILY" \
+timeout "${COMPILE_LIMIT:-150}" $PY benchmarks/probes/compile_time.py --device "$DEVICE" --batch 256 --families "$FAMILY" \
   --scopes ${COMPILE_SCOPES:-eager nested} --steps 5 --warm-cache $FLEX_ARG --out "$OUT/compile.json" ${COMPILE_ARGS:-} \
   > "$OUT/compile.log" 2>&1
 echo "compile_time exit $? at ${SECONDS}s"; cat "$OUT/compile.log"
 
 # the scope to train in: the one that trains the most steps in the time left, a compiled one paying its compile
-# (benchmarks/pick_scope.py); eager when nothing else was timed. FIXED_S: what the run spends besides compiling,
+# (benchmarks/probes/pick_scope.py); eager when nothing else was timed. FIXED_S: what the run spends besides compiling,
 # training and scoring (preparing 30 s, starting 25 s, the final export and held-out pass 30 s)
 FIXED_S=85
-read -r SCOPE COMPILE_S < <($PY benchmarks/pick_scope.py "$OUT/compile.json" "$FAMILY" "$(( $(left) - FIXED_S ))" \
+read -r SCOPE COMPILE_S < <($PY benchmarks/probes/pick_scope.py "$OUT/compile.json" "$FAMILY" "$(( $(left) - FIXED_S ))" \
   --flex "$FLEX" --speed-out "$OUT/train-speed.json")
 SCOPE=${SCOPE:-eager} COMPILE_S=${COMPILE_S:-0}
 SET="${BABYLM_SET:-} run.flex_attention=$([ "$FLEX" = 1 ] && echo true || echo false)"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stage this working tree for a call to a GPU machine that carries the tree's tracked and untracked-not-ignored files
-# up to a size limit (64 MiB for this project's device tool), and put it back after (issue 45; docs/BENCHMARKS.md,
+# up to a size limit (64 MiB for this project's device tool), and put it back after (issue 45;
+# docs/results/benchmarks.md,
 # "Training on a GPU"). The bundled models' weights (about 84 MB, read by no GPU benchmark) leave the index for the
 # call; the shared data the scripts read is copied into shared/data (all of the Wikipedia extract and BLiMP-dev, as
 # many Gutenberg books as GUTENBERG_MB allows); litgpt's wheels are fetched into .whl when missing (name .whl in the

@@ -3,7 +3,7 @@
 # here, where PyPI can be reached, into WHEELS (default .whl, which .gitignore ignores); a call to the
 # device names that folder in its carry list, and benchmarks/gpu_babylm.sh installs what it finds there into
 # $WORK/site (no index, no dependencies: torch, lightning, huggingface-hub, psutil and the rest are on the machine
-# already; docs/BENCHMARKS.md "What one H200 gave" lists its packages). About 1.3 MB.
+# already; docs/results/training-speed.md lists its packages). About 1.3 MB.
 #   benchmarks/gpu_wheels.sh          (benchmarks/gpu_stage.sh in runs it when .whl is missing)
 set -euo pipefail
 WHEELS=${WHEELS:-.whl}

@@ -4,7 +4,7 @@ token budget, several seeds; then depth 3/6/12; then issue 18's recipe changes (
 
     python scripts/ablations.py run --families tta bert --seeds 0 1 --workers 2      # trains + evaluates what is missing
     python scripts/ablations.py run --rows depth6 depth12 ...                        # the depth rows
-    python scripts/ablations.py summarize                                             # docs/ABLATIONS.md table + plot
+    python scripts/ablations.py summarize                                         # the table in docs/results/ablations.md
 
 Every run: `maskplay pretrain --config configs/mini-FAMILY.toml` on runs/data-wiki16k for --steps optimizer steps
 of --batch-size sentences (the same sentences in the same order for every row of a seed: data.seed), learning
@@ -266,7 +266,7 @@ def main() -> None:
     run.add_argument("--code-label", default="", help="the commit that checkout is, recorded in each JSON")
     summ = sub.add_parser("summarize")
     summ.add_argument("--table", default="results/ablations/table.md")
-    summ.add_argument("--plot", default="docs/ablations.png")
+    summ.add_argument("--plot", default="docs/results/ablations.png")
     args = parser.parse_args()
     {"run": cmd_run, "summarize": cmd_summarize}[args.command](args)
 

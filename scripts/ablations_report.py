@@ -106,7 +106,7 @@ def write_report(records: list[dict], table: Path, plot: Path, row_order: list[s
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text("\n".join(lines))
     _plot(groups, families, rows_order, plot)
-    _into_doc(Path("docs/ABLATIONS.md"), "\n".join(lines))
+    _into_doc(Path("docs/results/ablations.md"), "\n".join(lines))
 
 
 def _into_doc(doc: Path, text: str) -> None:

@@ -8,12 +8,14 @@ family; then every dev evaluation the project has. One JSON per (family, lr, see
     python scripts/compare.py sif                                      # + SIF static STS (section 11)
     python scripts/compare.py finetune --code runs/frozen-X --code-label X  # + CoLA fine-tuned (best-lr runs)
     python scripts/compare.py simcse --code runs/frozen-X --code-label X    # + SimCSE, then STS (best-lr runs)
-    python scripts/compare.py summarize                                # table (docs/RESULTS.md) + plot
+    python scripts/compare.py summarize                                # table (docs/results/families-on-tasks.md) +
+    plot
     python scripts/compare.py --tier 2400 run --best-from results/compare --steps 2400 --nbest-limit 100
                                                        # a longer tier in runs/ and results/compare-2400/
 
 Every run: `maskplay pretrain --family F --preset mini` on --data (runs/data-wikigut16k: the shared Wikipedia plus
-the Gutenberg subset, `maskplay prepare`, docs/RESULTS.md section 10) for --steps steps of --batch-size sentences,
+the Gutenberg subset, `maskplay prepare`, docs/results/families-on-tasks.md) for --steps steps of --batch-size
+sentences,
 warmup a tenth, linear decay to --steps; held-out loss on run.eval_batches x batch-size held-out sentences (each
 family's own objective: comparable across learning rates and seeds of one family, not across families). Then
 `maskplay eval sts` (STS-B dev + SICK), `eval spelling` (RWSE, first --spelling-limit items per file), `eval cola`
@@ -179,7 +181,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 
 def cmd_sif(args: argparse.Namespace) -> None:
-    """Add the SIF static STS (docs/RESULTS.md section 11: `--pooling sif --static --remove-components 1`, piece
+    """Add the SIF static STS (docs/results/families-on-tasks.md: `--pooling sif --static --remove-components 1`, piece
     counts from the run's own training corpus) to every finished run's JSON, with the checkout's own maskplay."""
     for path in sorted(RESULTS.glob("*-lr*-s[0-9]*.json")):
         record = json.loads(path.read_text())
@@ -279,7 +281,7 @@ def cmd_summarize(args: argparse.Namespace) -> None:
     from compare_report import write_report  # scripts/compare_report.py
 
     write_report(load_results(), Path(args.table or RESULTS / "table.md"),
-                 Path(args.plot or f"docs/{RESULTS.name}.png"), load_untrained(), tier=RESULTS.name)
+                 Path(args.plot or f"docs/results/{RESULTS.name}.png"), load_untrained(), tier=RESULTS.name)
 
 
 def main() -> None:
@@ -317,7 +319,7 @@ def main() -> None:
             p.add_argument("--lr", type=float, default=3e-5)
     summ = sub.add_parser("summarize")
     summ.add_argument("--table", default=None, help="default: RESULTS_DIR/table.md")
-    summ.add_argument("--plot", default=None, help="default: docs/compare[-TIER].png")
+    summ.add_argument("--plot", default=None, help="default: docs/results/compare[-TIER].png")
     args = parser.parse_args()
     if args.tier:
         global RUNS, RESULTS

@@ -101,7 +101,7 @@ def write_report(records: list[dict], table: Path, plot: Path, untrained: list[d
     text = "\n".join(lines) + "\n"
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text(text)
-    _into_doc(Path("docs/RESULTS.md"), text, *markers(tier))
+    _into_doc(Path("docs/results/families-on-tasks.md"), text, *markers(tier))
     _plot(records, best, families, plot)
 
 

@@ -10,7 +10,7 @@ piece of the model's tokenizer scored exactly once, [SOS]/[EOS] never:
   512 and 2048 tokens). With M = 0 every segment after the first is a text of its own, without [SOS].
 - The same without [SOS] (`maskplay.tasks.score.memory.memory_log_probs(sos=False)`; the first piece of an article is
   then predicted from nothing): a control, because this XLNet scores far worse left to right when [SOS] is in
-  view (docs/RESULTS.md), which would otherwise be mistaken for an effect of the context length.
+  view (docs/results/README.md), which would otherwise be mistaken for an effect of the context length.
 - XLNet, `Scorer(overflow="window")`: sliding windows of 126 pieces + [SOS]/[EOS] advancing by 63, each piece
   scored in the earliest window that holds it (63..125 pieces of left context after the first window); each
   window starts with [SOS].
@@ -274,10 +274,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="articles per batch")
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=ROOT / "results/long_context")
-    parser.add_argument("--plot", type=Path, default=ROOT / "docs/long_context.png")
+    parser.add_argument("--out", type=Path, default=ROOT / "results/long-context")
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs/results/long_context.png")
     parser.add_argument("--sos-check", type=int, default=0, metavar="N",
-                        help="also the [SOS] diagnosis on N short sentences (results/long_context/sos_check.json)")
+                        help="also the [SOS] diagnosis on N short sentences (results/long-context/sos_check.json)")
     parser.add_argument("--no-study", action="store_true", help="only the --sos-check")
     args = parser.parse_args()
 

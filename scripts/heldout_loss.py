@@ -1,5 +1,5 @@
-"""The held-out loss of trained models on a whole prepared split, in fp32 (docs/RESULTS.md, "Held-out loss on the
-whole split"): each family's own training objective, its corruption drawn with a fixed seed.
+"""The held-out loss of trained models on a whole prepared split, in fp32 (docs/results/bundled-models.md): each
+family's own training objective, its corruption drawn with a fixed seed.
 
     python scripts/heldout_loss.py tta-mini-wiki runs/bundle2/tta-rotary/ckpt-003560 --split runs/data-wiki16k/valid
 """

@@ -1,5 +1,6 @@
-"""Transformer-XL's claim for GPTs trained on the contiguous stream with and without memory (issue 47; docs/RESULTS.md
-section 9): perplexity per word piece on long WikiText-103 articles, each read as training reads its lanes - the
+"""Transformer-XL's claim for GPTs trained on the contiguous stream with and without memory (issue 47;
+docs/results/long-context.md): perplexity per word piece on long WikiText-103 articles, each read as training
+reads its lanes - the
 article's sentences, each [SOS] ... [EOS] as `maskplay prepare` writes them, back to back - in segments of
 `--segment` tokens, each segment reading the memory of the last 0, 128 or 512 tokens (GPT.forward's mems). A piece
 is predicted by the output one position to its left, in the segment that holds it or, for a segment's first piece,
@@ -7,7 +8,7 @@ the last output of the segment before; only word pieces are scored ([SOS] / [EOS
 the same pieces. Perplexity over all pieces and by the piece's position in its article.
 
     OMP_NUM_THREADS=1 nice .venv/bin/python scripts/memory_study.py --models runs/xl/gpt-mem runs/xl/gpt-nomem \
-        --out results/memory_training.json
+        --out results/memory-study/training.json
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Print the markdown evaluation table of docs/RESULTS.md from `maskplay eval ... --out` JSON files.
+"""Print a markdown evaluation table from `maskplay eval ... --out` JSON files.
 
-    python scripts/results_table.py results/  # expects FAMILY-TASK.json files (tta-sts.json, bert-cola.json, ...)
+    python scripts/results_table.py results/downstream-eval  # FAMILY-TASK.json files (tta-sts.json, ...)
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def cell(path: Path, pick) -> str:
 
 
 def main() -> None:
-    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "results")
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "results/downstream-eval")
     columns = [
         ("STS-B dev Spearman", "sts", lambda r: f"{r['stsb']['spearman']:.1f}"),
         ("SICK Spearman", "sts", lambda r: f"{r['sick']['spearman']:.1f}"),

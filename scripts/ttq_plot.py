@@ -1,7 +1,8 @@
 """Several benchmarks/time_to_quality.py results files drawn on one plot (BLiMP-dev against training minutes), as in
-docs/RESULTS.md section 14:
+docs/results/time-to-quality.md:
 
-    python scripts/ttq_plot.py results/ttq/hour-gpt.json results/ttq/hour-tta.json --out docs/ttq-hour.png \
+    python scripts/ttq_plot.py results/time-to-quality/hour-gpt.json \
+        results/time-to-quality/hour-tta.json --out docs/results/ttq-hour.png \
         --title "60-minute schedules"
 """
 

@@ -1,7 +1,7 @@
 """The curves of benchmarks/time_to_quality.py results as a Markdown table, one row per recipe: its steps, training
 tokens and trainer's held-out loss at the end, and BLiMP-dev at every point.
 
-    python scripts/ttq_table.py results/ttq/equal-12min.json [more.json ...]
+    python scripts/ttq_table.py results/time-to-quality/equal-12min.json [more.json ...]
 """
 
 from __future__ import annotations

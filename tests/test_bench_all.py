@@ -26,6 +26,7 @@ def write(path: Path, data: dict) -> None:
 
 def test_table_from_the_sub_runs(tmp_path):
     bench = load_all()
+    write(tmp_path / "cpu.json", {"model": "AMD EPYC 9R14", "kind": "bf16 + VNNI", "flags": ["avx512_bf16"]})
     peaks = {"peak_bf16": 400e9, "peak_fp32": 100e9}
     write(tmp_path / "train.json", {**peaks, "rows": [
         {"case": "HF fp32", "tokens_per_s": 1000.0, "mfu_bf16": 0.05},
@@ -54,15 +55,17 @@ def test_table_from_the_sub_runs(tmp_path):
     rows = {tuple(c.strip() for c in line.split("|")[1:3]): [c.strip() for c in line.split("|")[3:-1]]
             for line in bench.table(tmp_path).splitlines()[2:]}
     assert rows[("T-TA", "train step")] == ["3,000 tokens/s (bf16)", f"{bench.REFERENCE}: 1,500 (bf16-autocast)",
-                                           "2.00x", "15%"]
+                                           "2.00x", "15%", "bf16 + VNNI"]
+    assert {cells[-1] for cells in rows.values()} == {"bf16 + VNNI"}  # every ratio beside the CPU kind it ran on
+    assert {r["cpu_model"] for r in bench.cells(tmp_path)} == {"AMD EPYC 9R14"}
     assert rows[("BERT", "train step")][0] == "2,400 tokens/s (fp32)"
-    assert rows[("BERT", "train step")][2:] == ["1.60x", "40%"]  # 0.10 of the bf16 peak = 0.40 of the fp32 peak
+    assert rows[("BERT", "train step")][2:4] == ["1.60x", "40%"]  # 0.10 of the bf16 peak = 0.40 of the fp32 peak
     assert rows[("XLNet", "train step")][1:3] == ["HF XLNetLMHeadModel: 500 (fp32)", "2.20x"]
     assert rows[("T-TA", "score")][0].startswith("360.0 sent/s (T-TA one pass, int8)")
     assert rows[("T-TA", "score")][2] == "30.00x" and rows[("BERT", "score")][2] == "2.50x"
     assert rows[("GPT", "generate")][2] == "2.00x / 1.50x"
     assert rows[("GPT", "generate")][3] == "50% of bandwidth / 50% of bandwidth"
-    assert rows[("GPT", "train step")] == ["-", "not measured", "-", "-"]  # its sub-run is missing here
+    assert rows[("GPT", "train step")] == ["-", "not measured", "-", "-", "bf16 + VNNI"]  # its sub-run is missing here
     assert rows[("ELECTRA", "score")][1] == "not measured" and ("ELECTRA", "generate") not in rows
     assert {family for family, _ in rows} == set(bench.NAMES.values())
 
@@ -88,3 +91,37 @@ def test_one_real_sub_run_gpt_against_gpt2(tmp_path):
     rows = {line.split("|")[2].strip(): line for line in load_all().table(tmp_path).splitlines()
             if line.startswith("| GPT |")}
     assert "HF GPT2LMHeadModel" in rows["train step"] and rows["train step"].count("x |") == 1
+
+
+def test_docs_keep_one_block_per_cpu_kind(tmp_path):
+    bench = load_all()
+    doc = tmp_path / "BENCH.md"
+    doc.write_text("# Benchmarks\n")
+    bench.write_docs(doc, "zen4 first", "bf16 + VNNI")
+    bench.write_docs(doc, "sapphire rapids", "AMX + bf16 + VNNI")
+    bench.write_docs(doc, "zen4 second", "bf16 + VNNI")
+    text = doc.read_text()
+    assert "zen4 first" not in text and text.count("zen4 second") == 1 and text.count("sapphire rapids") == 1
+    assert text.count("### CPU kind: bf16 + VNNI") == 1 and text.count("### CPU kind: AMX + bf16 + VNNI") == 1
+
+
+def test_cpu_kind_from_flags():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from common import cpu_info, cpu_kind
+
+    base = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma"
+    sapphire = base + " avx512f avx512_vnni avx_vnni avx512_bf16 amx_bf16 amx_tile amx_int8"
+    zen4 = base + " avx512f avx512_vnni avx512_bf16"
+    ice_lake = base + " avx512f avx512_vnni"
+    alder_lake = base + " avx_vnni"
+    assert cpu_kind(sapphire) == "AMX + bf16 + VNNI"
+    assert cpu_kind(zen4) == "bf16 + VNNI"
+    assert cpu_kind(ice_lake) == cpu_kind(alder_lake) == "VNNI"
+    assert cpu_kind(base) == "AVX2-only"
+    assert cpu_kind(base + " avx512f") == "AVX2-only"  # AVX-512 without VNNI or bf16: no fast low-precision path
+    assert cpu_kind("fpu sse sse2") == "no AVX2"
+    assert cpu_kind({"amx_bf16"}) == "bf16"  # amx_bf16 alone counts as native bf16; AMX is amx_tile
+    info = cpu_info(f"processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: {zen4}\n")
+    assert info == {"model": "AMD EPYC 9R14", "kind": "bf16 + VNNI",
+                    "flags": ["avx2", "avx512_bf16", "avx512_vnni", "avx512f"]}
+    assert cpu_info("processor\t: 0\n")["kind"] == "unknown"

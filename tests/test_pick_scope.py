@@ -1,4 +1,4 @@
-"""benchmarks/pick_scope.py: the scope gpu_one_call.sh trains in is the one that trains the most steps in the time
+"""benchmarks/probes/pick_scope.py: the scope gpu_one_call.sh trains in is the one that trains the most steps in the time
 left, a compiled scope paying its compile first."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "benchmarks" / "probes"))
 from pick_scope import pick  # noqa: E402
 
 EAGER = {"family": "gpt-bert", "scope": "eager", "step_ms": 110.0, "compile_s": 0.4}
@@ -33,7 +33,8 @@ def run(tmp_path: Path, rows: list[dict] | None, left: str = "400", flex: str = 
     if rows is not None:
         compile_json.write_text(json.dumps({"rows": rows}))
     speed = tmp_path / "train-speed.json"
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "pick_scope.py"), str(compile_json), "gpt-bert",
+    script = REPO / "benchmarks" / "probes" / "pick_scope.py"
+    out = subprocess.run([sys.executable, str(script), str(compile_json), "gpt-bert",
                           left, "--flex", flex, "--speed-out", str(speed)], capture_output=True, text=True, check=True)
     return out.stdout.strip(), json.loads(speed.read_text())
 

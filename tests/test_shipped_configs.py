@@ -1,4 +1,4 @@
-"""Every training config the repository ships (configs/**/*.toml, the files RESULTS.md and the README run) loads and
+"""Every training config the repository ships (configs/**/*.toml, the files docs/results/ and the README run) loads and
 passes the trainer's checks: a config that a refactor left stale fails here, not in a user's hour-long run."""
 
 from __future__ import annotations

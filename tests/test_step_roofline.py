@@ -1,4 +1,4 @@
-"""benchmarks/step_roofline.py: each operator's FLOPs and bytes as the roofline estimate counts them, against sums
+"""benchmarks/probes/step_roofline.py: each operator's FLOPs and bytes as the roofline estimate counts them, against sums
 made by hand, and the extrapolation from two row counts to the recipe's batch."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "probes"))
 import step_roofline  # noqa: E402
 
 

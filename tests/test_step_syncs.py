@@ -1,4 +1,4 @@
-"""benchmarks/step_syncs.py: the count of reads back from a device that a training step would make on a GPU, made
+"""benchmarks/probes/step_syncs.py: the count of reads back from a device that a training step would make on a GPU, made
 on the CPU by marking the tensors that would live on the device. Against toy steps whose reads are known, and the
 recipes' counts as regressions: a change that adds a read-back to a GPU step fails here."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "probes"))
 import step_syncs  # noqa: E402
 
 

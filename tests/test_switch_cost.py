@@ -1,4 +1,4 @@
-"""benchmarks/switch_cost.py: each variant takes out the piece it names (its overrides change the recipe's config
+"""benchmarks/probes/switch_cost.py: each variant takes out the piece it names (its overrides change the recipe's config
 or optimizer there, and nothing else), and the plain variant takes out every piece."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "probes"))
 import switch_cost  # noqa: E402
 from gpu_train_speed import model_config, shapes  # noqa: E402
 

@@ -1,5 +1,6 @@
 #!/bin/bash
-# docs/RESULTS.md section 6: every family fine-tuned on CoLA and STS-B with one budget, next to its zero-shot numbers.
+# docs/results/families-on-tasks.md: every family fine-tuned on CoLA and STS-B with one budget, next to its zero-shot
+# numbers.
 # Run from the repository root. What ran: the code of commit fcba801, frozen in runs/frozen-fcba801 (other work was
 # changing the checkout meanwhile):  mkdir -p runs/frozen-fcba801 && git archive fcba801 src | tar -x -C runs/frozen-fcba801
 # and PYTHONPATH=runs/frozen-fcba801/src; without it, the installed maskplay runs.

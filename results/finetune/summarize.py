@@ -1,4 +1,4 @@
-"""The table of docs/RESULTS.md section 6 from the JSON files beside this script."""
+"""The table of docs/results/families-on-tasks.md from the JSON files beside this script."""
 
 import json
 from pathlib import Path

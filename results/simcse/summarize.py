@@ -1,4 +1,4 @@
-"""Collect results/simcse/*.json into summary.json and print the markdown tables of docs/RESULTS.md.
+"""Collect results/simcse/*.json into summary.json and print the markdown tables of docs/results/README.md.
 
     python results/simcse/summarize.py
 """

@@ -1,7 +1,7 @@
 """The key/value projection of a slice of rows (XLNet's content stream: the first L rows of the two streams
 concatenated) equals the layers' own outputs and runs as one 2-D matrix product, not as a batched product against
 one copy of the weight per sequence (what F.linear does with a strided 3-D input: 11 % of XLNet's scoring time at
-the tta-paper size, benchmarks/profile_score.py)."""
+the tta-paper size, benchmarks/probes/profile_score.py)."""
 
 import torch
 from torch import nn

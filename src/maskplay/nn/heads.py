@@ -103,7 +103,7 @@ def make_lm_head(config: ModelConfig) -> nn.Module:
 # Rows of the vocabulary projection per matmul. On this project's CPU (AMD EPYC, AVX-512 BF16) oneDNN runs
 # the (4096 x 256) @ (256 x 16384) bf16 product of a mini training step at ~480 GFLOP/s in one call and at
 # ~920 in 256-row blocks; the (864 x 512) @ (512 x 29530) of a tta-paper scoring batch at 530 vs 780
-# (benchmarks/head_blocks.py). A block's logits are also still in cache for the softmax that reads them.
+# (benchmarks/probes/head_blocks.py). A block's logits are also still in cache for the softmax that reads them.
 ROW_BLOCK = 256
 
 
@@ -120,7 +120,7 @@ class Blocking:
 
 # A CPU wants blocks that stay in cache (above). A GPU wants few, large kernels: each launch costs about as much
 # host time as a small kernel takes, and the CPU's blocking launched ~12 kernels per 64 rows, some 6,000 a step
-# for a 12 x 384 GPT at 32 k tokens, more than all of its layers (docs/BENCHMARKS.md, "The loss on a GPU").
+# for a 12 x 384 GPT at 32 k tokens, more than all of its layers (docs/results/training-speed.md).
 CPU_BLOCKING = Blocking(rows=ROW_BLOCK, chunk_bytes=4 * 2**20)
 GPU_BLOCKING = Blocking(rows=None, chunk_bytes=256 * 2**20)
 

@@ -18,7 +18,7 @@ class _KnownRows:
 
     labels: Tensor | None = None
     rows: Tensor | None = None
-    # on a CPU, where a search reads nothing back, the rows are checked against it (benchmarks/step_syncs.py, which
+    # on a CPU, where a search reads nothing back, the rows are checked against it (benchmarks/probes/step_syncs.py, which
     # counts what a GPU would read with CPU tensors standing for the device's, turns this off: a GPU never checks)
     check_on_cpu = True
 
@@ -42,7 +42,7 @@ class Targets:
     """The labelled positions of a batch, found once: `selected` (B, L) bool -> their flat indices, in row-major
     order. take(x) is x[selected] for x of shape (B, L, ...), but through one index: a boolean mask is turned into
     indices, which reads its count back from the device (a host synchronisation on a GPU), every time it indexes,
-    and again in the backward; this reads it once (benchmarks/step_syncs.py), and of_labels not at all where the
+    and again in the backward; this reads it once (benchmarks/probes/step_syncs.py), and of_labels not at all where the
     caller found them on the host."""
 
     def __init__(self, selected: Tensor, rows: Tensor | None = None) -> None:

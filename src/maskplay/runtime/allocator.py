@@ -3,7 +3,7 @@
 Inference allocates the same few large activations batch after batch (an FFN output of 32 sentences is ~6 MB).
 glibc serves blocks that large from fresh mappings or trims them back to the OS when freed, so every batch
 page-faults and zeroes them again: on this project's CPU that cost the int8 encoder 11-15 % of its time
-(docs/BENCHMARKS.md). Raising malloc's mmap and trim thresholds keeps the memory for reuse, as jemalloc or
+(docs/results/benchmarks.md). Raising malloc's mmap and trim thresholds keeps the memory for reuse, as jemalloc or
 tcmalloc (which PyTorch's CPU tuning guide suggests) would. The price: the process keeps its peak heap until
 exit. `maskplay score`, `embed` and `eval` call this; library users may call it themselves."""
 

@@ -5,7 +5,7 @@ accumulated in int32 and dequantised inside the matmul kernel, with the bias and
 Why not torch.ao's quantize_dynamic: it quantises and dequantises in separate fp32 passes around the matmul
 and ran the tta-paper encoders slower than bf16 on this project's CPU. oneDNN's int8 kernel with the epilogue
 fused (the one torch.compile's x86 int8 lowering calls) runs at about twice the bf16 matmul rate
-(benchmarks/int8_matmul.py). Activations are unsigned with a zero point because oneDNN's signed-activation path
+(benchmarks/probes/int8_matmul.py). Activations are unsigned with a zero point because oneDNN's signed-activation path
 is a slow reference one. Where that kernel is missing (not an x86 build of PyTorch), the same arithmetic runs
 in fp32: the same numbers, no speed-up.
 

@@ -75,7 +75,8 @@ def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int, mask_
     `bias_mod(b, h, q, kv)`, where given, returns a float added to the allowed scores (-inf hides a key), the
     way adaptive span's soft mask enters as log m(|i - j|).
     `chunk` (queries per block) defaults to max(window, 64): smaller wastes less of the band, larger makes
-    fewer, larger matmuls (docs/BENCHMARKS.md). `dropout_p`: attention dropout on the probabilities (training)."""
+    fewer, larger matmuls (docs/results/benchmarks.md). `dropout_p`: attention dropout on the probabilities
+    (training)."""
     B, H, L, D = q.shape
     if k.shape[2] != L or v.shape[2] != L:
         raise ValueError("sliding_window_attention is self-attention shaped: q, k and v need one length")

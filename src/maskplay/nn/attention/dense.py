@@ -158,7 +158,8 @@ class SynthesizedAttention(Attention):
 
 
 # Keys up to which bf16 training on a CPU writes attention out rather than calling SDPA. On the AVX-512 BF16 EPYC
-# (benchmarks/attention_kernel.py, docs/BENCHMARKS.md), one thread: forward and backward of SDPA's CPU flash kernel
+# (benchmarks/probes/attention_kernel.py, docs/results/benchmarks.md), one thread: forward and backward of SDPA's CPU
+# flash kernel
 # with a mask took 4-6x the written-out softmax's time at 16-32 keys, 3x at 64-128, 1.2x at 256; whole training
 # steps of the two-hour model on 32- and 64-token rows ran 1.06-1.18x faster, but steps of the `mini` preset on full
 # 64- and 128-token rows with two threads were level (0.93-1.04x over repeated runs), so the switch stops at 64 keys.
@@ -243,7 +244,7 @@ def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor | None]:
     T-TA input). Let such rows attend anywhere, and return them so the block zeroes their output. On a CPU, where
     a read costs nothing, only when some row is dead; on a GPU and under torch.compile always both (zeroing no row
     costs a masked fill a layer): asking whether any row is dead reads the tensor back, which makes the host wait
-    for the device (benchmarks/step_syncs.py) and is a graph break in a compiled forward."""
+    for the device (benchmarks/probes/step_syncs.py) and is a graph break in a compiled forward."""
     dead = ~mask.any(dim=-1, keepdim=True)
     if mask.device.type == "cpu" and not torch.compiler.is_compiling() and not bool(dead.any()):
         return mask, None

@@ -24,7 +24,7 @@ from .inputs import PassInputs
 # How DisentangledScores.bias reads each pair's table row: "gather" (torch.gather, whose backward is an atomic
 # scatter-add on a GPU) or "one-hot" (batched matrix products with the pairs' one-hot rows: no atomics, more FLOPs,
 # slower on a CPU; only for an index shared by the batch). Not a model switch (the values are the same): a choice of
-# kernel that benchmarks/gpu_profile_step.py --bias compares on a GPU. With run.flex_attention (attention/flex.py)
+# kernel that benchmarks/probes/gpu_profile_step.py --bias compares on a GPU. With run.flex_attention (attention/flex.py)
 # there is no bias: FlexAttention reads each pair's terms inside its kernel (position_terms).
 BIAS_KERNELS = ("gather", "one-hot")
 bias_kernel = "gather"

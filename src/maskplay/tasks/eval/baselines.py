@@ -8,7 +8,7 @@ Words are the lower-cased `\\w+` tokens of a sentence. The IDF is fitted on a li
 document (every sentence of every pair, repeats counted), with scikit-learn's default formula
 (TfidfVectorizer(smooth_idf=True)): idf(w) = ln((1 + n) / (1 + df(w))) + 1. A word the fitting sentences never
 saw gets df = 0, so the largest weight (scikit-learn's TfidfVectorizer would drop it instead: on STS-B dev that
-gives 71.2 rather than 74.7, see docs/RESULTS.md). A sentence without words has the zero vector, whose cosine
+gives 71.2 rather than 74.7, see docs/results/README.md). A sentence without words has the zero vector, whose cosine
 with anything is 0."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ piece_counts.npy in the model directory), so that frequent pieces count less; SI
 `remove_components=1`: the projection on the first principal component of the embedded set is removed (computed
 from the sentences being embedded, no labels). `static=True` pools the word-piece embedding table's vectors
 instead of a layer's outputs (no position, no context). At the mini size these are every model's best unsupervised
-STS embeddings, and an untrained model's random table does better still (docs/RESULTS.md section 11)."""
+STS embeddings, and an untrained model's random table does better still (docs/results/families-on-tasks.md)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ take plain Adam steps, as in the authors' pretraining/lamb.py. With optim.weight
 The state is AdamW's (exp_avg, exp_avg_sq, step as a tensor), so checkpoints store it the same way.
 
 By default each group's update runs on all its tensors at once (torch._foreach_*: a dozen kernels a step instead of
-a dozen per tensor, what made a 12 x 384 GPT-BERT step launch-bound on a GPU: docs/BENCHMARKS.md, "Training on a
-GPU"); foreach=False runs the per-tensor loop, the same arithmetic one tensor at a time, which the tests hold the
+a dozen per tensor, what made a 12 x 384 GPT-BERT step launch-bound on a GPU: docs/results/training-speed.md);
+foreach=False runs the per-tensor loop, the same arithmetic one tensor at a time, which the tests hold the
 default to."""
 
 from __future__ import annotations

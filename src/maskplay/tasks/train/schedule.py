@@ -44,7 +44,7 @@ def build_optimizer(model: nn.Module, optim: OptimSection) -> torch.optim.Optimi
     if optim.optimizer == "lamb":
         return Lamb(groups, lr=optim.lr, betas=betas, eps=optim.eps)
     # the fused kernel updates every tensor in one pass over its states: 39 -> 6 ms a step for the two-hour model's
-    # 7.4 M parameters on one core (the for-loop was 4.5 % of its step; benchmarks/adamw_kinds.py); CPU and CUDA
+    # 7.4 M parameters on one core (the for-loop was 4.5 % of its step; benchmarks/probes/adamw_kinds.py); CPU and CUDA
     # have it
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for g in groups for _, p in g["params"])
     return torch.optim.AdamW(groups, lr=optim.lr, betas=betas, eps=optim.eps, fused=fused)
