@@ -108,7 +108,7 @@ def bench_pll(root: Path, data: Path, texts: list[str], repeats: int) -> dict[st
     write_tokenizer(data, root / "mlm")
     ours = Scorer.from_pretrained(root / "mlm", batch_size=64, precision="fp32")
     theirs = minicons_scorer.MaskedLMScorer(str(root / "mlm"), "cpu")
-    if not hasattr(theirs.tokenizer, "batch_encode_plus"):  # minicons 0.3.39 under transformers 5 (docs/SCORING.md)
+    if not hasattr(theirs.tokenizer, "batch_encode_plus"):  # minicons 0.3.39 under transformers 5 (docs/guides/scoring.md)
         theirs.tokenizer.batch_encode_plus = theirs.tokenizer
     ids = [ours.tokenizer.encode(t) for t in texts]
     with torch.inference_mode():

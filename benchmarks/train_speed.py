@@ -22,7 +22,7 @@ labels = the input ids, the shift inside the model).
     python benchmarks/train_speed.py --preset mini --families gpt --hf-gpt2
 
 With --switch NAME:FIELD=VALUE[,FIELD=VALUE...] (repeatable) each family/precision also runs with those ModelConfig
-fields set (docs/SWITCHES.md), and each switch's step time is reported as a ratio to the default's of the same
+fields set (docs/guides/switches.md), and each switch's step time is reported as a ratio to the default's of the same
 run:
 
     python benchmarks/train_speed.py --families bert --precisions bf16 --switch rotary:positions=rotary \
@@ -269,7 +269,7 @@ def main() -> None:
     p.add_argument("--hf-gpt2", action="store_true",
                    help="baseline: HuggingFace GPT2LMHeadModel of the same size (GPT's twin) instead of BertForMaskedLM")
     p.add_argument("--switch", action="append", default=[], metavar="NAME:FIELD=VALUE[,...]",
-                   help="also run every family/precision with these ModelConfig fields (docs/SWITCHES.md)")
+                   help="also run every family/precision with these ModelConfig fields (docs/guides/switches.md)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--memory", action="store_true", help="also measure each case's peak memory (subprocesses)")

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNS = Path("runs/ablations")
 RESULTS = Path("results/ablations")
 
-# row name -> ModelConfig overrides (docs/SWITCHES.md); "default" is each family's mini preset unchanged.
+# row name -> ModelConfig overrides (docs/guides/switches.md); "default" is each family's mini preset unchanged.
 ROWS: dict[str, list[str]] = {
     "default": [],
     "positions=sinusoidal": ["model.positions=sinusoidal"],

@@ -15,7 +15,7 @@ piece of the model's tokenizer scored exactly once, [SOS]/[EOS] never:
   scored in the earliest window that holds it (63..125 pieces of left context after the first window); each
   window starts with [SOS].
 - GPT, the same sliding windows, when --gpt names a model directory that exists (a reference of another family).
-- Long GPTs (--long-gpt, docs/LONG_TEXT.md: ALiBi positions, pretrained on blocks of 512 tokens, with and without
+- Long GPTs (--long-gpt, docs/guides/long-text.md: ALiBi positions, pretrained on blocks of 512 tokens, with and without
   a sliding attention window of 128), `Scorer(overflow="window", max_length=C)` for C in --long-contexts (128, 512,
   2048): windows of C tokens advancing by half a window, each piece from the earliest window holding it; at 2048
   the windowed model's encoder runs the banded kernel. Rows are named after the run directory (RUN-window-C).

@@ -1,4 +1,4 @@
-"""Grown versus from-scratch pretraining (issue 14's "lossless scale-up" plot; docs/SWITCHES.md, "Lossless growth").
+"""Grown versus from-scratch pretraining (the "lossless scale-up" plot; docs/guides/switches.md, "Lossless growth").
 
     python scripts/grow_vs_scratch.py run    # the five steps below, one after another (skips what is done)
     python scripts/grow_vs_scratch.py plot   # docs/grow_vs_scratch.png and results/grow/curves.json

@@ -1,4 +1,4 @@
-"""Dense SDPA against the banded kernel inside a whole model with [model.long] (docs/LONG_TEXT.md): a mini GPT with
+"""Dense SDPA against the banded kernel inside a whole model with [model.long] (docs/guides/long-text.md): a mini GPT with
 ALiBi and a window of 128, forward (inference) and forward + backward (training) at each length, batch 1, fp32,
 one thread; the same model run both ways (long.banded_from switched). What chooses long.banded_from.
 

@@ -1,4 +1,4 @@
-"""model.reversible against the plain pre-LN backbone (docs/SWITCHES.md): activation memory and step time of one
+"""model.reversible against the plain pre-LN backbone (docs/guides/switches.md): activation memory and step time of one
 training step, a GPT of 12 layers at 2,048 tokens (batch 1, fp32; a narrow width so that it runs on a CPU).
 
 Two memory figures per case: the bytes autograd keeps for the backward pass at the end of the forward (every
