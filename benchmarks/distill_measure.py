@@ -1,4 +1,4 @@
-"""Issue 44, item 2: a distilled T-TA against its teacher and a from-scratch T-TA at equal student compute (the
+"""A distilled T-TA against its teacher and a from-scratch T-TA at equal student compute (the
 same optimizer steps, batch, data and optimizer), measured on this machine. Two subcommands:
 
 train: one student run through maskplay.tasks.distill's training loop.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 44, item 2 (docs/results/distillation.md): a masked LM as teacher (TEACHER, default the bundled
+# Distillation into T-TA (docs/results/distillation.md): a masked LM as teacher (TEACHER, default the bundled
 # unilm-titles-mini), T-TA students of its shape at equal student compute (the same steps, batch 32, data and
 # AdamW), the teacher's PLL against the students' one pass. Run from the repository root; W is a scratch directory
 # (nothing of it goes in the repo), R the results folder. benchmarks/distill_teacher.sh makes a BERT teacher first.

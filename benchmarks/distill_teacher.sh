@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 44, item 2 with a teacher that ranks sentences (docs/results/distillation.md): the
+# Distillation into T-TA with a teacher that ranks sentences (docs/results/distillation.md): the
 # strongest masked LM this machine makes in under an hour of one core, BERT-MLM at 40 % masking (the 60-minute
 # recipe of section 14, configs/ttq/hour-bert.toml) for 12,000 steps on the Wikipedia + Gutenberg mix, then
 # distill_measure.sh's students of its shape. W is a scratch directory (nothing of it goes in the repository).
@@ -17,6 +17,7 @@ run -m maskplay pretrain --config configs/ttq/hour-bert.toml --data "$W/data-wg1
     --max-steps 12000 --out "$W/teacher" --set run.progress=false
 mkdir -p results/distill-bert
 run -m maskplay eval blimp "$W/teacher/final" --method pll --limit 300 --out results/distill-bert/teacher-blimp-pll-300.json
-# the students and their measurement as session 18 ran them: 450, 900 and 1,800 steps, warm-kl and scratch-ce also 3,600
+# the students and their measurement as docs/results/distillation.md's rows were made (commit 983a38d): 450, 900
+# and 1,800 steps, warm-kl and scratch-ce also 3,600
 TEACHER="$W/teacher/final" W="$W/distill" R=results/distill-bert SKIP="scratch-kl-1800 scratch-kl-3600" \
     SPEED_STUDENT=warm-kl-1800 PY="$PY" bash benchmarks/distill_measure.sh 450 900 1800 3600

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# BabyLM strict-small on one GPU in one command (issue 45; docs/results/babylm.md):
+# BabyLM strict-small on one GPU in one command (docs/results/babylm.md):
 # prepares the Wikipedia + Gutenberg mix on this machine's cores, times training (benchmarks/gpu_train_speed.py),
 # trains the four strict-small recipes (configs/babylm/strict-small-{gpt-bert,gpt,bert,tta}.toml) one after another
 # and scores each final model on BLiMP-dev, all within about 9 minutes of one H100. Uses the machine's own python3
@@ -26,7 +26,7 @@
 # each final model with after its own, e.g. "pll"), BLIMP_RAW (1: also score final-raw, the trained weights, when
 # the recipe's moving average (optim.ema 0.999, debiased) made final the average; 0: not), EVAL_BATCH (rows a BLiMP forward pass: sentences, or for BERT's
 # PLL one masked copy a piece; 2048, since a 12 x 384 model's pass over 256 short rows is too small to keep a GPU busy:
-# session 17's BERT PLL, some 800 k copies in batches of 256, ran past its 40-s limit), MARK_SCALE (the checkpoint marks times this; dry runs), and the
+# the H200 run of 2026-11-28 (commit 2712760): its BERT PLL, some 800 k copies in batches of 256, ran past its 40-s limit), MARK_SCALE (the checkpoint marks times this; dry runs), and the
 # limits PREP_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, EVAL_LIMIT (seconds), NUM_WORKERS (data loader processes, 4), NPROC
 # (GPUs to train on, 1), WHEELS (a folder of wheels carried to the machine, default .whl: installed into
 # $WORK/site without an index or dependencies; benchmarks/gpu_wheels.sh fetches litgpt's for its baseline).

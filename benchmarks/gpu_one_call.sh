@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One strict-small recipe as far toward the 100 M-word budget as one 10-minute GPU command allows (issue 45;
-# docs/results/babylm.md). Inside a deadline (DEADLINE seconds of this script, 540):
+# One strict-small recipe as far toward the 100 M-word budget as one 10-minute GPU command allows
+# (docs/results/babylm.md). Inside a deadline (DEADLINE seconds of this script, 540):
 #   0. a short profile of the recipe's step (benchmarks/probes/gpu_profile_step.py: the disentangled bias's two kernels,
 #      and FlexAttention);
 #   0a. whether to train through FlexAttention: where the profile timed it faster and its GPU test passes;
@@ -16,8 +16,8 @@
 #   3. with what is left: the GPU tests of the recipes' step (loss and gradients equal the CPU's), then GPT at GPT-2
 #      small's shape against HuggingFace (benchmarks/gpu_train_speed.py), each under a timeout that ends by the deadline.
 # Results in one archive, $OUT/results.tgz (babylm.json, profile.json, compile.json, train-speed.json, gpt2-small.json,
-# pytest-gpu.log, the logs and the run's metrics; PACK=0 leaves them as files): session 20's call brought back only
-# the first 8 of its files. Do not tee the call's own output into $OUT.
+# pytest-gpu.log, the logs and the run's metrics; PACK=0 leaves them as files): a device call that returned them loose brought
+# back only the first 8. Do not tee the call's own output into $OUT.
 #   bash benchmarks/gpu_stage.sh in      # here; then, as the device call:
 #   OUT=$OUT DATA_ROOT=shared/data bash benchmarks/gpu_one_call.sh
 # The full budget where one command's minutes do not reach it: two commands on a machine kept warm (the next within
@@ -26,7 +26,7 @@
 #   PART=2 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # resumes, finishes, scores
 # Knobs: OUT, WORK, FAMILY (gpt-bert), PART (1 or 2), PART_STEPS (the steps a part trains: default what fits),
 # PROFILE (1), TRAIN (1; 0: steps 0-0b only), PROFILE_BIAS (the kernels profiled), FLEX (auto: 0a.), FLEX_TEST_LIMIT (150), SWITCHES (1: 0b.),
-# SWITCH_LIMIT (60), SWITCH_ARGS, GPT2 (1: GPT-2 small's case with the time left), GPT2_BATCH (64; session 20 measured 32: 42.9 % MFU),
+# SWITCH_LIMIT (60), SWITCH_ARGS, GPT2 (1: GPT-2 small's case with the time left), GPT2_BATCH (64; 32 measured 42.9 % MFU on an H200),
 # DEADLINE, DEVICE (cuda), EVAL_LIMIT (45), PROFILE_LIMIT (100), COMPILE_LIMIT (150), COMPILE_SCOPES (eager nested), PACK (1),
 # BLIMP_METHODS (more ways to score the final model: "pll" for GPT-BERT, empty for none), BLIMP_RAW (1: final-raw too,
 # the trained weights, since final is their moving average), PROFILE_ARGS, COMPILE_ARGS,
@@ -112,11 +112,11 @@ if [ "${TRAIN:-1}" = 0 ]; then
   exit 0
 fi
 
-# 1. the step eager and compiled whole (COMPILE_SCOPES, "eager nested": since session 23 every recipe's step compiles
-# into one graph, and since session 27 "nested" traces and lowers each block once for every layer, which on a CPU
+# 1. the step eager and compiled whole (COMPILE_SCOPES, "eager nested": since commit 308e144 every recipe's step
+# compiles into one graph, and since commit 9fc73c4 "nested" traces and lowers each block once for every layer, which on a CPU
 # halved the compile of the whole step at the same steady step (docs/results/training-speed.md; "step",
 # every layer unrolled, took 213-293 s there, about COMPILE_LIMIT at a GPU's likely speed); "layers" compiles block by
-# block, which session 20's H200 ran no faster, 111 against 110 ms), at the
+# block, which an H200 ran no faster on 2026-11-28, 111 against 110 ms), at the
 # recipe's batch, through FlexAttention where 0a. chose it; inductor's caches stay on, so that the training run below
 # may compile its graph from them (not yet measured: the plan counts the whole compile again). The JSON is written
 # after each case: a compile that runs past COMPILE_LIMIT leaves eager's timing

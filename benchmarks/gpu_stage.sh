@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Stage this working tree for a call to a GPU machine that carries the tree's tracked and untracked-not-ignored files
-# up to a size limit (64 MiB for this project's device tool), and put it back after (issue 45;
-# docs/results/benchmarks.md,
+# up to a size limit (64 MiB for this project's device tool), and put it back after
+# (docs/results/benchmarks.md,
 # "Training on a GPU"). The bundled models' weights (about 84 MB, read by no GPU benchmark) leave the index for the
 # call; the shared data the scripts read is copied into shared/data (all of the Wikipedia extract and BLiMP-dev, as
 # many Gutenberg books as GUTENBERG_MB allows); litgpt's wheels are fetched into .whl when missing (name .whl in the
-# call's carry list). Sessions 17 and 18 did these steps by hand.
+# call's carry list).
 #   bash benchmarks/gpu_stage.sh in      # then the device call(s), e.g. OUT=$OUT bash benchmarks/gpu_babylm.sh
 #   bash benchmarks/gpu_stage.sh out     # always, before committing: the weights return to the index
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The wheels a GPU machine lacks for benchmarks/gpu_train_speed.py's litgpt baseline (issue 45, item 1), fetched
+# The wheels a GPU machine lacks for benchmarks/gpu_train_speed.py's litgpt baseline, fetched
 # here, where PyPI can be reached, into WHEELS (default .whl, which .gitignore ignores); a call to the
 # device names that folder in its carry list, and benchmarks/gpu_babylm.sh installs what it finds there into
 # $WORK/site (no index, no dependencies: torch, lightning, huggingface-hub, psutil and the rest are on the machine

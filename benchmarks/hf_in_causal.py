@@ -1,4 +1,4 @@
-"""Causal sentence scoring of HuggingFace causal LMs converted to maskplay (issue 42) against the tools users pick
+"""Causal sentence scoring of HuggingFace causal LMs converted to maskplay against the tools users pick
 instead, on the same weights and the same token ids, in the same run:
 
 - maskplay: `maskplay.families.hf.from_hf` of the HuggingFace directory, scored by Scorer (method causal:

@@ -1,4 +1,4 @@
-"""Issue 42, masked half: a HuggingFace RoBERTa-base-shaped model (random weights, 12 x 768, 50,265 pieces) read
+"""HuggingFace models in, masked half: a RoBERTa-base-shaped model (random weights, 12 x 768, 50,265 pieces) read
 as a HuggingFace directory, against the tools users pick instead, in the same run on the same weights:
 
 - PLL (mlm-scoring's rule, every piece masked in turn): maskplay's `Scorer` vs minicons' `MaskedLMScorer` and vs

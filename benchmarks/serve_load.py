@@ -12,7 +12,7 @@ Throughput is the requests answered per second; latency is each request's time f
 answer. The clients run in this process, on the same cores as the server: that is part of what is measured.
 Every answer is checked (status 200, its sentence's text back).
 
---mixed: long and short requests together (issue 46). Two servers of the same model: one as `maskplay serve`
+--mixed: long and short requests together. Two servers of the same model: one as `maskplay serve`
 runs by default (a request of more than --max-batch-size sentences runs in parts, other requests between them),
 one with --max-batch-size as large as a long request, so that it runs whole (how every request ran before the
 split: the baseline). Each gets --seconds of --long-clients sending /v1/score requests of --long-sentences sentences

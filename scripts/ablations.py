@@ -1,5 +1,5 @@
-"""Issue 14's ablation study: every architecture switch against the default, T-TA and BERT at the mini size, equal
-token budget, several seeds; then depth 3/6/12; then issue 18's recipe changes (RECIPE_ROWS). One JSON per
+"""The ablation study: every architecture switch against the default, T-TA and BERT at the mini size, equal
+token budget, several seeds; then depth 3/6/12; then recipe changes (RECIPE_ROWS). One JSON per
 (family, row, seed) in results/ablations/.
 
     python scripts/ablations.py run --families tta bert --seeds 0 1 --workers 2      # trains + evaluates what is missing
@@ -53,7 +53,7 @@ ROWS: dict[str, list[str]] = {
     "attention=lsra": ["model.attention=lsra"],
     "share_layers": ["model.share_layers=true"],
     "embedding_size=128": ["model.embedding_size=128"],
-    # seed 000's question: does T-TA keep up with BERT as depth grows (mini width, the same tokens)
+    # does T-TA (Shin et al. 2020) keep up with BERT as depth grows (mini width, the same tokens)
     "depth=6": ["model.num_layers=6"],
     "depth=12": ["model.num_layers=12"],
     # the same with the switch that lowered held-out loss most for both families at depth 3 (rotary)
@@ -62,7 +62,7 @@ ROWS: dict[str, list[str]] = {
 }
 DEPTH_ROWS = ("depth=6", "depth=12", "rotary+depth=6", "rotary+depth=12")
 
-# issue 18's recipe changes, each measured like a switch. "{half}" is half the run's steps: a warmup that long makes
+# recipe changes, each measured like a switch. "{half}" is half the run's steps: a warmup that long makes
 # the linear schedule a one-cycle (triangular) one, as Cramming's. Cramming (Geiping & Goldstein 2023): pre-LN, no
 # biases, a gated FFN, no dropout in pretraining, one-cycle learning rate, gradient clipping 0.5, BERT at 25 % masking.
 CRAMMING = ["model.norm_placement=pre", "model.attention_bias=false", "model.ffn_bias=false", "model.ffn=geglu",
@@ -84,7 +84,7 @@ RECIPE_ROWS: dict[str, list[str]] = {
     # 4x the batch through gradient accumulation at the same tokens: a quarter of the steps
     "batch=128": ["data.batch_size={batch_x4}", "optim.grad_accum=4", "optim.max_steps={quarter}",
                   "optim.warmup_steps={quarter_warmup}", "run.eval_batches={eval_quarter}"],
-    # issue 18's question whether width lifts T-TA's plateau: twice the width (8 heads of 64, FFN 2048)
+    # whether width lifts T-TA's plateau: twice the width (8 heads of 64, FFN 2048)
     "width=512": ["model.hidden_size=512", "model.num_heads=8", "model.intermediate_size=2048"],
     "batch=128+lr=1e-3": ["data.batch_size={batch_x4}", "optim.grad_accum=4", "optim.max_steps={quarter}",
                           "optim.warmup_steps={quarter_warmup}", "run.eval_batches={eval_quarter}", "optim.lr=1e-3"],

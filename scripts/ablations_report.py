@@ -119,8 +119,8 @@ def _into_doc(doc: Path, text: str) -> None:
 
 
 def _depth_table(groups: dict, families: list[str]) -> list[str]:
-    """Seed 000's question: T-TA against BERT at 3, 6 and 12 layers (mini width, the same tokens), with rotary
-    positions (depth 3 = the positions=rotary row)."""
+    """Does T-TA (Shin et al. 2020) keep up with BERT as depth grows: T-TA against BERT at 3, 6 and 12 layers (mini
+    width, the same tokens), with rotary positions (depth 3 = the positions=rotary row)."""
     depth_rows = {3: "positions=rotary", 6: "rotary+depth=6", 12: "rotary+depth=12"}
     if not any((f, r) in groups for f in families for r in ("rotary+depth=6", "rotary+depth=12")):
         return []

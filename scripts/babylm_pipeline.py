@@ -1,4 +1,4 @@
-"""Issue 43: the official BabyLM evaluation pipeline (babylm-org/babylm-eval, `strict/`, its sentence_zero_shot
+"""The official BabyLM evaluation pipeline (babylm-org/babylm-eval, `strict/`, its sentence_zero_shot
 runner) on maskplay exports, its decisions compared with maskplay's own, pair by pair (docs/guides/babylm.md).
 
     git clone https://github.com/babylm-org/babylm-eval /tmp/babylm-eval        # the pipeline: not copied here

@@ -1,5 +1,5 @@
 """Export a trained run as a bundled model: fp16 weights, config.json, the tokenizer and the training corpus's piece
-counts (for `--pooling sif`) in src/maskplay/assets/NAME, checked against the 30 MB budget of issue 18.
+counts (for `--pooling sif`) in src/maskplay/assets/NAME, checked against the bundled models' 30 MB budget.
 
     python scripts/bundle.py runs/bundle/tta-mini-wiki/final src/maskplay/assets/tta-mini-wiki \
         --piece-counts runs/data-wiki16k

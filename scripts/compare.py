@@ -1,4 +1,4 @@
-"""Issue 18's equal-budget comparison of every family: the same tokenizer, corpus, token budget (optimizer steps x
+"""The equal-budget comparison of every family: the same tokenizer, corpus, token budget (optimizer steps x
 sentences, the same sentences in the same order for every family of a seed), `mini` size, a learning-rate grid per
 family; then every dev evaluation the project has. One JSON per (family, lr, seed) in results/compare/.
 

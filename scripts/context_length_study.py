@@ -1,5 +1,5 @@
 """Does more context help? Perplexity of long-document scoring on WikiText-103 valid against the context length
-(issue 15, the Transformer-XL question).
+(the Transformer-XL question).
 
 The first --articles articles of WikiText-103 valid (shared/data), each scored as one text (headings dropped,
 paragraphs joined, `@-@`-style joins undone as benchmarks/score_speed.py does, `<unk>` words dropped), every word

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docs/results/time-to-quality.md: every evaluation of the two-hour models (issues 27 and 28), after
+# docs/results/time-to-quality.md: every evaluation of the two-hour models, after
 # benchmarks/time_to_quality.py has left runs/ttq-2h/NAME/run/final. Run from the repository root:
 #   scripts/eval_two_hour.sh CORE NAME...     the models one after the other on core CORE (log runs/eval-NAME.log)
 # e.g. scripts/eval_two_hour.sh 0 two-hour-gpt two-hour-gpt-bert

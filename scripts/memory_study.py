@@ -1,5 +1,5 @@
-"""Transformer-XL's claim for GPTs trained on the contiguous stream with and without memory (issue 47;
-docs/results/long-context.md): perplexity per word piece on long WikiText-103 articles, each read as training
+"""Transformer-XL's claim for GPTs trained on the contiguous stream with and without memory
+(docs/results/long-context.md): perplexity per word piece on long WikiText-103 articles, each read as training
 reads its lanes - the
 article's sentences, each [SOS] ... [EOS] as `maskplay prepare` writes them, back to back - in segments of
 `--segment` tokens, each segment reading the memory of the last 0, 128 or 512 tokens (GPT.forward's mems). A piece

@@ -1,5 +1,5 @@
 """Where in a model are its best unsupervised sentence embeddings? STS-B dev and SICK Spearman of every pooling
-of every layer, for models already trained (issue 18: the bundled models are below a TF-IDF baseline).
+of every layer, for models already trained (asked because the bundled models are below a TF-IDF baseline).
 
     python scripts/pooling_study.py tta-mini-wiki runs/cmp2/bert/final --frequencies runs/data-wiki16k \
         --out results/pooling/study.json

@@ -2,10 +2,10 @@
 the first paragraphs of a corpus, e.g. a byte-level BPE against a WordPiece of the same size:
 
     maskplay tokenizer train --model bpe --vocab-size 8192 --limit-lines 20000 \
-        --corpus /work/shared/data/enwiki-wikiextractor/wiki_00.gz --out /tmp/tok-bpe
+        --corpus ../shared/data/enwiki-wikiextractor/wiki_00.gz --out /tmp/tok-bpe
     maskplay tokenizer train --model wordpiece --vocab-size 8192 --limit-lines 20000 \
-        --corpus /work/shared/data/enwiki-wikiextractor/wiki_00.gz --out /tmp/tok-wordpiece
-    python scripts/tokenizer_pieces.py --corpus /work/shared/data/enwiki-wikiextractor/wiki_01.gz \
+        --corpus ../shared/data/enwiki-wikiextractor/wiki_00.gz --out /tmp/tok-wordpiece
+    python scripts/tokenizer_pieces.py --corpus ../shared/data/enwiki-wikiextractor/wiki_01.gz \
         --paragraphs 3000 /tmp/tok-bpe /tmp/tok-wordpiece"""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Where a strict-small recipe's training step spends its time on a GPU (issue 45): the step as
+"""Where a strict-small recipe's training step spends its time on a GPU: the step as
 gpu_train_speed.py --recipe times it (the recipe's architecture at 12 x 384, LAMB, bf16 autocast, a whole optimizer
 step, eager), a few steps under torch.profiler, and per step: the wall time, the time the GPU spent in kernels
 (so how long it sat idle, waiting on the host), the kernels launched, the host synchronisations (the CUDA runtime's
 synchronising calls and the operators that read a device value back), and the operators that took the most kernel
-time. Small on purpose: session 20's profile through the trainer (profile_train.py, 30 steps with the data loader)
-trained in 24 s and then spent the rest of its 110-s limit building its table.
+time. Small on purpose: a profile through the trainer on an H200 (2026-11-28; profile_train.py, 30 steps with the data
+loader) trained in 24 s and then spent the rest of its 110-s limit building its table.
 
 `--bias gather one-hot` profiles the step once per kernel of the disentangled score bias
 (attention/disentangled.py: torch.gather, whose backward is an atomic scatter-add on a GPU, or one-hot matrix

@@ -1,4 +1,4 @@
-"""Where scoring and embedding spend their time (issue 32): maskplay's T-TA one-pass scorer, XLNet's causal scorer
+"""Where scoring and embedding spend their time: maskplay's T-TA one-pass scorer, XLNet's causal scorer
 and the T-TA / BERT encoders at the T-TA paper's size (random weights) on real WikiText-103 valid sentences, each
 run under torch.profiler with shapes; per path, the share of time in matrix products against everything else, and
 the operators (with their input shapes) that take the most self time.

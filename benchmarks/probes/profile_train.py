@@ -1,6 +1,6 @@
 """Where a training step's time goes: a recipe (a `maskplay pretrain` TOML) trained for a few dozen steps under
 torch.profiler, the operators that take the most self time, and the run's tokens/s as model FLOP utilisation
-against this machine's measured matmul peak for the same threads and precision (issue 30, part 2).
+against this machine's measured matmul peak for the same threads and precision.
 
     OMP_NUM_THREADS=1 python benchmarks/probes/profile_train.py configs/ttq/two-hour-gpt.toml --data runs/data-wg16k \
         --steps 60 --out results/probes/profile-train/two-hour-gpt

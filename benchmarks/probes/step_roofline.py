@@ -7,7 +7,7 @@ GPU's peak: an operator takes max(FLOPs / (peak x --flop-eff), bytes / (bandwidt
 --min-kernel-us (a kernel's launch and tail). The sum is what the step would take if the device were the only
 bottleneck, and the table says which operators would take it.
 
-Session 20's H200 ran the GPT-BERT recipe step in 110 ms (docs/results/training-speed.md);
+An H200 ran the GPT-BERT recipe step in 110 ms on 2026-11-28 (docs/results/training-speed.md);
 an estimate far below that says the time goes where this does not look (the host, its synchronisations, kernels far
 slower than their bytes, such as atomic scatter-adds); one near it says which operators to make cheaper.
 

@@ -1,12 +1,12 @@
-"""What each of a strict-small recipe's pieces costs its training step (issue 45): the recipe's step (its architecture
+"""What each of a strict-small recipe's pieces costs its training step: the recipe's step (its architecture
 at 12 x 384, LAMB, bf16 autocast, eager: gpu_train_speed.py --recipe's), then the same step with one piece taken out
 at a time (disentangled positions, DenseFormer, GEGLU, the value gate, the two extra norms, GPT-BERT's z-loss, LAMB
 for fused AdamW), one with the hidden-state dropout `maskplay pretrain` trains with (0.1; the timed recipe step runs
 without it), and one with every piece out (a plain model of the size). Each variant's step time and its ratio to the
 recipe's, in one run on one device, so a GPU says which piece a faster step must come from.
 
-Session 20's H200 ran the GPT-BERT recipe at 110 ms a step, 5 % MFU, and no faster compiled block by block, while
-HuggingFace's plain BertForMaskedLM of the size ran 31 ms (session 17): this splits that gap by piece. A piece's
+An H200 ran the GPT-BERT recipe at 110 ms a step, 5 % MFU, and no faster compiled block by block, while
+HuggingFace's plain BertForMaskedLM of the size ran 31 ms (both on 2026-11-28): this splits that gap by piece. A piece's
 "saving" is the recipe's step less the step without it; the pieces interact (DenseFormer's stream reads what the other
 sub-layers write), so the savings need not add up to the plain model's.
 
