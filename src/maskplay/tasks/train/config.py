@@ -274,8 +274,8 @@ class RunSection:
     # what run.compile compiles: "step" (the whole forward and its loss, every layer unrolled into one graph) |
     # "layers" (each block alone, one compiled code reused by every layer, the rest eager: a compile that costs one
     # block, not num_layers; nn/regional.py) | "nested" (the whole step in one graph, each block in it a nested compile
-    # region traced and compiled once for every layer). docs/guides/training.md and docs/results/training-speed.md ("Compiling a
-    # recipe") compare them
+    # region traced and compiled once for every layer). docs/guides/training.md and
+    # docs/results/training-speed.md ("Compiling a recipe") compare them
     compile_scope: str = "step"
     # attention under a materialised mask (T-TA's, GPT-BERT's mixed batches, UniLM's, XLNet's, padding, and the
     # position terms of disentangled attention and Transformer-XL/XLNet) through FlexAttention, compiled: the mask
