@@ -57,11 +57,13 @@ def _digest(path: Path) -> tuple[hashlib._Hash, int]:
     return h, size
 
 
-def download(url: str, target: Path, sha256: str, size: int, desc: str = "", progress: bool = True) -> Path:
+def download(url: str, target: Path, sha256: str | None, size: int | None, desc: str = "",
+             progress: bool = True) -> Path:
     """Fetch `url` into `target` unless it is there already. A partial target.part from an interrupted download
     is continued (HTTP Range; a server that ignores the range restarts it); the complete file must have `size`
     bytes and the sha256 `sha256`, else its part is deleted and ChecksumError says so; then it is renamed to
-    `target`. No network: OfflineError."""
+    `target`. sha256 and size None: a file checked by the caller once it has it (its length then comes from the
+    server). No network: OfflineError."""
     target = Path(target)
     if target.is_file():
         return target
@@ -70,10 +72,10 @@ def download(url: str, target: Path, sha256: str, size: int, desc: str = "", pro
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     h, have = _digest(part)
-    if have > size:  # longer than the file can be: not a prefix of it
-        part.unlink()
+    if size is None or have > size:  # unknown length (fetched whole), or longer than the file: not a prefix of it
+        part.unlink(missing_ok=True)
         h, have = hashlib.sha256(), 0
-    if have < size:
+    if size is None or have < size:
         request = urllib.request.Request(url, headers={"User-Agent": "maskplay"})
         if have:
             request.add_header("Range", f"bytes={have}-")
@@ -90,7 +92,9 @@ def download(url: str, target: Path, sha256: str, size: int, desc: str = "", pro
             if have and response.status != 206:  # the server sent the whole file: start again
                 h, have = hashlib.sha256(), 0
             total = _total(response, have)
-            if total is not None and total != size:
+            if size is None:
+                size = total
+            elif total is not None and total != size:
                 _damaged(url, part, f"the server's copy has {total:,} bytes, expected {size:,}")
             with open(part, "ab" if have else "wb") as out, \
                     Progress(total=size, initial=have, desc=desc or target.name, unit="B", enabled=progress) as bar:
@@ -104,10 +108,10 @@ def download(url: str, target: Path, sha256: str, size: int, desc: str = "", pro
                     pass
                 out.flush()
                 os.fsync(out.fileno())
-        if have < size:  # the part stays, and the next call resumes it
+        if size is not None and have < size:  # the part stays, and the next call resumes it
             raise OfflineError(f"{url}: interrupted after {have:,} of {size:,} bytes; run the command again to "
                                "resume")
-    if have != size or h.hexdigest() != sha256:
+    if (size is not None and have != size) or (sha256 is not None and h.hexdigest() != sha256):
         _damaged(url, part, f"{have:,} bytes, expected {size:,}" if have != size else
                  "its sha256 differs from the manifest's")
     os.replace(part, target)
