@@ -90,7 +90,8 @@ prepare_wiki = test -d $(DATA) || $(BIN)/maskplay prepare --corpus $(SHARED)/enw
 	--tokenizer src/maskplay/assets/$(1)/tokenizer.json --out $(DATA)
 # $(1): pretrain | seq2seq train; $(2): NAME
 train_bundle = $(BIN)/maskplay $(1) --config configs/bundle-$(2).toml $(if $(wildcard runs/bundle/$(2)/ckpt-*),--resume)
-export_bundle = $(BIN)/python scripts/bundle.py runs/bundle/$(1)/final src/maskplay/assets/$(1) --piece-counts $(DATA)
+export_bundle = $(BIN)/python scripts/bundle.py runs/bundle/$(1)/final src/maskplay/assets/$(1) --piece-counts $(DATA) \
+	&& $(BIN)/python scripts/models_manifest.py  # the checksums `maskplay models fetch` checks
 
 # the one-pass scorer (about 2 hours on one core)
 bundle-tta: venv
