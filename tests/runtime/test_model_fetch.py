@@ -206,3 +206,14 @@ def test_models_fetch_all_gets_every_model_not_bundled(wheel, monkeypatch, capsy
     out = capsys.readouterr().out
     assert "tta-mini-wiki: " in out and "(bundled)" in out and "tta-two-hour: " in out and "(fetched)" in out
     assert same_files(cached("tta-two-hour"), "tta-two-hour")
+
+
+def test_two_fetches_at_once_take_turns(wheel, monkeypatch):
+    """torchrun's ranks (or two commands) asking for the same model: one downloads, the other finds it done."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with serve(ASSETS, monkeypatch) as server:
+        with ThreadPoolExecutor(2) as pool:
+            dirs = list(pool.map(lambda _: models.fetch_model(NAME, progress=False), range(2)))
+    assert dirs == [cached(), cached()] and same_files(cached())
+    assert len(server.requests) == len(models.manifest()["models"][NAME]["files"])  # each file once

@@ -69,11 +69,15 @@ def fetch_model(name: str, progress: bool = True) -> Path:
     state, directory = where(name)
     if state != "to fetch":
         return directory
+    from filelock import FileLock
+
     entries = manifest()["models"][name]["files"]
+    directory.parent.mkdir(parents=True, exist_ok=True)
     try:
-        for file, entry in entries.items():
-            download(url(name, file), directory / file, entry["sha256"], entry["bytes"], desc=f"{name}/{file}",
-                     progress=progress)
+        with FileLock(str(directory.parent / f".{name}.lock")):  # one download at a time (torchrun's ranks, ...)
+            for file, entry in entries.items():
+                download(url(name, file), directory / file, entry["sha256"], entry["bytes"], desc=f"{name}/{file}",
+                         progress=progress)
     except OfflineError as err:
         raise OfflineError(f"model {name} is not in this installation and could not be fetched ({err}); get it "
                            f"with `{fetch_command(name)}` when online") from None

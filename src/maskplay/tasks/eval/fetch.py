@@ -81,10 +81,18 @@ def _place(raw: Path, file: dict[str, Any], target: Path) -> None:
 
 def fetch_set(name: str, progress: bool = True) -> Path:
     """The set's folder in the cache, downloaded first when missing; offline, one OfflineError naming the command."""
+    from filelock import FileLock
+
     entry = manifest()["sets"][name]
     final = data_cache() / entry["folder"]
     if final.is_dir():
         return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(final.parent / f".{entry['folder']}.lock")):  # one fetch of a set at a time
+        return final if final.is_dir() else _fetch_into(name, entry, final, progress)
+
+
+def _fetch_into(name: str, entry: dict[str, Any], final: Path, progress: bool) -> Path:
     work = final.with_name(final.name + ".part")
     try:
         for file in entry["files"]:
