@@ -6,9 +6,9 @@ for a few steps, `export --to-hf` of that run, and the one-line errors for a mod
 while offline.
 
 The clean environment: a venv made without pip, maskplay's wheel installed into it with --no-deps (by this
-interpreter's pip), its dependencies (torch, ...) from this interpreter's site-packages through a .pth line. A
-.pth line adds that directory alone: the .pth files inside it, which put an editable checkout on the path, are not
-read, so `import maskplay` can only find the wheel."""
+interpreter's pip), its dependencies (torch, ...) linked from this interpreter's site-packages into a directory
+that a .pth line adds, less the extras' packages and this checkout's maskplay (whose editable install is a .pth
+file, left out too), so `import maskplay` can only find the wheel and `import transformers` fails."""
 
 from __future__ import annotations
 
@@ -26,6 +26,25 @@ pytestmark = [pytest.mark.heavy, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 900
+# the extras' packages (pyproject.toml) and the test tools, by their import and distribution names: left out of the
+# clean venv's view of this environment's site-packages
+EXTRAS = {"fastapi", "uvicorn", "uvloop", "httptools", "lm_eval", "transformers", "minicons", "sentence_transformers",
+          "pytest", "_pytest", "xdist", "pytest_xdist", "hypothesis", "playwright", "httpx", "openai", "torch_optimizer",
+          "datasets", "build", "twine", "ruff", "importlinter", "import_linter", "grimp"}
+
+
+def _core_view(target: Path) -> Path:
+    """This environment's site-packages as links, less the extras (EXTRAS) and this checkout's maskplay (its
+    dist-info and the editable install's .pth): what a plain `pip install maskplay` would have given."""
+    target.mkdir()
+    for directory in dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]):
+        for entry in Path(directory).iterdir():
+            top = entry.name.split("-")[0].split(".")[0].lower()
+            if top in EXTRAS or top == "maskplay" or entry.name.startswith("__editable__") or entry.suffix == ".pth" \
+                    or (target / entry.name).exists():
+                continue
+            os.symlink(entry, target / entry.name)
+    return target
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -103,13 +122,16 @@ def installed(dist, tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
     # editable maskplay in the site-packages added next
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
           str(dist / "maskplay-0.2.0-py3-none-any.whl")], cwd=root, env=env)
-    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    (site / "maskplay_test_deps.pth").write_text("".join(f"{d}\n" for d in sorted(deps)))
+    # the dependencies: the core's alone (the extras are not importable there), so the commands below show that
+    # `pip install maskplay` is enough for them
+    (site / "maskplay_test_deps.pth").write_text(f"{_core_view(root / 'core-deps')}\n")
     env.update(MASKPLAY_CACHE=str(root / "cache"), MASKPLAY_OFFLINE="1", HF_HUB_OFFLINE="1")
     work = root / "user" / "work"  # outside the repository; no ../shared/data beside it
     work.mkdir(parents=True)
     where = _run([str(python), "-c", "import maskplay; print(maskplay.__file__)"], cwd=work, env=env).stdout.strip()
     assert Path(where).is_relative_to(site), f"maskplay imported from {where}, not the wheel's {site}"
+    blocked = _run([str(python), "-c", "import transformers"], cwd=work, env=env, check=False)
+    assert blocked.returncode == 1 and "No module named 'transformers'" in blocked.stderr
     return venv, env, work
 
 
