@@ -1,9 +1,10 @@
 """Write src/maskplay/assets/models.json from the model directories under src/maskplay/assets: every file's
 sha256 and size, each model's family, whether the wheel bundles it, and the Hub revision the files are published
-at (https://huggingface.co/maskplay/NAME at that revision). Run it after retraining a model (make bundle-*) and
-upload the changed model's files under a new revision.
+at (https://huggingface.co/maskplay/NAME at that revision). Run it after retraining a model (make bundle-* does)
+and publish the changed model's files under a new revision, e.g. with huggingface_hub's command line:
 
     python scripts/models_manifest.py [--revision v0.2.0]
+    hf upload maskplay/NAME src/maskplay/assets/NAME . && hf repos tag create maskplay/NAME v0.2.0
 """
 
 from __future__ import annotations

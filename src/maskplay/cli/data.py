@@ -10,7 +10,8 @@ from .common import percent, positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("data", help="build task data sets from the corpora (titles: first paragraph -> title)")
+    p = sub.add_parser("data", help="data sets: titles (first paragraph -> title, from the corpora), fetch (the "
+                                   "public evaluation sets, into the cache)")
     tasks = p.add_subparsers(dest="task", required=True)
     t = tasks.add_parser("titles", help="Wikipedia first paragraph -> title pairs, split by document",
                          description=__doc__)
