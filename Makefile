@@ -7,16 +7,22 @@ BIN := $(VENV)/bin
 
 # a virtual environment $(1) with torch==$(2) and maskplay in it, torch first (for 2.13.0 here the CPU build: a plain
 # `torch` requirement would pull GBs of CUDA packages), then pinned so that maskplay's requirements keep it
+# $(3): the extras ('[test]': the test stack, which holds the serve extra's server; '': the core alone)
 define make_venv
 	$(PY) -m venv $(1)
 	$(1)/bin/pip install -q --upgrade pip
 	$(1)/bin/pip install -q torch==$(2)
-	$(1)/bin/pip install -q -e '.[test,serve]' torch==$(2)
+	$(1)/bin/pip install -q -e '.$(3)' torch==$(2)
 	touch $(1)/bin/maskplay
 endef
 
 $(BIN)/maskplay: pyproject.toml
-	$(call make_venv,$(VENV),2.13.0)
+	$(call make_venv,$(VENV),2.13.0,[test])
+
+# `make demo`'s own environment: maskplay's core (score, embed, eval, train, export) and torch, no test tools
+DEMO_VENV ?= .venv-demo
+$(DEMO_VENV)/bin/maskplay: pyproject.toml
+	$(call make_venv,$(DEMO_VENV),2.13.0,)
 
 venv: $(BIN)/maskplay
 
@@ -56,7 +62,7 @@ OTHER := .venv-torch$(OTHER_TORCH)
 COMPILE_TESTS := tests/nn/test_regional.py tests/nn/test_flex_attention.py tests/nn/test_denseformer.py \
 	tests/tasks/train/test_train_compile.py tests/test_step_syncs.py
 $(OTHER)/bin/maskplay: pyproject.toml
-	$(call make_venv,$(OTHER),$(OTHER_TORCH))
+	$(call make_venv,$(OTHER),$(OTHER_TORCH),[test])
 
 test-torch: $(OTHER)/bin/maskplay
 	$(OTHER)/bin/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider $(COMPILE_TESTS)
@@ -66,8 +72,8 @@ test-torch: $(OTHER)/bin/maskplay
 fuzz: venv
 	MASKPLAY_FUZZ_LONG=1 $(BIN)/python -m pytest -q -m slow tests/test_fuzz.py
 
-demo: venv
-	$(BIN)/python -m maskplay.tasks.demo
+demo: $(DEMO_VENV)/bin/maskplay
+	$(DEMO_VENV)/bin/python -m maskplay.tasks.demo
 
 # Every family against its HuggingFace twin, one table (benchmarks/all.py; 10-15 minutes on 2 cores), written into
 # docs/results/benchmarks.md; the sub-runs' JSON in results/bench-all/.
@@ -84,7 +90,8 @@ prepare_wiki = test -d $(DATA) || $(BIN)/maskplay prepare --corpus $(SHARED)/enw
 	--tokenizer src/maskplay/assets/$(1)/tokenizer.json --out $(DATA)
 # $(1): pretrain | seq2seq train; $(2): NAME
 train_bundle = $(BIN)/maskplay $(1) --config configs/bundle-$(2).toml $(if $(wildcard runs/bundle/$(2)/ckpt-*),--resume)
-export_bundle = $(BIN)/python scripts/bundle.py runs/bundle/$(1)/final src/maskplay/assets/$(1) --piece-counts $(DATA)
+export_bundle = $(BIN)/python scripts/bundle.py runs/bundle/$(1)/final src/maskplay/assets/$(1) --piece-counts $(DATA) \
+	&& $(BIN)/python scripts/models_manifest.py  # the checksums `maskplay models fetch` checks
 
 # the one-pass scorer (about 2 hours on one core)
 bundle-tta: venv
@@ -108,4 +115,4 @@ bundle-unilm: venv
 	$(call export_bundle,unilm-titles-mini)
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(DEMO_VENV) build dist *.egg-info src/*.egg-info

@@ -17,7 +17,7 @@ import pytest
 from maskplay.cli.common import read_input
 
 pytest.importorskip("fastapi", reason="maskplay serve needs the serve extra: pip install 'maskplay[serve]'")
-pytest.importorskip("httpx", reason="the serve tests need httpx (the serve extra)")
+pytest.importorskip("httpx", reason="the serve tests need httpx (the test extra)")
 
 import torch  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402

@@ -67,3 +67,35 @@ def test_the_old_import_of_a_family_section_still_works_with_a_warning():
     assert old is ElectraConfig
     with pytest.raises(ImportError):
         from maskplay.config import NoSuchConfig  # noqa: F401
+
+
+def test_a_shipped_recipe_loads_by_name_from_any_directory(tmp_path, monkeypatch):
+    """`--config mini-tta` (or `ttq/hour-tta`, or with .toml) is the file under configs/ when no such path exists
+    here: the recipes are package data (src/maskplay/configs, the `configs` link in a clone)."""
+    from maskplay.tasks.train.recipes import RECIPES, shipped_recipes
+
+    monkeypatch.chdir(tmp_path)
+    assert set(shipped_recipes()) == {p.relative_to(p.parents[0] if p.parent.name == "configs" else p.parents[1])
+                                      .with_suffix("").as_posix() for p in CONFIGS}
+    assert load_train_config("mini-tta") == load_train_config(RECIPES / "mini-tta.toml")
+    assert load_train_config("mini-tta.toml").model.family == "tta"
+    assert load_train_config("ttq/hour-tta") == load_train_config(RECIPES / "ttq" / "hour-tta.toml")
+    (tmp_path / "mini-tta").mkdir()  # a local path of that name wins, and is refused as a directory
+    with pytest.raises(ValueError, match="is a directory"):
+        load_train_config("mini-tta")
+
+
+def test_an_unknown_recipe_name_lists_the_shipped_ones(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"config file mini-nope not found, nor is it a shipped recipe: .*"
+                                                r"mini-tta.*ttq/hour-tta"):
+        load_train_config("mini-nope")
+
+
+def test_the_cli_pretrain_takes_a_recipe_name(tmp_path, monkeypatch, capsys):
+    from maskplay.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["pretrain", "--config", "mini-nope", "--max-steps", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "mini-gpt-bert" in err, err

@@ -19,7 +19,7 @@ from .data.tokenizer import load_tokenizer
 from .families import GPT, TTA, BertMLM, Electra, GPTBert, MaskplayModel, UniLM, XLNet, build_model
 from .nn.outputs import ModelOutput
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # name -> the module that defines it, imported on first use (the tasks sit above the families)
 _ENTRY_POINTS = {"Scorer": "maskplay.tasks.score", "Embedder": "maskplay.tasks.score", "generate": "maskplay.tasks.decoding",

@@ -11,8 +11,8 @@ import sys
 # One module per top-level command, in the order `maskplay --help` lists them. They are imported when the parser
 # is built, not with this package: `from maskplay.cli.generate import ...` loads no other command.
 COMMANDS = ("masks", "tokenizer", "prepare", "pretrain", "score", "embed", "eval", "plot_runs", "export",
-            "convert", "data", "seq2seq", "generate", "finetune", "predict", "finetune_convert", "simcse", "grow", "serve",
-            "lm_eval", "distill")
+            "convert", "models", "data", "seq2seq", "generate", "finetune", "predict", "finetune_convert", "simcse",
+            "grow", "serve", "lm_eval", "distill")
 
 INFERENCE_COMMANDS = ("score", "embed", "eval")
 

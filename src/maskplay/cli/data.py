@@ -1,4 +1,5 @@
-"""`maskplay data titles`: build the (first paragraph -> title) seq2seq data set from WikiExtractor files."""
+"""`maskplay data titles`: build the (first paragraph -> title) seq2seq data set from WikiExtractor files.
+`maskplay data fetch SET`: download a public evaluation set into the cache (maskplay.tasks.eval.fetch)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from .common import percent, positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("data", help="build task data sets from the corpora (titles: first paragraph -> title)")
+    p = sub.add_parser("data", help="data sets: titles (first paragraph -> title, from the corpora), fetch (the "
+                                   "public evaluation sets, into the cache)")
     tasks = p.add_subparsers(dest="task", required=True)
     t = tasks.add_parser("titles", help="Wikipedia first paragraph -> title pairs, split by document",
                          description=__doc__)
@@ -23,6 +25,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--dev-percent", type=percent, default=defaults.dev_percent)
     t.add_argument("--test-percent", type=percent, default=defaults.test_percent)
     t.set_defaults(func=run)
+    f = tasks.add_parser("fetch", help="download public evaluation sets into the cache, where `maskplay eval` finds "
+                                      "them (blimp, sts, sick, cola, spelling, wiki)",
+                         description="Download public data sets from the repositories they come from, checksummed, "
+                                     "into ~/.cache/maskplay/data ($MASKPLAY_CACHE or $XDG_CACHE_HOME move it), in "
+                                     "the layout `maskplay eval` reads. docs/guides/models.md.")
+    f.add_argument("sets", nargs="*", metavar="SET", help="blimp, sts, sick, cola, spelling, wiki")
+    f.add_argument("--all", action="store_true", help="every set")
+    f.set_defaults(func=run_fetch)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,4 +47,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {what}: {n:,}")
     print(f"wrote {args.out}/{{train,dev,test}}.jsonl, {args.out}/train, {args.out}/valid, {args.out}/tokenizer.json, "
           f"{args.out}/summary.json")
+    return 0
+
+
+def run_fetch(args: argparse.Namespace) -> int:
+    from ..tasks.eval.fetch import fetch_set, set_names
+
+    names = set_names() if args.all else args.sets
+    if not names:
+        raise ValueError(f"name the sets to fetch ({', '.join(set_names())}), or --all")
+    unknown = [n for n in names if n not in set_names()]
+    if unknown:
+        raise ValueError(f"unknown data set {', '.join(unknown)}; the sets: {', '.join(set_names())}")
+    for name in names:
+        print(f"{name}: {fetch_set(name)}")
     return 0

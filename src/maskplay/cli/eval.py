@@ -23,7 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     add_eval_parser(tasks, "seq2seq")  # the same command as `maskplay seq2seq eval`
     s = _task(tasks, "sts", "unsupervised STS: cosine of pooled embeddings vs gold; Spearman/Pearson x 100", run_sts,
-              scoring=False, data_help="the shared data directory (default: $MASKPLAY_DATA or ../shared/data)")
+              scoring=False, data_help="the shared data directory (default: searched in $MASKPLAY_DATA, ../shared/data "
+              "and the cache `maskplay data fetch` fills)")
     from ..tasks.score.embed import Pooling
 
     s.add_argument("--datasets", nargs="+", choices=["stsb", "sick"], default=["stsb", "sick"])

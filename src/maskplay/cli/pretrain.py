@@ -30,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pretrain", help=f"pretrain a model ({families}) from a prepared corpus",
                        description=f"{__doc__.strip()}\nFamilies: {families}.", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", metavar="TOML", help="training config (see configs/*.toml)")
+    p.add_argument("--config", metavar="TOML", help="training config: a TOML file, or a shipped recipe by name "
+                   "(mini-tta, ttq/hour-tta: the files under configs/)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config field, e.g. --set optim.lr=5e-4 --set model.hidden_dropout=0 "
                         "(repeatable)")

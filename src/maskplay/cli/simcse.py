@@ -114,7 +114,7 @@ def run_simcse(args: argparse.Namespace) -> int:
     from ..runtime.devices import resolve_device
     from ..runtime.files import OutputLock
     from ..runtime.precision_probe import resolve
-    from ..tasks.eval.common import data_root
+    from ..tasks.eval.common import find_data
     from ..tasks.eval.files import portable
     from ..tasks.score.scorer import load_model_dir
     from ..tasks.simcse import SIMCSE_NAME, corpus_sentences, forward_kwargs, save_simcse, train_simcse
@@ -126,7 +126,7 @@ def run_simcse(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     out = Path(args.out)
     _check_out(out, args.model, args.overwrite)
-    data = args.data or [data_root() / "enwiki-wikiextractor"]
+    data = args.data or [find_data("enwiki-wikiextractor")]
     for path in data:
         if not Path(path).exists():
             raise FileNotFoundError(f"--data {path} not found")

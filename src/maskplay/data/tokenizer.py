@@ -208,8 +208,13 @@ def train_byte_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
-    """Load from a directory (tokenizer.json or vocab.txt in it), a tokenizer.json, or any vocab .txt."""
+    """Load from a directory (tokenizer.json or vocab.txt in it), a tokenizer.json, any vocab .txt, or a bundled
+    model's name (its tokenizer: `--tokenizer tta-mini-wiki`)."""
     path = Path(path)
+    if not path.exists():
+        from ..runtime.models import bundled_model_dir
+
+        path = bundled_model_dir(str(path)) or path
     if path.is_dir():
         for name in ("tokenizer.json", "vocab.txt"):
             if (path / name).is_file():

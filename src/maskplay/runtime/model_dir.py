@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -49,40 +50,74 @@ def is_hf_directory(directory: str | Path) -> bool:
 
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
-# Models shipped inside the package, usable by name anywhere a model directory is expected.
+# The project's models, usable by name anywhere a model directory is expected: in a clone all six are under
+# src/maskplay/assets; an installed wheel bundles three and fetches the others on first use (runtime/models.py).
 BUNDLED_MODELS = {"tta-mini-wiki": ASSETS / "tta-mini-wiki", "gpt-mini-wiki": ASSETS / "gpt-mini-wiki",
                   "unilm-titles-mini": ASSETS / "unilm-titles-mini", "gpt-two-hour": ASSETS / "gpt-two-hour",
                   "tta-two-hour": ASSETS / "tta-two-hour", "tta-two-hour-gutenberg": ASSETS / "tta-two-hour-gutenberg"}
+# a Hub repository id: org/name, or a legacy name without an organisation (bert-base-uncased, gpt2)
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+
+
+def model_not_found(name: str | Path, why: str = "") -> str:
+    """The one-line error for a model that is nowhere: what was given, why not, and the forms accepted."""
+    return (f"model directory {name} not found{f' ({why})' if why else ''}; a model is a local directory, a "
+            f"bundled name ({', '.join(BUNDLED_MODELS)}; `maskplay models list`), or a HuggingFace Hub id, "
+            "org/name or a legacy one such as bert-base-uncased (fetched when online)")
 
 
 def resolve_model_dir(name: str | Path) -> Path:
-    """A local directory as it is; a bundled model's name (BUNDLED_MODELS); otherwise a hub repository id,
-    downloaded (or found in the local cache)."""
+    """A local directory as it is; a bundled model's name (BUNDLED_MODELS, fetched into the cache on first use
+    where the installation does not carry it); otherwise a hub repository id, org/name or a legacy id without an
+    organisation, downloaded through huggingface_hub (or found in its cache). A name that is none of these is one
+    FileNotFoundError listing what is accepted."""
+    from .models import bundled_model_dir
+
     path = Path(name)
-    if str(name) in BUNDLED_MODELS and not path.exists():
-        return BUNDLED_MODELS[str(name)]
-    if path.exists() or str(name).count("/") != 1 or str(name).startswith((".", "/")):
+    if path.exists():
         return path
-    if path.parent.is_dir():  # runs/nope where runs/ is a local directory: a mistyped path, not a hub id
+    directory = bundled_model_dir(str(name))
+    if directory is not None:
+        return directory
+    if str(name).startswith((".", "/", "~")) or not HUB_ID.fullmatch(str(name)):
+        raise FileNotFoundError(model_not_found(name))
+    if path.parent != Path(".") and path.parent.is_dir():  # runs/nope where runs/ is a local directory: a typo
         raise FileNotFoundError(f"{name} not found ({path.parent}/ is a local directory, so {name} is taken as a "
                                 "local path, not a HuggingFace Hub repository id; write hub ids with no such directory)")
+    return _from_hub(str(name))
+
+
+def _from_hub(repo_id: str) -> Path:
+    """snapshot_download of a model's config, weights and tokenizer; offline (runtime.download.offline), only
+    its cache is looked in."""
+    from .download import offline
+
     try:
         from huggingface_hub import snapshot_download
-    except ImportError as err:
-        raise FileNotFoundError(f"{name} is not a local directory, and huggingface_hub (needed to fetch it from "
-                                "the hub) is not installed: pip install huggingface_hub") from err
+    except ImportError:
+        raise FileNotFoundError(model_not_found(repo_id, "not a local directory or a bundled model, and "
+                                                         "huggingface_hub, which fetches Hub ids, is not installed: "
+                                                         "pip install huggingface_hub")) from None
     try:
-        return Path(snapshot_download(repo_id=str(name), allow_patterns=[CONFIG_NAME, WEIGHTS_NAME, "tokenizer.json"]))
-    except Exception as err:  # offline, unknown repository, ...: say what was tried
-        raise FileNotFoundError(f"{name} is not a local directory and could not be fetched from the hub: {err}") from err
+        return Path(snapshot_download(repo_id=repo_id, allow_patterns=[CONFIG_NAME, WEIGHTS_NAME, "tokenizer.json"],
+                                      local_files_only=offline()))
+    except Exception as err:  # offline, unknown repository, ...: say what was tried, in one line
+        detail = " ".join(str(err).split())[:200] or type(err).__name__
+        where = "not in the Hub's local cache, and maskplay is offline" if offline() else \
+            f"the HuggingFace Hub did not give it: {type(err).__name__}: {detail}"
+        raise FileNotFoundError(model_not_found(repo_id, f"not a local directory or a bundled model; {where}")) from None
 
 
 def local_model_dir(name: str | Path) -> Path:
     """A local directory, or a bundled model's name (BUNDLED_MODELS): what a local conversion reads (never a hub
     download); anything else is a FileNotFoundError naming it."""
+    from .models import bundled_model_dir
+
     path = Path(name)
-    if not path.exists() and str(name) in BUNDLED_MODELS:
-        return BUNDLED_MODELS[str(name)]
+    if not path.exists():
+        directory = bundled_model_dir(str(name))
+        if directory is not None:
+            return directory
     if not path.is_dir():
         raise FileNotFoundError(f"maskplay model directory {name} not found (nor is it a bundled model: "
                                 f"{', '.join(BUNDLED_MODELS)})")

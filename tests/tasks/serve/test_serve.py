@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("fastapi", reason="maskplay serve needs the serve extra: pip install 'maskplay[serve]'")
-httpx = pytest.importorskip("httpx", reason="the serve tests need httpx (the serve extra)")
+httpx = pytest.importorskip("httpx", reason="the serve tests need httpx (the test extra)")
 
 from maskplay.tasks.decoding import generate  # noqa: E402
 from maskplay.tasks.score import Embedder, Scorer, load_model_dir  # noqa: E402
@@ -98,7 +98,7 @@ def models():
 
 
 def openai_client(server: Server):
-    openai = pytest.importorskip("openai", reason="the OpenAI client tests need PyPI openai (the serve extra)")
+    openai = pytest.importorskip("openai", reason="the OpenAI client tests need PyPI openai (the test extra)")
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
 
@@ -404,7 +404,7 @@ def test_page_in_headless_chromium(tta, models):
     """Type a sentence, wait for the colours, check the most surprising token against /v1/score."""
     if not Path(CHROMIUM).is_file() or shutil.which(CHROMIUM) is None:
         pytest.skip(f"no browser: {CHROMIUM} is absent (apt-get install --no-install-recommends chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the serve extra)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the test extra)")
     sentence = "the cat sat on the democracy ."
     expected = tta.post("/v1/score", json={"input": sentence}).json()["data"][0]
     top = max(expected["tokens"], key=lambda t: t["surprisal"])

@@ -16,28 +16,57 @@ from sklearn.metrics import matthews_corrcoef
 from ...runtime.files import atomic_path
 
 DATA_ENV = "MASKPLAY_DATA"
+REPO = Path(__file__).resolve().parents[4]  # src/maskplay/tasks/eval -> the repository, in a clone
 
 
-def data_root() -> Path:
-    """$MASKPLAY_DATA, else ../shared/data next to the repository (src/maskplay/tasks/eval -> repo root), else
-    ../shared/data from the working directory."""
+def data_roots() -> list[Path]:
+    """Where the data sets are searched, in order: $MASKPLAY_DATA, ../shared/data next to the repository when
+    maskplay runs from a clone, ../shared/data from the working directory, then the cache that `maskplay data
+    fetch` fills (fetch.py)."""
+    from .fetch import data_cache
+
+    roots = []
     if os.environ.get(DATA_ENV):
         root = Path(os.environ[DATA_ENV])
         if not root.is_dir():
             raise FileNotFoundError(f"${DATA_ENV}={root} is not a directory")
-        return root
-    candidates = [Path(__file__).resolve().parents[4].parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
-    for root in candidates:
+        roots.append(root)
+    if (REPO / "pyproject.toml").is_file() and (REPO / "src" / "maskplay").is_dir():
+        roots.append(REPO.parent / "shared" / "data")
+    roots += [Path.cwd().parent / "shared" / "data", data_cache()]
+    return list(dict.fromkeys(roots))
+
+
+def find_data(*default: str) -> Path:
+    """The first data_roots()/default that exists; else one FileNotFoundError naming the places searched and the
+    command that fetches the set."""
+    from .fetch import fetch_command
+
+    roots = data_roots()
+    for root in roots:
+        if root.joinpath(*default).exists():
+            return root.joinpath(*default)
+    command = fetch_command(default[0]) if default else None
+    how = f"get it with `{command}`" if command else "no command fetches it (docs/guides/models.md)"
+    raise FileNotFoundError(f"{'/'.join(default)} not found (searched {', '.join(map(str, roots))}): {how}, or give "
+                            f"its path (--data / --file), or set ${DATA_ENV}")
+
+
+def data_root() -> Path:
+    """The first of data_roots() that exists (a directory in the shared layout)."""
+    roots = data_roots()
+    for root in roots:
         if root.is_dir():
             return root
-    raise FileNotFoundError(f"no data directory: set ${DATA_ENV} or pass --data (looked in "
-                            f"{', '.join(map(str, candidates))})")
+    raise FileNotFoundError(f"no data directory: set ${DATA_ENV} or pass --data, or fetch a set with `maskplay data "
+                            f"fetch` (looked in {', '.join(map(str, roots))})")
 
 
 def data_path(given: str | Path | None, *default: str) -> Path:
-    """The given path, else the default under data_root(). A name with a suffix (x.csv, x.jsonl.gz) must be a
-    file and one without a directory: the other kind is an error naming it, not an IsADirectoryError later."""
-    path = Path(given) if given is not None else data_root().joinpath(*default)
+    """The given path, else the default searched under data_roots() (find_data). A name with a suffix (x.csv,
+    x.jsonl.gz) must be a file and one without a directory: the other kind is an error naming it, not an
+    IsADirectoryError later."""
+    path = Path(given) if given is not None else find_data(*default)
     if not path.exists():
         raise FileNotFoundError(f"{path} not found")
     want_file = bool(Path(*default).suffix if default else path.suffix)

@@ -408,12 +408,15 @@ def train_config_from_dict(data: dict[str, Any], source: str = "config") -> Trai
 
 
 def load_train_config(path: str | Path) -> TrainConfig:
-    """Read a TOML file; unknown sections or keys are errors that name them and the file."""
-    path = Path(path)
+    """Read a TOML file, or a shipped recipe by name (`mini-tta`: recipes.py); unknown sections or keys are errors
+    that name them and the file."""
+    from .recipes import recipe_names, resolve_recipe
+
+    path = resolve_recipe(path)
     if path.is_dir():
         raise ValueError(f"config file {path} is a directory; give a .toml file")
     if not path.is_file():
-        raise FileNotFoundError(f"config file {path} not found")
+        raise FileNotFoundError(f"config file {path} not found, nor is it a shipped recipe: {recipe_names()}")
     if path.suffix == ".json":
         from ...runtime.files import read_json_object
 

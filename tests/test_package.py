@@ -1,0 +1,175 @@
+"""The package as a user gets it: `python -m build` builds the sdist and the wheel, `twine check` passes them, the
+wheel carries the three mini models, the recipes and the manifests but not the models fetched on first use, and,
+installed into a clean virtual environment (none of this checkout's files on its path), it runs from a directory
+outside the repository: score with a bundled model, `models list`, `pretrain --config <a shipped recipe name>`
+for a few steps, `export --to-hf` of that run, and the one-line errors for a model to fetch and data to fetch
+while offline.
+
+The clean environment: a venv made without pip, maskplay's wheel installed into it with --no-deps (by this
+interpreter's pip), its dependencies (torch, ...) linked from this interpreter's site-packages into a directory
+that a .pth line adds, less the extras' packages and this checkout's maskplay (whose editable install is a .pth
+file, left out too), so `import maskplay` can only find the wheel and `import transformers` fails."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.heavy, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT = 900
+# the extras' packages (pyproject.toml) and the test tools, by their import and distribution names: left out of the
+# clean venv's view of this environment's site-packages
+EXTRAS = {"fastapi", "uvicorn", "uvloop", "httptools", "lm_eval", "transformers", "minicons", "sentence_transformers",
+          "pytest", "_pytest", "xdist", "pytest_xdist", "hypothesis", "playwright", "httpx", "openai", "torch_optimizer",
+          "datasets", "build", "twine", "ruff", "importlinter", "import_linter", "grimp"}
+
+
+def _core_view(target: Path) -> Path:
+    """This environment's site-packages as links, less the extras (EXTRAS) and this checkout's maskplay (its
+    dist-info and the editable install's .pth): what a plain `pip install maskplay` would have given."""
+    target.mkdir()
+    for directory in dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]):
+        for entry in Path(directory).iterdir():
+            top = entry.name.split("-")[0].split(".")[0].lower()
+            if top in EXTRAS or top == "maskplay" or entry.name.startswith("__editable__") or entry.suffix == ".pth" \
+                    or (target / entry.name).exists():
+                continue
+            os.symlink(entry, target / entry.name)
+    return target
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    if check:
+        assert result.returncode == 0, f"{' '.join(args)}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def _copy_checkout(target: Path) -> Path:
+    """The checkout's files (tracked, and untracked but not ignored) copied, links as links: the build writes its
+    build/ and egg-info there, never into the checkout others run tests from."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        src, dst = REPO / name, target / name
+        if not src.exists() and not src.is_symlink():  # deleted in the work tree, not yet in the index
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dst)
+        else:
+            shutil.copy2(src, dst)
+    return target
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory) -> Path:
+    pytest.importorskip("build", reason="python -m build: pip install 'maskplay[test]'")
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("needs a git checkout to know the package's files")
+    root = tmp_path_factory.mktemp("package")
+    source = _copy_checkout(root / "source")
+    # --no-isolation: this environment's setuptools (no download); CI's `.ci/run` builds isolated as well
+    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(root / "dist"), str(source)], cwd=root)
+    return root / "dist"
+
+
+def test_build_and_twine_check(dist):
+    pytest.importorskip("twine", reason="twine check: pip install 'maskplay[test]'")
+    files = sorted(dist.iterdir())
+    assert [f.name for f in files] == ["maskplay-0.2.0-py3-none-any.whl", "maskplay-0.2.0.tar.gz"]
+    result = _run([sys.executable, "-m", "twine", "check", "--strict", *map(str, files)], cwd=dist)
+    assert result.stdout.count("PASSED") == 2, result.stdout
+
+
+def test_the_wheel_carries_the_mini_models_the_recipes_and_the_manifests(dist):
+    wheel = dist / "maskplay-0.2.0-py3-none-any.whl"
+    assert wheel.stat().st_size < 50 * 2**20  # three models: room for more under the index's 100 MB a file
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for model in ("tta-mini-wiki", "gpt-mini-wiki", "unilm-titles-mini"):
+        assert f"maskplay/assets/{model}/model.safetensors" in names
+    assert not [n for n in names if n.startswith("maskplay/assets/") and "two-hour" in n]
+    assert {"maskplay/assets/models.json", "maskplay/tasks/eval/datasets.json", "maskplay/configs/mini-tta.toml",
+            "maskplay/configs/ttq/hour-tta.toml"} <= names
+    metadata = zipfile.ZipFile(wheel).read("maskplay-0.2.0.dist-info/METADATA").decode()
+    for family in ("T-TA", "BERT", "GPT", "UniLM", "XLNet", "ELECTRA", "GPT-BERT"):
+        assert family in metadata.split("Summary:")[1].splitlines()[0]
+    extras = {line.split(": ")[1] for line in metadata.splitlines() if line.startswith("Provides-Extra:")}
+    assert extras == {"serve", "lm-eval", "hf", "test"}
+    serve = [line for line in metadata.splitlines() if "extra == \"serve\"" in line]
+    assert serve and not any(tool in line for line in serve for tool in ("playwright", "httpx", "openai", "pytest"))
+
+
+@pytest.fixture(scope="module")
+def installed(dist, tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
+    root = tmp_path_factory.mktemp("installed")
+    venv = root / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=root)
+    python = venv / "bin" / "python"
+    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                     cwd=root).stdout.strip())
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MASKPLAY_DATA", "MASKPLAY_MODELS_URL")}
+    # the wheel first, into a venv that sees nothing else: pip must not find (and uninstall) this checkout's
+    # editable maskplay in the site-packages added next
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
+          str(dist / "maskplay-0.2.0-py3-none-any.whl")], cwd=root, env=env)
+    # the dependencies: the core's alone (the extras are not importable there), so the commands below show that
+    # `pip install maskplay` is enough for them
+    (site / "maskplay_test_deps.pth").write_text(f"{_core_view(root / 'core-deps')}\n")
+    env.update(MASKPLAY_CACHE=str(root / "cache"), MASKPLAY_OFFLINE="1", HF_HUB_OFFLINE="1")
+    work = root / "user" / "work"  # outside the repository; no ../shared/data beside it
+    work.mkdir(parents=True)
+    where = _run([str(python), "-c", "import maskplay; print(maskplay.__file__)"], cwd=work, env=env).stdout.strip()
+    assert Path(where).is_relative_to(site), f"maskplay imported from {where}, not the wheel's {site}"
+    blocked = _run([str(python), "-c", "import transformers"], cwd=work, env=env, check=False)
+    assert blocked.returncode == 1 and "No module named 'transformers'" in blocked.stderr
+    return venv, env, work
+
+
+def test_score_and_models_list_from_outside_the_repository(installed):
+    venv, env, work = installed
+    maskplay = str(venv / "bin" / "maskplay")
+    out = _run([maskplay, "score", "tta-mini-wiki", "The cat sat on the mat."], cwd=work, env=env).stdout
+    assert "The cat sat on the mat." in out and "log p" in out
+    rows = {line.split()[0]: line for line in _run([maskplay, "models", "list"], cwd=work, env=env).stdout.splitlines()}
+    assert "bundled" in rows["tta-mini-wiki"] and str(venv) in rows["tta-mini-wiki"]
+    assert rows["gpt-two-hour"].endswith("to fetch") and rows["tta-two-hour-gutenberg"].endswith("to fetch")
+
+
+def test_what_is_not_installed_is_one_line_naming_the_command_that_gets_it(installed):
+    venv, env, work = installed
+    maskplay = str(venv / "bin" / "maskplay")
+    model = _run([maskplay, "score", "gpt-two-hour", "a sentence"], cwd=work, env=env, check=False)
+    assert model.returncode == 2 and "`maskplay models fetch gpt-two-hour`" in model.stderr
+    assert len(model.stderr.strip().splitlines()) == 1, model.stderr
+    data = _run([maskplay, "eval", "blimp", "gpt-mini-wiki"], cwd=work, env=env, check=False)
+    assert data.returncode == 2 and "`maskplay data fetch blimp`" in data.stderr, data.stderr
+    searched = f"(searched {work.parent / 'shared' / 'data'}, {Path(env['MASKPLAY_CACHE']) / 'data'})"
+    assert searched in data.stderr, data.stderr
+
+
+def test_pretrain_a_shipped_recipe_by_name_then_export_it(installed):
+    venv, env, work = installed
+    maskplay = str(venv / "bin" / "maskplay")
+    words = "the cat sat on a mat dog ran in park river flows into sea near old town people live there".split()
+    lines = [" ".join(words[(7 * i + 3 * j) % len(words)] for j in range(5 + i % 9)) + " ." for i in range(300)]
+    (work / "corpus.txt").write_text("\n".join(lines) + "\n")
+    small = ["optim.warmup_steps=1", "data.max_length=32", "run.eval_every=2", "run.eval_batches=1",
+             "run.save_every=2", "run.progress=false", "run.tensorboard=false", "run.threads=1", "run.device=cpu"]
+    args = [maskplay, "pretrain", "--config", "mini-tta", "--corpus", "corpus.txt", "--tokenizer", "tta-mini-wiki",
+            "--out", "run", "--max-steps", "2", "--batch-size", "4"]
+    for override in small:
+        args += ["--set", override]
+    out = _run(args, cwd=work, env=env).stdout
+    assert "final model:" in out and (work / "run" / "final" / "model.safetensors").is_file()
+    _run([maskplay, "export", "--to-hf", "run/final", "--out", "hf"], cwd=work, env=env)
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (work / "hf").iterdir()}
