@@ -12,6 +12,7 @@ from ..families import family_class
 from ..registry import family_names
 from ..tasks.train.config import PRECISIONS, TrainConfig, load_train_config
 from .common import positive_float, positive_int, seed_int
+from .summaries import summary
 
 EPILOG = """\
 examples:
@@ -27,7 +28,7 @@ checkpoints and exits 130; a second Ctrl-C stops at once. See docs/TRAINING.md."
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     families = ", ".join(family_names())  # every registered family (maskplay.registry)
-    p = sub.add_parser("pretrain", help=f"pretrain a model ({families}) from a prepared corpus",
+    p = sub.add_parser("pretrain", help=summary("pretrain"),
                        description=f"{__doc__.strip()}\nFamilies: {families}.", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", metavar="TOML", help="training config (see configs/*.toml)")
