@@ -19,9 +19,16 @@ import maskplay.runtime.precision_probe as pp
 from maskplay.cli import COMMANDS, NAMES, build_parser, main
 from maskplay.cli.summaries import BUILT_IN, live_facts
 
-NO_TORCH = "import sys, runpy; sys.argv = ['maskplay', {arg!r}]\ntry:\n    runpy.run_module('maskplay', run_name='__main__')\n" \
-           "except SystemExit:\n    pass\nassert 'torch' not in sys.modules, 'torch imported'\n" \
-           "assert not [m for m in sys.modules if m.startswith('maskplay.tasks')], 'a task imported'"
+NO_TORCH = "\n".join([
+    "import sys, runpy",
+    "sys.argv = ['maskplay', {arg!r}]",
+    "try:",
+    "    runpy.run_module('maskplay', run_name='__main__')",
+    "except SystemExit:",
+    "    pass",
+    "assert 'torch' not in sys.modules, 'torch imported'",
+    "assert not [m for m in sys.modules if m.startswith('maskplay.tasks')], 'a task imported'",
+])
 
 
 @pytest.mark.parametrize("arg", ["--version", "--help"])
