@@ -1,10 +1,10 @@
 """How fast the `maskplay` command answers: whole processes timed, hyperfine-style (warm-up runs, then repeated
-runs; median, min, max and spread), for `maskplay --version`, `--help` and scoring one sentence with a bundled
-model. With --base SRC, the same commands of another source tree (e.g. an older commit's src/, from
-`git archive COMMIT src | tar -x -C DIR`) run in the same invocation, alternating with this tree's, so that both
-see the same machine load; the JSON gives each tree's numbers and base / this ratios.
+runs; the wall time's median, min, max and spread, and the median CPU time), for `maskplay --version`, `--help`
+and scoring one sentence with a bundled model. With --base SRC, the same commands of another source tree (e.g. an
+older commit's src/, from `git archive COMMIT src | tar -x -C DIR`) run in the same invocation, alternating with
+this tree's, so that both see the same machine load; the JSON gives each tree's numbers and base / this ratios.
 
-    python benchmarks/cli_startup.py --base /tmp/base/src --runs 10 --out results/cli-startup/cli-startup.json
+    python benchmarks/cli_startup.py --base /tmp/base/src --base-name 02e57e0 --runs 10
 
 Each process runs the tree's package (PYTHONPATH=SRC) with bytecode cached in a temporary directory (as an
 installed package has it); the first runs of each command are warm-ups and not counted. The --precision auto probe
@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -45,16 +46,22 @@ def commit(tree: Path) -> str | None:
     return done.stdout.strip() or None if done.returncode == 0 else None
 
 
-def run_once(src: Path, args: list[str], env: dict[str, str]) -> float:
+def run_once(src: Path, args: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system of the process, less sensitive to a busy machine's load)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "maskplay", *args], env={**env, "PYTHONPATH": str(src)},
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, cwd=tempfile.gettempdir())
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def summary(times: list[float]) -> dict[str, float]:
+def summary(runs: list[tuple[float, float]]) -> dict[str, float]:
+    times, cpu = [w for w, _ in runs], [c for _, c in runs]
     return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-            "stdev_s": statistics.stdev(times) if len(times) > 1 else 0.0, "runs": len(times)}
+            "stdev_s": statistics.stdev(times) if len(times) > 1 else 0.0, "cpu_median_s": statistics.median(cpu),
+            "runs": len(times)}
 
 
 def main() -> None:
@@ -76,7 +83,8 @@ def main() -> None:
         env["PYTHONPYCACHEPREFIX"] = cache  # bytecode cached, as an installed package has it; not in the trees
         if not args.probe:
             env["MASKPLAY_AUTO_PRECISION"] = "fp32"
-        times: dict[str, dict[str, list[float]]] = {name: {tree: [] for tree in trees} for name in args.commands}
+        times: dict[str, dict[str, list[tuple[float, float]]]] = {
+            name: {tree: [] for tree in trees} for name in args.commands}
         for name in args.commands:
             for _ in range(args.warmup):
                 for src in trees.values():
@@ -84,14 +92,16 @@ def main() -> None:
             for _ in range(args.runs):  # the trees alternate: both see the same load
                 for tree, src in trees.items():
                     times[name][tree].append(run_once(src, COMMANDS[name], env))
-            line = "  ".join(f"{tree} {statistics.median(t):.3f} s" for tree, t in times[name].items())
+            line = "  ".join(f"{tree} {statistics.median(w for w, _ in t):.3f} s "
+                             f"(CPU {statistics.median(c for _, c in t):.3f} s)" for tree, t in times[name].items())
             print(f"{name:>20}: {line}", flush=True)
     rows = []
     for name, by_tree in times.items():
         row = {"case": name, "command": ["maskplay", *COMMANDS[name]],
                **{tree: summary(t) for tree, t in by_tree.items()}}
         if "base" in by_tree:
-            row["base_over_this"] = statistics.median(by_tree["base"]) / statistics.median(by_tree["this"])
+            row["base_over_this"] = row["base"]["median_s"] / row["this"]["median_s"]
+            row["base_over_this_cpu"] = row["base"]["cpu_median_s"] / row["this"]["cpu_median_s"]
         rows.append(row)
     result = {"benchmark": "cli_startup", "cpu": cpu_model(), "cores": os.cpu_count(),
               "load_average": os.getloadavg(), "python": platform.python_version(), "commit": commit(REPO),
