@@ -96,7 +96,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     config = _replace(config, "run", out_dir=args.out, max_minutes=args.max_minutes, precision=args.precision,
                       device=args.device)
     config = apply_overrides(config, args.overrides)
-    return follow_budget(config, base_optim, set_by_user(args)).validate()
+    return follow_budget(config, base_optim, set_by_user(args), getattr(args, "command", "pretrain")).validate()
 
 
 def set_by_user(args: argparse.Namespace) -> set[str]:
@@ -126,7 +126,8 @@ def _raw_config(path: str) -> dict:
         return {}
 
 
-def follow_budget(config: TrainConfig, base_optim, chosen: set[str]) -> TrainConfig:  # type: ignore[no-untyped-def]
+def follow_budget(config: TrainConfig, base_optim, chosen: set[str],  # type: ignore[no-untyped-def]
+                  command: str = "pretrain") -> TrainConfig:
     """Defaults that follow what the user chose: a warmup that does not fit the steps given is scaled with them
     (one line says so), and data.max_length, unless set, is at most the model's max_position (`--preset tiny`)."""
     if "*" in chosen:
@@ -140,7 +141,7 @@ def follow_budget(config: TrainConfig, base_optim, chosen: set[str]) -> TrainCon
         say(f"optim.warmup_steps={optim.warmup_steps} does not fit optim.max_steps={optim.max_steps}: scaled with "
             f"the steps to {fitted.warmup_steps}" + (f" (optim.cooldown_steps {fitted.cooldown_steps})"
                                                      if optim.cooldown_steps else "")
-            + "; set optim.warmup_steps to choose")
+            + "; set optim.warmup_steps to choose", command)
         config = dataclasses.replace(config, optim=fitted)
     if "data.max_length" not in chosen and not config.model.init:
         max_position = config.model.max_position or PRESETS[config.model.preset].get("max_position")
@@ -150,14 +151,14 @@ def follow_budget(config: TrainConfig, base_optim, chosen: set[str]) -> TrainCon
 
 
 def plans_for_minutes(config: TrainConfig, chosen: set[str]) -> bool:
-    """--max-minutes without steps chosen: the schedule is planned for the steps that fit (budget.plan_for_minutes)."""
+    """--max-minutes without steps chosen: the schedule is planned for the steps that fit (plan.plan_for_minutes)."""
     return (config.run.max_minutes is not None and "*" not in chosen and "optim.max_steps" not in chosen
             and config.run.max_words is None)  # a words budget plans its steps from the words (docs/TRAINING.md)
 
 
-def say(line: str) -> None:
+def say(line: str, command: str = "pretrain") -> None:
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"maskplay pretrain: {line}", file=sys.stderr, flush=True)
+        print(f"maskplay {command}: {line}", file=sys.stderr, flush=True)
 
 
 def plan_schedule(config: TrainConfig, keep_warmup: bool = False) -> TrainConfig:
