@@ -7,11 +7,13 @@ import subprocess
 import sys
 
 import maskplay
-from maskplay.registry import FAMILIES
+from maskplay.registry import registered
 
 
 def test_every_family_class_is_exported():
-    for name, cls in FAMILIES.items():
+    families = registered()  # the built-in seven are imported on this first lookup (import maskplay imports none)
+    assert len(families) >= 7
+    for name, cls in families.items():
         if cls.__module__.startswith("maskplay.families."):  # the built-in seven, not families a test registered
             assert getattr(maskplay, cls.__name__) is cls, name
             assert cls.__name__ in maskplay.__all__, name
@@ -27,6 +29,11 @@ def test_entry_points_are_the_home_modules_objects():
         assert getattr(maskplay, obj.__name__) is obj
         assert obj.__name__ in maskplay.__all__ and obj.__name__ in dir(maskplay)
     assert all(hasattr(maskplay, name) for name in maskplay.__all__)
+
+
+def test_importing_the_package_imports_no_task_and_no_torch():
+    code = "import sys, maskplay; assert 'torch' not in sys.modules; maskplay.TTA; assert 'torch' in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_importing_the_package_imports_no_task():

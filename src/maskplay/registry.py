@@ -4,6 +4,7 @@ never compares names. The core reads only the config rules (FamilyRules) so that
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, ClassVar, Protocol
 
 
@@ -21,6 +22,24 @@ class FamilyRules(Protocol):
 
 FAMILIES: dict[str, Any] = {}  # name -> family class (a maskplay.families.base.MaskplayModel subclass)
 
+# Modules that register families, imported on the first lookup: the package root names the built-in families here
+# (`import maskplay` imports neither them nor torch, so that the command line starts fast), and a lookup through the
+# functions below finds them whatever was imported first. The core itself never names a family module.
+_TO_LOAD: list[str] = []
+
+
+def load_on_first_lookup(module: str) -> None:
+    """Import `module` (which registers families) before the next lookup of the table."""
+    if module not in _TO_LOAD:
+        _TO_LOAD.append(module)
+
+
+def registered() -> dict[str, Any]:
+    """FAMILIES, once the modules named by load_on_first_lookup are imported."""
+    while _TO_LOAD:
+        importlib.import_module(_TO_LOAD.pop(0))  # taken off first: a lookup while it is imported does not recurse
+    return FAMILIES
+
 
 def register(cls: Any) -> None:
     """Add a family class under its `family` name; a second class with a taken name is refused, unless it
@@ -34,7 +53,7 @@ def register(cls: Any) -> None:
 
 def family_names() -> tuple[str, ...]:
     """The registered families, in registration order (the built-in seven first)."""
-    return tuple(FAMILIES)
+    return tuple(registered())
 
 
 def section_name(family: str) -> str:
@@ -45,10 +64,10 @@ def section_name(family: str) -> str:
 def family_sections() -> dict[str, type]:
     """The registered families' own config sections (a family's `settings`) by section name, in registration
     order: what ModelConfig holds besides its fields (config.FamilySections)."""
-    return {section_name(name): cls.settings for name, cls in FAMILIES.items() if getattr(cls, "settings", None)}
+    return {section_name(name): cls.settings for name, cls in registered().items() if getattr(cls, "settings", None)}
 
 
 def rules(name: str) -> FamilyRules:
-    if name not in FAMILIES:
+    if name not in registered():
         raise ValueError(f"family must be one of {family_names()}, got {name!r}")
     return FAMILIES[name]

@@ -9,9 +9,6 @@ import re
 import sys
 from typing import NoReturn
 
-from ..runtime.precision import Precision
-from ..runtime.precision_probe import AUTO
-
 MAX_LENGTH_HELP = ("tokens per pass, [SOS]/[EOS] included (default and most: the model's max_position); a longer "
                    "line goes to --overflow. A long-attention model (docs/guides/long-text.md) reads up to max_position "
                    "tokens in one pass")
@@ -19,6 +16,9 @@ MAX_LENGTH_HELP = ("tokens per pass, [SOS]/[EOS] included (default and most: the
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """MODEL_DIR and the options of reading the input and running the model."""
+    from ..runtime.precision import Precision  # here, not at the top: `maskplay --help` imports this module, not torch
+    from ..runtime.precision_probe import AUTO
+
     p.add_argument("model_dir", metavar="MODEL_DIR", help="config.json + model.safetensors + tokenizer.json")
     p.add_argument("--file", default=None, help="one sentence per line (UTF-8); '-' = stdin")
     p.add_argument("--batch-size", type=positive_int, default=32)

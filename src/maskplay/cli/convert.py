@@ -14,6 +14,7 @@ from torch import Tensor
 
 from ..families.hf import ARCHITECTURES, converted_families, describe_conversion
 from ..families.hf.directory import TOKENIZER, read_hf_dir, special_ids
+from .summaries import summary
 
 __all__ = ["add_parser", "convert_from_hf", "convert_to_hf", "run"]
 
@@ -22,7 +23,7 @@ TOKENIZER_CONFIG = "tokenizer_config.json"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     families = ", ".join(converted_families())  # the families with a HuggingFace twin (families/hf)
-    p = sub.add_parser("convert", help=f"convert HuggingFace checkpoints to maskplay and back (families {families})",
+    p = sub.add_parser("convert", help=summary("convert"),
                        description="--from-hf: a HuggingFace directory (config.json + model.safetensors) -> a "
                                    "maskplay model directory. --to-hf: a maskplay model directory -> HuggingFace "
                                    "directories that transformers' from_pretrained loads. Families with a "

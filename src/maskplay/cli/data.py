@@ -7,11 +7,11 @@ import argparse
 
 from ..data.titles import TitlesConfig, build_titles
 from .common import percent, positive_int
+from .summaries import summary
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("data", help="data sets: titles (first paragraph -> title, from the corpora), fetch (the "
-                                   "public evaluation sets, into the cache)")
+    p = sub.add_parser("data", help=summary("data"))
     tasks = p.add_subparsers(dest="task", required=True)
     t = tasks.add_parser("titles", help="Wikipedia first paragraph -> title pairs, split by document",
                          description=__doc__)

@@ -12,6 +12,7 @@ from ..config import PRESETS
 from ..families import families
 from ..tasks.train.config import PRECISIONS
 from .common import OneLineParser, fraction, positive_float, positive_int, seed_int
+from .summaries import summary
 
 
 def teacher_families() -> list[str]:
@@ -35,8 +36,7 @@ prepare --help` for the stored targets."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("distill", help="distil a masked LM's PLL into a T-TA's one pass (and `distill prepare`: its "
-                                       "targets, stored)",
+    p = sub.add_parser("distill", help=summary("distill"),
                        description=__doc__.strip(), epilog=EPILOG + " `maskplay distill prepare --help` lists its options.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     # `prepare ...` or `TEACHER ...`: what follows the first word is parsed again by that form's own parser

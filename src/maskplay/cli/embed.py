@@ -23,13 +23,14 @@ from .common import (
     read_input,
     report_empty,
 )
+from .summaries import summary
 
 if TYPE_CHECKING:
     import torch
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    e = sub.add_parser("embed", help="sentence embeddings to .npy or .jsonl")
+    e = sub.add_parser("embed", help=summary("embed"))
     add_model_arguments(e)
     e.add_argument("--out", required=True, help="X.npy (float32 matrix, one row per line) or X.jsonl")
     from ..tasks.score.embed import Pooling

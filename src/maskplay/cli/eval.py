@@ -14,10 +14,11 @@ from ..tasks.eval.run import run_blimp, run_blimp_plot, run_cola, run_nbest, run
 from ..tasks.score.passes import method_names
 from ..tasks.score.scorer import Method
 from .common import add_sif_arguments, positive_int
+from .summaries import summary
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="evaluate a model: sts, nbest, pairs, blimp, spelling, cola, seq2seq")
+    p = sub.add_parser("eval", help=summary("eval"))
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
     from .seq2seq import add_eval_parser
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .summaries import summary
+
 EXPORT_PARTS = ("discriminator", "generator")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="a model to HuggingFace (custom code where it has no twin) or "
-                                      "sentence-transformers; or one ELECTRA tower as a model directory",
+    p = sub.add_parser("export", help=summary("export"),
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model_dir", metavar="MODEL_DIR", nargs="?", default=None,
                    help="with --export: an ELECTRA model directory (RUN_DIR/final)")

@@ -10,10 +10,11 @@ from pathlib import Path
 
 from ..registry import family_names
 from .common import fraction, non_negative_float, positive_float, positive_int, seed_int
+from .summaries import summary
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("finetune", help="fine-tune a model on a classification / regression / pair task",
+    p = sub.add_parser("finetune", help=summary("finetune"),
                        description=f"Fine-tune MODEL (any family: {', '.join(family_names())}) with a small "
                                    "head on --train, keep the weights of the best --dev evaluation, and save a model "
                                    "directory that `maskplay predict` and "

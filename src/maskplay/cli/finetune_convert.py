@@ -7,10 +7,11 @@ import argparse
 import json
 from pathlib import Path
 
+from .summaries import summary
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    c = sub.add_parser("finetune-convert", help="convert a fine-tuned model to HuggingFace "
-                       "Bert/ElectraForSequenceClassification and back",
+    c = sub.add_parser("finetune-convert", help=summary("finetune-convert"),
                        description="--to-hf: a `maskplay finetune` directory (bert or unilm with --head bert, electra "
                                    "with --head electra; --pooling first) -> a HuggingFace directory; --from-hf: a "
                                    "BertForSequenceClassification / ElectraForSequenceClassification directory "

@@ -17,13 +17,13 @@ from ..tasks.decoding import (
     require_generative,
 )
 from .common import check_text_arguments, finite_float, non_negative_int, positive_float, positive_int, probability, seed_int
+from .summaries import summary
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help=f"generate text with a {' or '.join(generating_families())} model (greedy, "
-                       "beam search, sampling)",
+    p = sub.add_parser("generate", help=summary("generate"),
                        description="Continue each prompt (GPT) or generate a target for each source (UniLM). "
                                    "Prompts come as arguments, or one per line with --file (blank lines give "
                                    "blank outputs, so output lines match input lines). Families that generate: "

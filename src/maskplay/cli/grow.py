@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .common import positive_int
+from .summaries import summary
 
 if TYPE_CHECKING:
     pass
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..tasks import grow
 
-    p = sub.add_parser("grow", help="a bigger model computing what a smaller one computes (to continue pretraining)",
+    p = sub.add_parser("grow", help=summary("grow"),
                        description=grow.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model_dir", metavar="MODEL", help="a model directory (or bundled name)")
     p.add_argument("--layers", type=positive_int, default=None, help="blocks of the grown model (default: unchanged)")

@@ -8,6 +8,8 @@ import argparse
 import math
 import sys
 
+from .summaries import summary
+
 LM_EVAL_COMMANDS = ("run", "ls", "validate")  # lm-eval's subcommands; without one it runs `run`
 HELP = ("-h", "--help")
 
@@ -20,7 +22,7 @@ See docs/guides/lm-eval.md."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("lm-eval", help="run lm-evaluation-harness on a maskplay model (--model maskplay)",
+    p = sub.add_parser("lm-eval", help=summary("lm-eval"),
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
                        add_help=False, prefix_chars="\0")  # every argument, --help included, goes to lm-eval
     p.add_argument("lm_eval_args", nargs=argparse.REMAINDER, metavar="ARGS")

@@ -6,10 +6,11 @@ import argparse
 
 from ..nn.masks import mask_pictures
 from .common import non_negative_int, positive_int
+from .summaries import summary
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("masks", help="draw a family's attention mask as a picture")
+    p = sub.add_parser("masks", help=summary("masks"))
     pictures = ", ".join(mask_pictures())  # every registered family's masks (a two-stream family's streams apart)
     p.add_argument("--family", choices=[*mask_pictures(), "all"], default="tta",
                    help=f"the mask to draw: {pictures}; or all of them")

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 
+from .summaries import summary
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("models", help="the project's models by name: list them, fetch the ones not bundled",
-                       description=__doc__)
+    p = sub.add_parser("models", help=summary("models"), description=__doc__)
     actions = p.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="name, family, size and where each model is (bundled, cached, to fetch)")
     listing.set_defaults(func=run_list)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
+from .summaries import summary
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plot-runs", help="plot the held-out loss of several runs against time and tokens")
+    p = sub.add_parser("plot-runs", help=summary("plot-runs"))
     p.add_argument("runs", nargs="+", help="run directories of `maskplay pretrain`")
     p.add_argument("--out", default="runs.png")
     p.add_argument("--title", default="held-out loss")

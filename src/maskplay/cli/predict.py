@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 from .common import positive_int
+from .summaries import summary
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    q = sub.add_parser("predict", help="run a fine-tuned model directory on a file",
+    q = sub.add_parser("predict", help=summary("predict"),
                        description="Predict labels (classification) or scores (regression) for --file: the formats "
                                    "finetune reads, or plain text (one per line, a tab between the texts of a pair).")
     q.add_argument("model", help="a directory written by `maskplay finetune`")

@@ -8,6 +8,7 @@ import os
 from ..data.prepare import MODES, OVERLONG, PrepareConfig, prepare_corpus
 from ..data.readers import FORMATS, INVALID_UTF8_POLICIES
 from .common import fraction, positive_int, seed_int
+from .summaries import summary
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -22,7 +23,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("prepare", help="split corpora into sentences and tokenize them into train/valid splits")
+    p = sub.add_parser("prepare", help=summary("prepare"))
     p.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
                    help="text, .gz, JSONL or WikiExtractor files; a directory means every file in it")
     p.add_argument("--tokenizer", required=True, metavar="PATH", help="a directory, tokenizer.json or vocab.txt")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 from pathlib import Path
 
 from ..config import PRESETS, apply_overrides
@@ -12,6 +13,7 @@ from ..families import family_class
 from ..registry import family_names
 from ..tasks.train.config import PRECISIONS, TrainConfig, load_train_config
 from .common import positive_float, positive_int, seed_int
+from .summaries import summary
 
 EPILOG = """\
 examples:
@@ -27,7 +29,7 @@ checkpoints and exits 130; a second Ctrl-C stops at once. See docs/guides/traini
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     families = ", ".join(family_names())  # every registered family (maskplay.registry)
-    p = sub.add_parser("pretrain", help=f"pretrain a model ({families}) from a prepared corpus",
+    p = sub.add_parser("pretrain", help=summary("pretrain"),
                        description=f"{__doc__.strip()}\nFamilies: {families}.", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", metavar="TOML", help="training config: a TOML file, or a shipped recipe by name "
@@ -90,10 +92,87 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     if args.corpus is not None:
         config = _replace(config, "data", corpus=list(args.corpus), path="")
     config = _replace(config, "data", tokenizer=args.tokenizer, batch_size=args.batch_size, seed=args.seed)
+    base_optim = config.optim  # the config's schedule, before the steps the user gives
     config = _replace(config, "optim", max_steps=args.max_steps, lr=args.lr, grad_accum=args.grad_accum)
     config = _replace(config, "run", out_dir=args.out, max_minutes=args.max_minutes, precision=args.precision,
                       device=args.device)
-    return apply_overrides(config, args.overrides).validate()
+    config = apply_overrides(config, args.overrides)
+    return follow_budget(config, base_optim, set_by_user(args), getattr(args, "command", "pretrain")).validate()
+
+
+def set_by_user(args: argparse.Namespace) -> set[str]:
+    """The dotted fields the user chose: by a flag, a --set, or in the --config file; with --resume (the run's
+    saved config.toml) every field is the run's own."""
+    if args.resume or args.resume_from:
+        return {"*"}
+    chosen = {key.split("=", 1)[0].strip() for key in args.overrides}
+    chosen |= {field for field, flag in (("optim.max_steps", args.max_steps), ("run.max_minutes", args.max_minutes))
+               if flag is not None}
+    if args.config:
+        raw = _raw_config(args.config)
+        chosen |= {f"{section}.{key}" for section, table in raw.items() if isinstance(table, dict) for key in table}
+    return chosen
+
+
+def _raw_config(path: str) -> dict:
+    """The --config file as written (its tables and keys), {} where it cannot be read (load_train_config says why)."""
+    import json
+
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            return json.load(f) if str(path).endswith(".json") else tomllib.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def follow_budget(config: TrainConfig, base_optim, chosen: set[str],  # type: ignore[no-untyped-def]
+                  command: str = "pretrain") -> TrainConfig:
+    """Defaults that follow what the user chose: a warmup that does not fit the steps given is scaled with them
+    (one line says so), and data.max_length, unless set, is at most the model's max_position (`--preset tiny`)."""
+    if "*" in chosen:
+        return config
+    optim = config.optim
+    if "optim.max_steps" in chosen and not {"optim.warmup_steps", "optim.cooldown_steps"} & chosen and \
+            optim.warmup_steps + optim.cooldown_steps > optim.max_steps:
+        from ..tasks.train.budget import fit_steps
+
+        fitted = fit_steps(dataclasses.replace(optim, max_steps=base_optim.max_steps), optim.max_steps)
+        say(f"optim.warmup_steps={optim.warmup_steps} does not fit optim.max_steps={optim.max_steps}: scaled with "
+            f"the steps to {fitted.warmup_steps}" + (f" (optim.cooldown_steps {fitted.cooldown_steps})"
+                                                     if optim.cooldown_steps else "")
+            + "; set optim.warmup_steps to choose", command)
+        config = dataclasses.replace(config, optim=fitted)
+    if "data.max_length" not in chosen and not config.model.init:
+        max_position = config.model.max_position or PRESETS[config.model.preset].get("max_position")
+        if max_position and config.data.max_length > max_position:
+            config = _replace(config, "data", max_length=max_position)
+    return config
+
+
+def plans_for_minutes(config: TrainConfig, chosen: set[str]) -> bool:
+    """--max-minutes without steps chosen: the schedule is planned for the steps that fit (plan.plan_for_minutes)."""
+    return (config.run.max_minutes is not None and "*" not in chosen and "optim.max_steps" not in chosen
+            and config.run.max_words is None)  # a words budget plans its steps from the words (docs/TRAINING.md)
+
+
+def say(line: str, command: str = "pretrain") -> None:
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"maskplay {command}: {line}", file=sys.stderr, flush=True)
+
+
+def plan_schedule(config: TrainConfig, keep_warmup: bool = False) -> TrainConfig:
+    """The steps that fit run.max_minutes, timed on a trial run (one process, a prepared data.path)."""
+    from ..tasks.train.plan import plan_for_minutes
+
+    if config.data.corpus or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        say(f"the schedule is not fitted to run.max_minutes (optim.max_steps={config.optim.max_steps}): it is timed "
+            "on a prepared corpus (--data) in one process; set optim.max_steps for a schedule that ends in time")
+        return config
+    planned, line = plan_for_minutes(config, keep_warmup=keep_warmup)
+    say(line)
+    return planned.validate()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
     if args.export and not family_class(config.model.family).parts:
         raise ValueError(f"--export {args.export}: only ELECTRA models have towers to export; this run is "
                          f"model.family = {config.model.family!r}")
+    chosen = set_by_user(args)
+    if plans_for_minutes(config, chosen):
+        config = plan_schedule(config, keep_warmup=bool({"optim.warmup_steps", "optim.cooldown_steps"} & chosen))
     result = train(config, resume=args.resume, resume_from=args.resume_from)
     if int(os.environ.get("RANK", "0")) == 0:
         if result.final_dir is not None:

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-from ..families import families
 from ..runtime.devices import resolve_device
 from ..runtime.files import OutputLock, prepare_output_file
 from ..runtime.precision_probe import resolve_cli
@@ -28,11 +27,11 @@ from .common import (
     read_input,
     report_empty,
 )
+from .summaries import summary
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    own = ", ".join(f"{cls.family} {cls.score_methods[0]}" for cls in families())  # each family's own score
-    p = sub.add_parser("score", help=f"sentence log-likelihoods ({own})",
+    p = sub.add_parser("score", help=summary("score"),
                        description="Log-likelihood of each sentence: the sum over its word pieces of log p "
                                    "(nats); [SOS]/[EOS] are not scored.")
     add_model_arguments(p)

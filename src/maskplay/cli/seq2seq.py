@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..families import families, family_class
 from .common import positive_int
+from .summaries import summary
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     holder = argparse.ArgumentParser(add_help=False).add_subparsers()
     train_cli.add_parser(holder)
     pretrain = holder.choices["pretrain"]
-    p = sub.add_parser("seq2seq", help="fine-tune UniLM (a BERT + the seq2seq mask) or GPT on source -> target pairs")
+    p = sub.add_parser("seq2seq", help=summary("seq2seq"))
     tasks = p.add_subparsers(dest="task", required=True)
     generating = [f.family for f in families() if f.can_generate]  # a seq2seq model generates its targets
     t = tasks.add_parser("train", parents=[pretrain], conflict_handler="resolve", description=__doc__,

@@ -12,13 +12,13 @@ from typing import Any
 from ..runtime.precision import Precision
 from ..tasks.serve.limits import Limits
 from .common import non_negative_float, non_negative_int, positive_int
+from .summaries import summary
 
 AUTO = "auto"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="an HTTP server: OpenAI-shaped /v1/embeddings and /v1/completions, /v1/score, "
-                                     "a page at / (needs maskplay[serve])",
+    p = sub.add_parser("serve", help=summary("serve"),
                        description="Serve one model over HTTP with dynamic batching (docs/guides/serving.md).")
     p.add_argument("model_dir", metavar="MODEL", help="a model directory or a bundled model's name")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .common import fraction, non_negative_float, non_negative_int, positive_float, positive_int, seed_int
+from .summaries import summary
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..runtime.precision_probe import AUTO
 
     p = sub.add_parser(
-        "simcse", help="unsupervised SimCSE: sentence embeddings from dropout noise (no labels)",
+        "simcse", help=summary("simcse"),
         description="Unsupervised SimCSE (Gao et al. 2021) on MODEL (any family): every sentence twice through the "
                     "encoder with dropout as the only noise, in-batch negatives, cross-entropy over cosine "
                     "similarities / temperature. Trains the embedding `maskplay embed` / `eval sts` read (same pooling; "

@@ -11,6 +11,7 @@ from ..data.readers import FORMATS, INVALID_UTF8_POLICIES, ReadStats, iter_parag
 from ..data.tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer, train_byte_bpe, train_wordpiece
 from ..runtime.progress import track
 from .common import positive_int
+from .summaries import summary
 
 MODELS = ("wordpiece", "bpe")
 
@@ -75,7 +76,7 @@ def _encode(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tokenizer", help="train or inspect a WordPiece or byte-level BPE tokenizer")
+    p = sub.add_parser("tokenizer", help=summary("tokenizer"))
     tsub = p.add_subparsers(dest="tokenizer_command", required=True)
 
     t = tsub.add_parser("train", help="train an uncased WordPiece (or a byte-level BPE) with maskplay's special "

@@ -277,6 +277,23 @@ class MaskplayModel(ModelBase):
         return model
 
 
+class _NoRandomInitOnMeta(torch.overrides.TorchFunctionMode):
+    """Random initialisers (nn.init.normal_, Tensor.uniform_, ...) on a meta tensor return it as it is: there is
+    nothing to fill, and torch's meta kernels for them import torch._dynamo on first use (seconds of a command's
+    start). Shapes and dtypes are the same; any other function runs as usual."""
+
+    RANDOM = frozenset({"normal_", "uniform_", "trunc_normal_", "xavier_uniform_", "xavier_normal_",
+                        "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_"})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in self.RANDOM:
+            tensor = args[0] if args else kwargs.get("tensor", kwargs.get("self"))
+            if isinstance(tensor, Tensor) and tensor.is_meta:
+                return tensor
+        return func(*args, **kwargs)
+
+
 def check_against_weights(model_cls: type[MaskplayModel], config: ModelConfig, weights_path: Path,
                           config_source: str) -> None:
     """Compare the model `config` builds with the shapes the safetensors header declares, before anything is
@@ -286,7 +303,7 @@ def check_against_weights(model_cls: type[MaskplayModel], config: ModelConfig, w
     shapes = read_shapes(weights_path)
     check_sizes_fit(config, shapes, config_source, str(weights_path))
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _NoRandomInitOnMeta():
             skeleton = model_cls(config)
     except (RuntimeError, TypeError, ValueError, OverflowError) as err:
         detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..registry import FAMILIES
+from ..registry import registered
 from .cache import KVCache
 from .pass_modes import Cached
 
@@ -64,7 +64,7 @@ def can_generate(model: object) -> bool:
 
 
 def generating_families() -> list[str]:
-    return sorted(name for name, cls in FAMILIES.items() if cls.can_generate)
+    return sorted(name for name, cls in registered().items() if cls.can_generate)
 
 
 def require_generative(model: object) -> None:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..registry import FAMILIES
+from ..registry import registered
 
 MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
@@ -223,7 +223,7 @@ class MaskPicture(NamedTuple):
 
 def mask_pictures() -> dict[str, MaskPicture]:
     """Every registered family's masks by name (a family's own, or one of its streams, e.g. xlnet-query)."""
-    return {picture.name: picture for cls in FAMILIES.values() for picture in cls.masks_shown}
+    return {picture.name: picture for cls in registered().values() for picture in cls.masks_shown}
 
 
 def family_mask(family: str, attention_mask: Tensor, segment_ids: Tensor | None = None,

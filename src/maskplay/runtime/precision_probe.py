@@ -235,14 +235,16 @@ def model_dir_config(model_dir: str | Path) -> Any:
         return None
 
 
-_announcements: list[str] = []  # what `auto` chose in this command, printed once it has succeeded
+# what `auto` chose in this command, printed once it has succeeded: (line, whether it was measured now)
+_announcements: list[tuple[str, bool]] = []
 
 
 def resolve_cli(requested: str, device: torch.device | str, model: Any = None, model_dir: str | Path | None = None,
                 rows: int = 32 * 32, command: str = "") -> Precision:
     """resolve() for an inference command: the model (or its directory) gives the shapes; an emulated explicit
     bf16 warns on stderr at once; when `requested` is auto, the choice is one line on stderr printed by
-    announce() when the command has succeeded (maskplay.cli.main), so that an error stays a one-line error."""
+    announce() when the command has succeeded (maskplay.cli.main), so that an error stays a one-line error; the
+    line is printed when the probe measured now (the first run on a machine, or MASKPLAY_REPROBE=1), or verbose."""
     config = getattr(model, "config", None) if model is not None else None
     if config is None and model_dir is not None:
         config = model_dir_config(model_dir)
@@ -250,13 +252,15 @@ def resolve_cli(requested: str, device: torch.device | str, model: Any = None, m
     choice = resolve(requested, device, config, rows=rows, inference=True,
                      warn=lambda m: print(prefix + m, file=sys.stderr, flush=True))
     if requested == AUTO:
-        _announcements.append(prefix + choice.describe())
+        _announcements.append((prefix + choice.describe(), choice.source == "probe"))
     return choice.precision
 
 
-def announce(show: bool = True) -> None:
-    """Print (show=False: drop) the choices resolve_cli made for auto."""
+def announce(show: bool = True, verbose: bool = False) -> None:
+    """Print (show=False: drop) the choices resolve_cli made for auto: those measured now, or all when verbose (a
+    choice read from the cache or set by the environment is the same every run: it is not repeated)."""
     if show:
-        for line in dict.fromkeys(_announcements):  # eval resolves once per data set: say it once
+        lines = [line for line, measured in _announcements if measured or verbose]
+        for line in dict.fromkeys(lines):  # eval resolves once per data set: say it once
             print(line, file=sys.stderr, flush=True)
     _announcements.clear()

@@ -38,6 +38,7 @@ from ...nn.attention.long_attention import span_summary
 from ...runtime.files import prepare_output_dir
 from ...runtime.precision import forward_in
 from .batches import StepFeed, pack_groups, packed_lengths, sequence_lengths, step_stream
+from .budget import end_notes
 from .checkpoint_files import remove_partial_writes
 from .config import TrainConfig
 from .data_schedule import DataSchedule, batch_size_at, length_at, scheduled
@@ -201,6 +202,7 @@ class Trainer:
                                    self.tokenizer.special.pad, self.log, forward=forward_in, count_targets=count_targets)
         self.last_path: Path | None = self.checkpoint_path
         self.bar: Any = None
+        self.losses: list[float] = []  # the first and the last training loss logged (budget.end_notes)
 
     # ---- preparing ------------------------------------------------------------------------------------------
 
@@ -372,6 +374,7 @@ class Trainer:
     def _log_step(self, outcome: StepOutcome, window: Window, budget: float) -> None:
         st = self.state
         loss, rate, parts = window.close()
+        self.losses[1 if self.losses else 0:] = [loss]
         if self.data_schedule is not None:  # the batch of the step just taken
             parts = {**parts, "batch_size": batch_size_at(st.step - 1, self.config),
                      "seq_length": length_at(st.step - 1, self.config)}
@@ -442,6 +445,9 @@ class Trainer:
             why = stop_reason(cfg, status, step, self.state.words_seen)
             self.log(f"{why} at step {step}; held-out loss {self.state.last_eval}; final model: {final} "
                      "(MaskplayModel.from_pretrained)")
+            first, last = (self.losses[0], self.losses[-1]) if self.losses else (None, None)
+            for note in end_notes(cfg, step, first, last):
+                self.log(note)
         if self.metrics:
             self.metrics.plot()
         return TrainResult(run_dir=self.run_dir, step=step, status=status, exit_code=exit_code, final_dir=final,
