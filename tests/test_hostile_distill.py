@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -240,3 +241,24 @@ def test_another_huggingface_teacher_is_never_given_the_old_ones_conversion(worl
     assert sorted(p.name for p in store.iterdir()) == before
     assert teacher_identity(load_teacher(store / "teacher")) == teacher_identity(converted)
     assert _prepare(second, world["data"], store) == 0  # the same teacher again: resumed, nothing converted
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda d: (d / "offsets.npy").write_bytes(b"\x93NUMPY garbage" * 30), "offsets.npy is damaged"),
+    (lambda d: (d / "offsets.npy").write_bytes(b""), "offsets.npy is damaged"),
+    (lambda d: np.save(d / "offsets.npy", np.array([[0, 1]])), "offsets.npy is damaged: not the offsets"),
+    (lambda d: np.save(d / "offsets.npy", np.array([0.0, 3.0])), "offsets.npy is damaged: not the offsets"),
+    (lambda d: (d / "tokens.bin").write_bytes((d / "tokens.bin").read_bytes()[:-7]), "tokens.bin is damaged"),
+    (lambda d: (d / "tokens.bin").unlink(), "tokens.bin is damaged: missing"),
+])
+def test_a_binary_or_damaged_prepared_split_is_one_line_before_any_work(world, tmp_path, capsys, damage, message):
+    data = tmp_path / "data"
+    shutil.copytree(world["data"], data)
+    damage(data / "train")
+    for argv in (["prepare", str(world["t1"]), "--data", str(data), "--out", str(tmp_path / "store")],
+                 [str(world["t1"]), "--data", str(data), "--out", str(tmp_path / "run"), "--max-steps", "2",
+                  "--set", "optim.warmup_steps=1", "--set", "data.max_length=32"]):
+        assert cli_main(["distill", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "store").exists() and not (tmp_path / "run").exists()
