@@ -150,6 +150,10 @@ def test_a_store_is_never_mixed_into_other_files(world, tmp_path, capsys):
     assert cli_main(["distill", "prepare", str(world["t1"]), "--data", str(world["data"]), "--out", str(out)]) == 2
     assert "holds other files (notes.txt) and no meta.json" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    (out / "notes.txt").unlink()
+    (out / ".tmp-teacher-convert-1").mkdir()  # what a killed conversion leaves: no obstacle
+    assert cli_main(["distill", "prepare", str(world["t1"]), "--data", str(world["data"]), "--out", str(out),
+                     "--top-k", "4", "--max-length", "32"]) == 0
 
 
 def test_prepare_refuses_an_empty_corpus_and_bad_splits(world, tmp_path, capsys):

@@ -144,7 +144,8 @@ def check_store_dir(out: Path) -> None:
     HuggingFace teacher): never a directory of other files the shards would be mixed into."""
     prepare_output_dir(out, "--out")
     if out.is_dir() and not (out / META).is_file():
-        other = sorted(p.name for p in out.iterdir() if p.name != "teacher")
+        # hidden: a write or a conversion interrupted before its rename
+        other = sorted(p.name for p in out.iterdir() if p.name != "teacher" and not p.name.startswith("."))
         if other:
             raise ValueError(f"--out {out} holds other files ({', '.join(other[:3])}) and no {META}: it is not a "
                              "targets directory; give a new or empty directory")
