@@ -545,7 +545,9 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
 def _type_name(hint: Any) -> str:
     origin = typing.get_origin(hint)
     if origin is list:
-        return f"a list of {_type_name(typing.get_args(hint)[0])}s"
+        plural = {int: "integers", float: "numbers", str: "strings", bool: "booleans"}
+        inner = typing.get_args(hint)[0]
+        return f"a list of {plural.get(inner, getattr(inner, '__name__', str(inner)) + 's')}"
     names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
     return names.get(hint, getattr(hint, "__name__", str(hint)))
 

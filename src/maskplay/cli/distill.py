@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from ..config import PRESETS
@@ -118,9 +119,10 @@ def run(args: argparse.Namespace) -> int:
     return run_train(train_parser().parse_args(rest, namespace=argparse.Namespace(**before)))
 
 
-def maskplay_teacher(teacher: str, converted: Path) -> str:
-    """A HuggingFace directory converted (once) through `maskplay convert`'s entry point into `converted`; a
-    maskplay model directory (or bundled name) as it is."""
+def maskplay_teacher(teacher: str, converted: Path, in_use: Callable[[], bool]) -> str:
+    """A HuggingFace directory converted through `maskplay convert`'s entry point into `converted` (reused while it
+    is this teacher's: tasks/distill/converted.py); a maskplay model directory (or bundled name) as it is.
+    `in_use()`: targets or checkpoints were made with the conversion in `converted`."""
     config = Path(teacher) / "config.json"
     if not config.is_file():
         return teacher
@@ -130,18 +132,23 @@ def maskplay_teacher(teacher: str, converted: Path) -> str:
         return teacher  # the model loader names the damage
     if not isinstance(data, dict) or "family" in data or "architectures" not in data:
         return teacher
-    if not (converted / "config.json").is_file():
-        from .convert import convert_from_hf
+    from ..tasks.distill.converted import converted_teacher
+    from .convert import convert_from_hf
 
-        for line in convert_from_hf(teacher, converted):
+    def convert(source: Path, out: Path) -> None:
+        for line in convert_from_hf(source, out):
             print(line)
-    return str(converted)
+
+    return str(converted_teacher(Path(teacher), converted, convert, in_use))
 
 
 def run_prepare(args: argparse.Namespace) -> int:
     from ..tasks.distill import prepare_targets
+    from ..tasks.distill.store import META, check_store_dir
 
-    teacher = maskplay_teacher(args.teacher, Path(args.out) / "teacher")
+    out = Path(args.out)
+    check_store_dir(out)  # before a HuggingFace teacher is converted into it
+    teacher = maskplay_teacher(args.teacher, out / "teacher", lambda: (out / META).is_file())
     summary = prepare_targets(teacher, args.data, args.out, top_k=args.top_k, max_length=args.max_length,
                               shard_sequences=args.shard_sequences, splits=tuple(args.splits), rows=args.teacher_rows,
                               device=args.device, progress=True, threads=args.threads,
@@ -159,7 +166,10 @@ def run_train(args: argparse.Namespace) -> int:
     for name in ("family", "init", "corpus", "tokenizer", "grad_accum"):
         setattr(args, name, None)  # pretrain's options that a distillation does not take
     config = resolve_config(args)
-    teacher = maskplay_teacher(args.teacher, Path(config.run.out_dir) / "teacher")
+    from ..tasks.train.checkpoint_files import list_checkpoints
+
+    run_dir = Path(config.run.out_dir)
+    teacher = maskplay_teacher(args.teacher, run_dir / "teacher", lambda: bool(list_checkpoints(run_dir)))
     # a resumed run distils as it started: its saved switches, unless given again
     saved = load_distill_config(config.run.out_dir) if args.resume or args.resume_from else None
     given = {"teacher": teacher, "targets": args.targets, "init": args.student_init, "shape": args.shape,

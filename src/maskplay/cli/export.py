@@ -52,12 +52,12 @@ def export_part(model_dir: str | Path, part: str, out: str | Path) -> Path:
     """Write `part` of the ELECTRA model in `model_dir` to `out` (config.json, model.safetensors and the
     tokenizer.json found next to the model), whole or not at all."""
     from ..families import MaskplayModel
+    from ..runtime.files import prepare_new_dir
     from ..runtime.model_dir import resolve_model_dir, write_model_dir
 
-    source = resolve_model_dir(model_dir)
     out = Path(out)
-    if out.exists():
-        raise ValueError(f"--out {out} already exists; choose a new directory")
+    prepare_new_dir(out, "--out")
+    source = resolve_model_dir(model_dir)
     model = MaskplayModel.from_pretrained(source)
     if part not in model.parts:
         raise ValueError(f"{source} holds a {model.config.family!r} model; only ELECTRA models have towers to export")
@@ -78,9 +78,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_hf(args: argparse.Namespace) -> int:
     from ..tasks.export import export_revisions, export_sentence_transformers, export_to_hf
+    from .common import check_text_arguments
 
     if args.model_dir is not None:
         raise ValueError(f"{args.model_dir}: give the model after --to-hf / --to-sentence-transformers, not before")
+    check_text_arguments([args.license], "--license")
+    check_text_arguments(args.dataset, "--dataset")
     card = {"license": args.license, "datasets": args.dataset}
     if args.to_hf is not None:
         if args.pooling is not None:

@@ -31,10 +31,25 @@ class TokenDataset:
         self.meta = read_json_object(meta_path)  # damaged JSON: one line naming the file
         if self.meta.get("dtype") not in ("uint16", "int32", "uint32", "int64"):
             raise ValueError(f"{meta_path} is damaged: \"dtype\" {self.meta.get('dtype')!r} is not a token dtype")
-        self.offsets = np.load(self.directory / OFFSETS_NAME, mmap_mode="r", allow_pickle=False)
+        offsets = self.directory / OFFSETS_NAME
+        try:
+            self.offsets = np.load(offsets, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as err:  # garbage, truncated, pickled: not read as data
+            raise ValueError(f"{offsets} is damaged: not a readable array of sequence offsets "
+                             f"({str(err).splitlines()[0][:120]}); prepare the corpus again") from None
+        if (self.offsets.ndim != 1 or not len(self.offsets) or self.offsets.dtype.kind not in "iu"
+                or int(self.offsets[0]) != 0 or int(self.offsets[-1]) < 0):
+            raise ValueError(f"{offsets} is damaged: not the offsets `maskplay prepare` writes (one integer per "
+                             "sequence and one more, from 0); prepare the corpus again")
         dtype = np.dtype(self.meta["dtype"])
         n_tokens = int(self.offsets[-1])
-        self.tokens = (np.memmap(self.directory / TOKENS_NAME, dtype=dtype, mode="r", shape=(n_tokens,))
+        tokens = self.directory / TOKENS_NAME
+        size = tokens.stat().st_size if tokens.is_file() else None
+        if size != n_tokens * dtype.itemsize:
+            found = "missing" if size is None else f"{size} bytes"
+            raise ValueError(f"{tokens} is damaged: {found} for the {n_tokens} tokens of {offsets.name} "
+                             f"({dtype.itemsize} bytes each); prepare the corpus again")
+        self.tokens = (np.memmap(tokens, dtype=dtype, mode="r", shape=(n_tokens,))
                        if n_tokens else np.zeros(0, dtype=dtype))
         words = self.directory / WORDS_NAME
         self.words: np.ndarray | None = None

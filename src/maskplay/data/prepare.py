@@ -7,6 +7,7 @@ output is the same for any number of workers (the split of a document depends on
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -278,7 +279,23 @@ def prepare_corpus(paths: list[str | Path], tokenizer: str | Path, out_dir: str 
     partial = out_dir / PARTIAL
     if partial.exists():
         shutil.rmtree(partial)  # left by an interrupted run
+    created = not out_dir.exists()
     partial.mkdir(parents=True)
+    try:
+        summary = _prepare_into(partial, files, tok, tokenizer, config, paths, start)
+    except (ValueError, FileNotFoundError):  # a refused corpus leaves nothing behind
+        shutil.rmtree(partial, ignore_errors=True)
+        if created:
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise
+    _publish(partial, out_dir)
+    return summary
+
+
+def _prepare_into(partial: Path, files: list[Path], tok: Tokenizer, tokenizer: str | Path, config: PrepareConfig,
+                  paths: list[str | Path], start: float) -> PrepareSummary:
+    """prepare_corpus's work, into `partial`: an error leaves its caller a directory to remove."""
     tok.save(partial)
     tokenizer_file = partial / "tokenizer.json"
     dtype = np.dtype(np.uint16 if tok.vocab_size <= 65536 else np.uint32)
@@ -330,8 +347,12 @@ def prepare_corpus(paths: list[str | Path], tokenizer: str | Path, out_dir: str 
     summary.seconds = round(time.perf_counter() - start, 2)
     record = {**asdict(summary), "config": asdict(config), "corpus": [str(p) for p in paths],
               "tokenizer": str(tokenizer), "vocab_size": tok.vocab_size}
+    if not summary.train_sequences:
+        where = (f"all {summary.valid_sequences:,} sequences were held out (--valid-fraction)"
+                 if summary.valid_sequences else "no text in it")
+        raise ValueError(f"the corpus gives no training sequence: {where} ({summary.files} file(s), "
+                         f"{summary.lines:,} lines, {summary.blank_lines:,} of them blank)")
     (partial / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
-    _publish(partial, out_dir)
     return summary
 
 

@@ -78,6 +78,7 @@ def resolve_corpus(paths: Iterable[str | Path]) -> list[Path]:
 
 
 BABYLM_SUFFIX = ".train"
+BABYLM_HELD_OUT = (".dev", ".test")
 
 
 def babylm_files(root: Path, found: list[Path]) -> list[Path]:
@@ -87,6 +88,11 @@ def babylm_files(root: Path, found: list[Path]) -> list[Path]:
     its dev or test files; training files in several folders (train_10M and train_100M) are ambiguous."""
     train = [p for p in found if p.name.removesuffix(".gz").endswith(BABYLM_SUFFIX)]
     if not train:
+        held = [p for p in found if p.name.removesuffix(".gz").endswith(BABYLM_HELD_OUT)]
+        if held:  # BabyLM's dev or test folder, or the download without its training files
+            raise ValueError(f"corpus directory {root} holds BabyLM's held-out files ({held[0].name}, ...) and no "
+                             f"training files (*{BABYLM_SUFFIX}): pass the folder of the training files (train_10M, "
+                             "train_100M), or the files themselves")
         return found
     folders = sorted({str(p.parent.relative_to(root)) for p in train})
     if len(folders) > 1:

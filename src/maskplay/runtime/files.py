@@ -55,6 +55,22 @@ def prepare_output_dir(path: str | Path, what: str = "--out") -> Path:
     return path
 
 
+def prepare_new_dir(path: str | Path, what: str = "--out") -> Path:
+    """Check, before any work, that `path` can become a new directory: nothing is there yet (a file, a directory,
+    empty or not, a dangling link: nothing is mixed into or written over), no parent is a file, and the nearest
+    existing parent takes a new entry (tried with an empty directory, removed at once)."""
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        raise ValueError(f"{what} {path} already exists; choose a new directory")
+    _check_parents(path, what)
+    parent = next(p for p in path.absolute().parents if p.exists())
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=f".{path.name}-", dir=parent))
+    except OSError as err:
+        raise ValueError(f"{what} {path}: cannot write in {parent} ({err.strerror or err})") from None
+    return path
+
+
 def _check_parents(path: Path, what: str) -> None:
     """The nearest existing parent of `path` must be a directory."""
     for parent in path.parents:

@@ -18,7 +18,8 @@ from ..train.config import TrainConfig
 from ..train.distributed import Dist
 from ..train.ema import WeightEma
 from ..train.loop import Trainer, TrainResult, train
-from ..train.startup import check_data
+from ..train.run_checkpoints import list_checkpoints
+from ..train.startup import RESOLVED_CONFIG, check_data, undo_start
 from .config import DistillConfig, check_resumable, load_distill_config, save_distill_config
 from .loss import DistillForward, DistillObjective, TargetSource
 from .store import StoredTargets, teacher_identity
@@ -31,14 +32,18 @@ class DistillTrainer(Trainer):
                  stream: TextIO | None = None, *, distill: DistillConfig) -> None:
         self.distill = distill
         self.teacher = load_teacher(distill.teacher)
-        self._check_before_start(config, d)
+        self.stored: StoredTargets | None = None
+        self._check_before_start(config, d, resume, resume_from)
         super().__init__(config, d, resume=resume, resume_from=resume_from, stream=stream)
         self.objective = DistillObjective(self.model, distill.temperature, distill.ce_weight)
         self.forward = DistillForward(self.objective, self._target_source())
         for unit in (self.stepper, self.evaluator):
             unit.forward, unit.count_targets = self.forward, self.forward.count_targets
 
-    def _check_before_start(self, config: TrainConfig, d: Dist) -> None:
+    def _check_before_start(self, config: TrainConfig, d: Dist, resume: bool,
+                            resume_from: str | Path | None) -> None:
+        """Everything about the teacher, its targets and the data that can refuse the run, before the run
+        directory is touched: a refused start leaves nothing that would refuse the corrected one."""
         run_dir = Path(config.run.out_dir)
         if d.enabled:
             raise ValueError("distillation runs in one process (the teacher's passes are not shared out): start it "
@@ -50,16 +55,37 @@ class DistillTrainer(Trainer):
             raise ValueError("stored targets belong to single sequences at one max_length: data.pack and "
                              "data.length_at need targets computed on the fly (no --targets)")
         saved = load_distill_config(run_dir)
-        if saved is not None and (run_dir / "config.toml").is_file():
+        # only a run with a checkpoint to continue must distil as it started (a start that stopped before its
+        # first checkpoint holds nothing the new switches would mix with)
+        if saved is not None and (resume_from is not None or (resume and list_checkpoints(run_dir))):
             check_resumable(saved, self.distill, run_dir)
         check_teacher_tokenizer(self.teacher, load_tokenizer(config.data.path),
                                 f"--data {config.data.path}")
+        if self.distill.targets:
+            if not (Path(config.data.path) / "train").is_dir():
+                raise FileNotFoundError(f"{Path(config.data.path) / 'train'} not found: --data must be a directory "
+                                        "prepared by `maskplay prepare`")
+            self.stored = StoredTargets(self.distill.targets, self.distill.top_k, config.data.max_length,
+                                        teacher_identity(self.teacher), self.distill.teacher_precision)
+            self.stored.check_data(Path(config.data.path))
 
     def _start(self, resume: bool, resume_from: str | Path | None) -> Path | None:
+        created = not self.run_dir.exists()
+        wrote_config = not (self.run_dir / RESOLVED_CONFIG).exists()
         path = super()._start(resume, resume_from)
-        if self.distill.shape == "teacher":
-            self.model_config = student_config(self.teacher, self.tokenizer.model_config_ids())
-            check_data(self.config, self.model_config, self.train_data, self.data_dir)
+        try:
+            if self.distill.shape == "teacher":
+                self.model_config = student_config(self.teacher, self.tokenizer.model_config_ids())
+                check_data(self.config, self.model_config, self.train_data, self.data_dir)
+            student, teacher = self.model_config.vocab_size, self.teacher.config.vocab_size
+            if student != teacher:
+                raise ValueError(f"the student's vocabulary ({student} ids, model.vocab_size) is not the teacher's "
+                                 f"({teacher}): it learns the teacher's distribution id for id; leave "
+                                 "model.vocab_size to the data's tokenizer")
+        except (ValueError, FileNotFoundError):
+            if self.d.is_main:
+                undo_start(self.run_dir, created, wrote_config)
+            raise
         if self.d.is_main:
             save_distill_config(self.run_dir, self.distill)
         return path
@@ -78,11 +104,9 @@ class DistillTrainer(Trainer):
 
     def _target_source(self) -> TargetSource:
         cfg = self.distill
-        if cfg.targets:
-            stored = StoredTargets(cfg.targets, cfg.top_k, self.config.data.max_length,
-                                   teacher_identity(self.teacher), cfg.teacher_precision)
+        if self.stored is not None:
             self.log(f"teacher targets: stored in {cfg.targets} (top {cfg.top_k})")
-            return stored.batch
+            return self.stored.batch
         self.log(f"teacher targets: computed at every step (top {cfg.top_k}; `maskplay distill prepare` stores them)")
         return TeacherPass(self.teacher, cfg.top_k, cfg.teacher_rows, cfg.teacher_precision).batch
 

@@ -10,14 +10,17 @@ split, shards SPLIT-NNNNN.safetensors of `shard_sequences` consecutive sequences
     top_ids        (P, k)   int32   the teacher's k most likely ids at each target position, in order
     top_logprobs   (P, k)   fp32    their log-probabilities (full softmax, temperature 1), largest first
 
-A shard is written whole or not at all (files.atomic_path), so a killed `prepare` resumes at its first missing
-shard. Training finds a sequence's targets by its token ids (a sequence that occurs twice has one teacher
-answer), reading only those rows from the memory-mapped shard."""
+Each shard's safetensors metadata names what it belongs to (the teacher's sha256, top_k, max_length, its split
+and first sequence), so a shard copied in from another store is refused, not trained on. A shard is written whole
+or not at all (files.atomic_path), so a killed `prepare` resumes at its first missing shard. Training finds a
+sequence's targets by its token ids (a sequence that occurs twice has one teacher answer), reading only those rows
+from the memory-mapped shard."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +39,8 @@ from ...runtime.files import atomic_path, prepare_output_dir, read_json_object
 from .teacher import TeacherPass, check_teacher_tokenizer, describe, load_teacher
 
 META = "meta.json"
-FORMAT = 1
+FORMAT = 2  # 2: every shard names its teacher (format 1's shards do not; such stores are still read)
+READABLE = (1, 2)
 
 
 def teacher_identity(teacher: MaskplayModel) -> str:
@@ -86,15 +90,25 @@ def prepare_targets(teacher: str | Path, data: str | Path, out: str | Path, top_
 
 def _prepare(teacher: str | Path, data: Path, out: Path, top_k: int, max_length: int, shard_sequences: int,
              splits: tuple[str, ...], rows: int, device: str, progress: bool, precision: str) -> PrepareSummary:
-    prepare_output_dir(out, "--out")
+    check_store_dir(out)
     if not (data / "train").is_dir():
         raise FileNotFoundError(f"{data / 'train'} not found: --data must be a directory prepared by `maskplay prepare`")
-    if shard_sequences < 1:
-        raise ValueError(f"shard_sequences must be at least 1, got {shard_sequences}")
+    for name, value in (("--top-k", top_k), ("--max-length", max_length), ("--shard-sequences", shard_sequences),
+                        ("--teacher-rows", rows)):
+        if type(value) is not int or value < 1:
+            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
     model = load_teacher(teacher, device)
     check_teacher_tokenizer(model, load_tokenizer(data), f"--data {data}")
+    bad = [split for split in splits if not re.fullmatch(r"[A-Za-z0-9_-]+", split)]
+    if bad:
+        raise ValueError(f"--splits {bad[0]!r}: a split is a subdirectory's name (train, valid, ...)")
     datasets = {s: TokenDataset(data / s) for s in splits if (data / s).is_dir()}
-    meta = {"format": FORMAT, "teacher": {**describe(model), "weights_sha256": teacher_identity(model)},
+    if not datasets:
+        raise ValueError(f"--splits {' '.join(splits)}: {data} has none of them")
+    if "train" in datasets and not len(datasets["train"]):
+        raise ValueError(f"{data / 'train'} holds no sequences: there is nothing to compute targets for")
+    identity = teacher_identity(model)
+    meta = {"format": FORMAT, "teacher": {**describe(model), "weights_sha256": identity},
             "top_k": min(top_k, model.config.vocab_size), "max_length": max_length, "shard_sequences": shard_sequences,
             "teacher_precision": precision,
             "splits": {s: {"sequences": len(d), "tokens": d.num_tokens} for s, d in datasets.items()}}
@@ -111,11 +125,30 @@ def _prepare(teacher: str | Path, data: Path, out: Path, top_k: int, max_length:
         sequences = [dataset[i][:max_length] for i in range(first, min(first + shard_sequences, len(dataset)))]
         tensors = shard_tensors(teacher_pass, sequences)
         with atomic_path(out / shard_name(split, k)) as tmp:
-            save_file(tensors, str(tmp), metadata={"format": str(FORMAT), "first_sequence": str(first)})
+            save_file(tensors, str(tmp), metadata=shard_metadata(meta, split, first))
         computed += len(sequences)
         positions += int(tensors["target_counts"].sum())
     return PrepareSummary(out=out, sequences=sum(len(d) for d in datasets.values()), computed=computed,
                           passes=teacher_pass.passes, positions=positions, seconds=time.monotonic() - started)
+
+
+def shard_metadata(meta: dict[str, Any], split: str, first: int) -> dict[str, str]:
+    """What a shard says it is: of which teacher, settings, split and sequences (StoredTargets checks it)."""
+    return {"format": str(meta["format"]), "teacher_sha256": meta["teacher"]["weights_sha256"],
+            "top_k": str(meta["top_k"]), "max_length": str(meta["max_length"]),
+            "teacher_precision": meta["teacher_precision"], "split": split, "first_sequence": str(first)}
+
+
+def check_store_dir(out: Path) -> None:
+    """--out of `prepare`: new, empty, or a targets directory to resume (meta.json; teacher/ is the converted
+    HuggingFace teacher): never a directory of other files the shards would be mixed into."""
+    prepare_output_dir(out, "--out")
+    if out.is_dir() and not (out / META).is_file():
+        # hidden: a write or a conversion interrupted before its rename
+        other = sorted(p.name for p in out.iterdir() if p.name != "teacher" and not p.name.startswith("."))
+        if other:
+            raise ValueError(f"--out {out} holds other files ({', '.join(other[:3])}) and no {META}: it is not a "
+                             "targets directory; give a new or empty directory")
 
 
 def shard_tensors(teacher_pass: TeacherPass, sequences: list[np.ndarray]) -> dict[str, Tensor]:
@@ -131,6 +164,41 @@ def shard_tensors(teacher_pass: TeacherPass, sequences: list[np.ndarray]) -> dic
             "target_counts": torch.tensor(counts, dtype=torch.int64),
             "top_ids": torch.cat(ids) if ids else torch.zeros(0, k, dtype=torch.int32),
             "top_logprobs": torch.cat(logps) if logps else torch.zeros(0, k)}
+
+
+def check_meta(meta: dict[str, Any], path: Path) -> None:
+    """meta.json's fields, each of the type and range prepare writes, or one error naming the file and field."""
+    def bad(field: str, want: str) -> ValueError:
+        return ValueError(f"{path} is damaged: {field} must be {want}, not {_get(meta, field)!r}")
+
+    if meta.get("format") not in READABLE:
+        raise ValueError(f"{path}: format {meta.get('format')!r}, this maskplay reads {' or '.join(map(str, READABLE))}")
+    for field in ("top_k", "max_length", "shard_sequences"):
+        if type(meta.get(field)) is not int or meta[field] < 1:
+            raise bad(field, "a whole number >= 1")
+    if meta.get("teacher_precision", "fp32") not in ("fp32", "bf16"):
+        raise bad("teacher_precision", "fp32 or bf16")
+    teacher = meta.get("teacher")
+    if not isinstance(teacher, dict) or not isinstance(teacher.get("weights_sha256"), str):
+        raise bad("teacher.weights_sha256", "the teacher's sha256")
+    splits = meta.get("splits")
+    if not isinstance(splits, dict) or not splits:
+        raise bad("splits", "an object of the splits prepared")
+    for split, info in splits.items():
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", split) or not isinstance(info, dict):
+            raise bad("splits", "split names, each with its sequences")
+        if type(info.get("sequences")) is not int or info["sequences"] < 0:
+            raise bad(f"splits.{split}.sequences", "a whole number >= 0")
+    if not splits.get("train", {"sequences": 1})["sequences"]:
+        raise ValueError(f"{path}: the targets hold no training sequence (splits.train.sequences is 0): prepare "
+                         "them from data with some")
+
+
+def _get(meta: dict[str, Any], field: str) -> Any:
+    value: Any = meta
+    for part in field.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def _write_or_check_meta(out: Path, meta: dict[str, Any]) -> None:
@@ -149,7 +217,9 @@ def _write_or_check_meta(out: Path, meta: dict[str, Any]) -> None:
 
 class StoredTargets:
     """targets(input_ids, attention_mask) -> (top ids (N, k) long, top log-probabilities (N, k)) for the target
-    positions of a padded batch, in row-major order, read from a prepared directory."""
+    positions of a padded batch, in row-major order, read from a prepared directory. Every check runs here, before
+    a step: meta.json's fields, the teacher, the settings, and each shard's header (its teacher, settings and
+    tensors' shapes), so a damaged, incomplete or mixed directory is one error naming the file."""
 
     def __init__(self, directory: str | Path, top_k: int, max_length: int, teacher_sha256: str | None = None,
                  precision: str | None = None) -> None:
@@ -159,6 +229,7 @@ class StoredTargets:
             raise FileNotFoundError(f"{path} not found: is {self.directory} a directory written by "
                                     "`maskplay distill prepare`?")
         self.meta = read_json_object(path)
+        check_meta(self.meta, path)
         self._check(top_k, max_length, teacher_sha256)
         stored = self.meta.get("teacher_precision", "fp32")
         if precision is not None and stored != precision:
@@ -167,36 +238,77 @@ class StoredTargets:
         self.top_k = top_k
         self.files: list[Any] = []
         self.index: dict[bytes, tuple[int, int, int]] = {}  # token ids -> (file, first row, rows)
+        per = self.meta["shard_sequences"]
         for split, info in self.meta["splits"].items():
-            for k in range(-(-int(info["sequences"]) // int(self.meta["shard_sequences"]))):
-                self._open(self.directory / shard_name(split, k))
+            n = info["sequences"]
+            for k in range(-(-n // per)):
+                self._open(self.directory / shard_name(split, k), split, k * per, min(per, n - k * per))
 
     def _check(self, top_k: int, max_length: int, teacher_sha256: str | None) -> None:
         where = f"targets {self.directory}"
-        if self.meta.get("format") != FORMAT:
-            raise ValueError(f"{where}: format {self.meta.get('format')!r}, this maskplay reads {FORMAT}")
-        if top_k > int(self.meta["top_k"]):
+        if top_k > self.meta["top_k"]:
             raise ValueError(f"{where} keep the top {self.meta['top_k']} teacher ids; distill top_k={top_k} needs "
                              "at least that many (prepare them again, or lower top_k)")
-        if int(self.meta["max_length"]) != max_length:
+        if self.meta["max_length"] != max_length:
             raise ValueError(f"{where} were prepared at max_length={self.meta['max_length']}, the run truncates at "
                              f"data.max_length={max_length}: the sequences would not match")
         if teacher_sha256 is not None and self.meta["teacher"]["weights_sha256"] != teacher_sha256:
             raise ValueError(f"{where} were prepared by another teacher (its weights' sha256 differs)")
 
-    def _open(self, path: Path) -> None:
+    def check_data(self, data: Path) -> None:
+        """The run's training and held-out splits must be the ones the targets were prepared from (else the
+        first batch or evaluation would find no targets for its sequences)."""
+        for split in ("train", "valid"):
+            if not (data / split).is_dir():
+                continue
+            found, info = TokenDataset(data / split), self.meta["splits"].get(split)
+            if info is None:
+                raise ValueError(f"targets {self.directory} hold no {split} split, which the run reads from "
+                                 f"{data / split}: prepare them with --splits train valid")
+            if (info["sequences"], info.get("tokens", found.num_tokens)) != (len(found), found.num_tokens):
+                raise ValueError(f"targets {self.directory} were prepared from {info['sequences']:,} {split} "
+                                 f"sequences, the run's {found.directory} has {len(found):,} ({found.num_tokens:,} "
+                                 "tokens): prepare them from the run's --data")
+
+    def _open(self, path: Path, split: str, first: int, sequences: int) -> None:
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: `maskplay distill prepare` did not finish; run it again with "
                                     "the same arguments to complete it")
-        handle = safe_open(str(path), framework="pt")
-        lengths, counts = handle.get_tensor("lengths"), handle.get_tensor("target_counts")
-        ids = handle.get_tensor("input_ids").numpy()
+        try:
+            handle = safe_open(str(path), framework="pt")
+            lengths, counts = handle.get_tensor("lengths"), handle.get_tensor("target_counts")
+            ids = handle.get_tensor("input_ids").numpy()
+            shapes = {name: (handle.get_slice(name).get_shape(), handle.get_slice(name).get_dtype())
+                      for name in ("top_ids", "top_logprobs")}
+            found = handle.metadata() or {}
+        except Exception as err:  # noqa: BLE001 - safetensors' errors have no common base: any is damage
+            raise ValueError(f"{path} is damaged: not a readable targets shard ({str(err).splitlines()[0]}); "
+                             "delete it and run `maskplay distill prepare` again to compute it") from None
+        self._check_shard(path, found, split, first)
+        rows = int(counts.sum()) if len(counts) else 0
+        k = self.meta["top_k"]
+        if (tuple(lengths.shape) != (sequences,) or tuple(counts.shape) != (sequences,) or len(ids) !=
+                int(lengths.sum()) or shapes["top_ids"] != ([rows, k], "I32") or shapes["top_logprobs"] !=
+                ([rows, k], "F32") or bool((lengths < 0).any()) or bool((counts < 0).any())):
+            raise ValueError(f"{path} is damaged: its tensors do not hold the {sequences} sequences of top "
+                             f"{k} targets meta.json promises; delete it and run `maskplay distill prepare` again")
         starts = np.concatenate([[0], np.cumsum(lengths.numpy())])
-        rows = np.concatenate([[0], np.cumsum(counts.numpy())])
+        rows_at = np.concatenate([[0], np.cumsum(counts.numpy())])
         file = len(self.files)
         self.files.append(handle)
         for s in range(len(lengths)):
-            self.index.setdefault(ids[starts[s]:starts[s + 1]].tobytes(), (file, int(rows[s]), int(counts[s])))
+            self.index.setdefault(ids[starts[s]:starts[s + 1]].tobytes(), (file, int(rows_at[s]), int(counts[s])))
+
+    def _check_shard(self, path: Path, found: dict[str, str], split: str, first: int) -> None:
+        """A shard of this store: its teacher and settings (format 1 shards name none, and are taken on trust)."""
+        if self.meta["format"] == 1 and "teacher_sha256" not in found:
+            return
+        want = shard_metadata(self.meta, split, first)
+        differ = sorted(key for key in want if found.get(key) != want[key])
+        if differ:
+            what = "another teacher" if "teacher_sha256" in differ else "other settings"
+            raise ValueError(f"{path} is not a shard of {self.directory}: it was written for {what} "
+                             f"({', '.join(differ)} differ); delete it and run `maskplay distill prepare` again")
 
     def sequence(self, sequence: Tensor) -> tuple[Tensor, Tensor]:
         key = sequence.detach().to("cpu", torch.int32).numpy().tobytes()

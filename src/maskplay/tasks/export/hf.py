@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from ...runtime.files import replace_directory
+from ...runtime.files import prepare_new_dir, replace_directory
 from ...runtime.model_dir import local_model_dir
 from .card import loading_example, model_card
 from .custom import backbone_state, code_files, custom_config, custom_state
@@ -74,7 +74,7 @@ def export_files(source: Path, model: MaskplayModel, tokenizer: Tokenizer | None
         names = tokenizer.backend.id_to_token
         frame = (" ".join(names(i) for i in prefix), " ".join(names(i) for i in suffix))
     how = loading_example(name, kind, custom, frame if kind == "AutoModelForCausalLM" else None)
-    files["README.md"] = model_card(source, name, model.config.family, kind, how, **card)
+    files["README.md"] = model_card(source, name, model.config.family, kind, how, custom=custom, **card)
     return files
 
 
@@ -126,9 +126,8 @@ def unshared(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return out
 
 
-def _check_out(out: Path) -> None:
-    if out.exists():
-        raise ValueError(f"--out {out} already exists; choose a new directory")
+def _check_out(out: Path, what: str = "--out") -> None:
+    prepare_new_dir(out, what)
 
 
 def model_export(source: Path, model: MaskplayModel, tokenizer: Tokenizer | None, name: str, custom_code: bool,

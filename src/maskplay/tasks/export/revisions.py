@@ -8,13 +8,13 @@ locally, or upload each branch (`hf upload USER/NAME DIR --revision chck_1M`; do
 
 from __future__ import annotations
 
-import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from ...runtime.files import replace_directory
+from ...runtime.files import read_json_object, replace_directory
 from .hf import _check_out, _load, model_export, write_into
 from .to_hf import SUBFOLDER, tower_exports, write_towers
 
@@ -25,12 +25,29 @@ IDENTITY = ("-c", "user.name=maskplay export", "-c", "user.email=export@maskplay
 
 
 def word_checkpoints(run_dir: Path) -> list[tuple[str, Path, dict[str, Any]]]:
-    """(branch, model directory, words.json) of each model of the run by words seen, fewest words first."""
+    """(branch, model directory, words.json) of each model of the run by words seen, fewest words first; a
+    words/<N> directory without a readable words.json, or whose words.json does not say its words, is refused
+    in one line naming it (a hidden entry, a write interrupted before its rename, is not a checkpoint)."""
     found = []
     for directory in sorted((run_dir / WORDS_DIR).glob("*")):
+        if not directory.is_dir() or directory.name.startswith("."):
+            continue
+        if not re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z_-]*", directory.name):
+            raise ValueError(f"{directory}: chck_{directory.name} cannot be a branch name; words/ holds the "
+                             "directories run.checkpoint_at_words names (1M, 500K, ...)")
         info = directory / WORDS_INFO
-        if directory.is_dir() and info.is_file():
-            found.append((f"chck_{directory.name}", directory, json.loads(info.read_text())))
+        if not info.is_file():
+            raise ValueError(f"{directory} has no {WORDS_INFO}: not a checkpoint by words seen "
+                             "(run.checkpoint_at_words writes one in each); remove the directory or restore the file")
+        data = read_json_object(info)
+        words = data.get("checkpoint_at_words")
+        if type(words) is not int or words <= 0:
+            raise ValueError(f"{info} is damaged: checkpoint_at_words must be a positive whole number, "
+                             f"not {words!r}")
+        step = data.get("step")
+        if step is not None and (type(step) is not int or step < 0):
+            raise ValueError(f"{info} is damaged: step must be a whole number >= 0, not {step!r}")
+        found.append((f"chck_{directory.name}", directory, data))
     return sorted(found, key=lambda item: item[2]["checkpoint_at_words"])
 
 

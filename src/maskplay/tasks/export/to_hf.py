@@ -30,6 +30,8 @@ def export_to_hf(model_dir: str | Path, out: str | Path, custom_code: bool = Fal
     returns what to tell the user."""
     out = Path(out)
     _check_out(out)
+    if generator_out is not None:
+        _check_separate(out, Path(generator_out))
     card = {"license": license, "datasets": datasets}
     source, model, tokenizer = _load(model_dir)
     if model.parts:
@@ -39,6 +41,14 @@ def export_to_hf(model_dir: str | Path, out: str | Path, custom_code: bool = Fal
     files, weights, notes = model_export(source, model, tokenizer, out.name, custom_code, card)
     write_export(out, files, weights)
     return [f"wrote {out}: {notes[0]}", *notes[1:]]
+
+
+def _check_separate(out: Path, generator_out: Path) -> None:
+    """--generator-out: a new directory, apart from --out (one inside the other would be written into the other)."""
+    _check_out(generator_out, "--generator-out")
+    a, b = out.resolve(), generator_out.resolve()
+    if a == b or a.is_relative_to(b) or b.is_relative_to(a):
+        raise ValueError("--out and --generator-out must be separate directories, neither inside the other")
 
 
 Export = tuple[dict[str, str], dict[str, Tensor], list[str]]  # model_export's (text files, weights, notes)
@@ -69,9 +79,7 @@ def export_towers(source: Path, model: MaskplayModel, tokenizer: Tokenizer | Non
     """The discriminator to `out`, the generator (if the model has one) to `generator_out` or out/generator."""
     separate = Path(generator_out) if generator_out is not None else None
     if separate is not None:
-        _check_out(separate)
-        if separate.resolve() == out.resolve():
-            raise ValueError("--out and --generator-out must be different directories")
+        _check_separate(out, separate)
     name = separate.name if separate is not None else f"{out.name}/{SUBFOLDER}"
     disc, gen = tower_exports(source, model, tokenizer, out.name, name, custom_code, card)
     if gen is None and separate is not None:

@@ -2,7 +2,8 @@
 
 - malformed JSON, a missing field, a wrong type: 400 (FastAPI's own answer is a 422 in another shape);
 - a body over --max-body-bytes: 413, before it is read whole (FastAPI alone reads any size);
-- an input over the model's or the server's token limit: 400, code context_length_exceeded, naming the limit;
+- an input over the model's or the server's token limit, or a max_tokens past the model's context: 400, code
+  context_length_exceeded (OpenAI's: param the field at fault), naming the limit;
 - a `model` that is not the one served: 404, code model_not_found;
 - the queue is full: 503 with Retry-After; the server is stopping: 503 (code shutting_down);
 - anything else a request triggers: 500 with the error's one line; the server goes on."""
@@ -22,8 +23,9 @@ from .batching import QueueFull, ShuttingDown
 
 log = logging.getLogger("maskplay.tasks.serve")
 
+# OpenAI's error types: a request's own fault, or the server's (an overloaded or stopping one included)
 TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 405: "invalid_request_error",
-         413: "invalid_request_error", 503: "server_overloaded", 500: "server_error"}
+         413: "invalid_request_error", 503: "server_error", 500: "server_error"}
 
 
 class APIError(Exception):

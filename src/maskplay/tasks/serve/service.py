@@ -132,8 +132,14 @@ class ModelService:
                                     "(--max-request-windows); send shorter inputs", param, "request_too_large")
 
     def check_generation(self, prompts: int, n: int, max_tokens: int) -> None:
-        """prompts x n x max(max_tokens, 1) within --max-request-tokens: 5,000 prompts x n 16 would otherwise
-        hold gigabytes of logits and the model for minutes."""
+        """max_tokens within the model's context (OpenAI's context_length_exceeded, param max_tokens), and
+        prompts x n x max(max_tokens, 1) within --max-request-tokens: 5,000 prompts x n 16 would otherwise hold
+        gigabytes of logits and the model for minutes."""
+        shortest = len(self.prefix) + len(self.suffix) + 1  # a prompt of one piece in the family's frame
+        if max_tokens + shortest > self.max_tokens:  # OpenAI's code for it, before the request's size is weighed
+            raise APIError(400, f"max_tokens {max_tokens} is past the model's context: a prompt and its completion "
+                                f"hold at most {self.max_tokens} tokens ({self._limit_name()}), so max_tokens can be "
+                                f"at most {self.max_tokens - shortest}", "max_tokens", "context_length_exceeded")
         asked = prompts * n * max(max_tokens, 1)
         if asked > self.limits.generated:
             raise APIError(400, f"{prompts} prompts x n {n} x max_tokens {max_tokens} = {asked} tokens in one "

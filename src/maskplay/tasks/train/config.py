@@ -340,6 +340,11 @@ class TrainConfig:
                              f"{self.optim.max_steps}")
         if self.data.path and self.data.corpus:
             raise ValueError("set data.path (a prepared directory) or data.corpus (files to prepare), not both")
+        budget, marks = self.run.max_words, self.run.checkpoint_at_words
+        if budget is not None and marks and marks[-1] > budget:
+            beyond = [w for w in marks if w > budget]
+            raise ValueError(f"run.checkpoint_at_words {', '.join(f'{w:,}' for w in beyond)} lie beyond "
+                             f"run.max_words={budget:,}: the run ends before it sees so many words")
         optim, data = self.optim, self.data
         if optim.cooldown_steps and optim.schedule != "cosine-cooldown":
             raise ValueError(f"optim.cooldown_steps={optim.cooldown_steps} needs optim.schedule = "
