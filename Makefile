@@ -64,7 +64,7 @@ test-torch: $(OTHER)/bin/maskplay
 # The property tests' long runs (tests/test_fuzz.py, 10,000 examples each; docs/RELIABILITY-2.md): longer than
 # `make test`'s budget, so a target of their own. `make test` runs the quick runs (150 examples each).
 fuzz: venv
-	MASKPLAY_FUZZ_LONG=1 $(BIN)/python -m pytest -q -m slow tests/test_fuzz.py
+	MASKPLAY_FUZZ_LONG=1 $(BIN)/python -m pytest -q -m slow tests/test_fuzz.py tests/families/hf/test_hf_config_fuzz.py
 
 demo: venv
 	$(BIN)/python -m maskplay.tasks.demo
