@@ -25,7 +25,37 @@ from maskplay.families import MaskplayModel  # noqa: E402
 from tests.families.hf.test_hf_hostile import BUILDERS  # noqa: E402
 from tests.test_fuzz import fuzz, one_line  # noqa: E402
 
-KINDS = ("bert", "roberta", "gpt2", "llama")
+KINDS = ("bert", "roberta", "gpt2", "llama", "distilbert", "albert", "deberta-v3", "xlm-roberta", "GPTNeoXForCausalLM",
+         "OPTForCausalLM", "Qwen2ForCausalLM", "electra-discriminator", "electra-generator", "xlnet", "bert-decoder")
+
+
+def _build(kind: str, directory: Path) -> None:
+    """The tiny models of the other HuggingFace tests (no tokenizer: the converter's layout of special tokens)."""
+    import torch
+
+    from tests.families.hf.test_hf_causal import build
+    from tests.families.hf.test_hf_masked import CASES
+
+    if kind in BUILDERS:
+        BUILDERS[kind](directory)
+        return
+    torch.manual_seed(0)
+    small = dict(vocab_size=160, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                 max_position_embeddings=40)
+    if kind in CASES:
+        model = CASES[kind][0]()
+    elif kind.startswith("electra"):
+        config = transformers.ElectraConfig(**small, embedding_size=16)
+        model = (transformers.ElectraForPreTraining if kind.endswith("discriminator") else
+                 transformers.ElectraForMaskedLM)(config)
+    elif kind == "xlnet":
+        model = transformers.XLNetLMHeadModel(transformers.XLNetConfig(vocab_size=160, d_model=32, n_layer=2, n_head=4,
+                                                                       d_inner=48))
+    elif kind == "bert-decoder":
+        model = transformers.BertLMHeadModel(transformers.BertConfig(**small, is_decoder=True))
+    else:
+        model = build(kind)
+    model.save_pretrained(directory)
 # keys a mutation may add: what the converters read that the saved configs may leave out
 EXTRA_KEYS = ("architectures", "model_type", "rope_scaling", "rope_parameters", "rope_theta", "partial_rotary_factor",
               "num_key_value_heads", "head_dim", "is_decoder", "tie_word_embeddings", "type_vocab_size", "n_inner",
@@ -40,7 +70,7 @@ def valid(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     out = {}
     for kind in KINDS:
         (root / kind).mkdir()
-        BUILDERS[kind](root / kind)
+        _build(kind, root / kind)
         out[kind] = (root / kind, json.loads((root / kind / "config.json").read_text()))
     return out
 

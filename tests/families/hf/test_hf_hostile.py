@@ -148,6 +148,24 @@ def test_the_valid_directories_load(made):
     assert Embedder.from_pretrained(made["st"]).model.hf_pooling == "mean-tokens"
 
 
+@pytest.mark.parametrize("changes,needle", [
+    ({"position_buckets": 10**12}, "relative_buckets (1000000000000)"),
+    ({"max_relative_positions": 10**12, "position_buckets": 10**12}, "parameters from weights of"),
+])
+def test_sizes_no_width_shows_are_checked_before_building(tmp_path, changes, needle):
+    """DeBERTa's relative table grows with position_buckets, which no other size bounds: before, 10^12 buckets
+    allocated 16 TB (a MemoryError at best)."""
+    from tests.families.hf.test_hf_masked import CASES
+    from tests.test_hostile_input import address_space_cap
+
+    CASES["deberta-v3"][0]().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, **changes}))
+    with address_space_cap(), pytest.raises(ValueError) as found:
+        MaskplayModel.from_pretrained(tmp_path)
+    one_line(found.value, str(tmp_path), needle)
+
+
 def test_a_vocabulary_smaller_than_the_tokenizers_is_one_line(made, tmp_path):
     torch.manual_seed(0)
     transformers.BertForMaskedLM(transformers.BertConfig(**{**SIZES, "vocab_size": 120})).save_pretrained(tmp_path)

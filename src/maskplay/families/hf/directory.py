@@ -20,7 +20,7 @@ from torch import Tensor
 from ...runtime.files import file_inside
 from ...runtime.json_files import read_json_dict, read_json_file
 from ...runtime.model_dir import is_hf_directory
-from .common import HF_DEFAULTS, HFConverter
+from .common import HF_DEFAULTS, HFConverter, check_hf_sizes
 from .registry import architectures, converter_for_architecture, from_hf, hf_architecture
 from .sentence_modules import sentence_normalize, sentence_pooling
 from .validate import check_hf_config
@@ -197,6 +197,7 @@ def _encoder_model(directory: Path, architecture: str, data: dict[str, Any]) -> 
     state = {(k if k.startswith(prefix) else prefix + k): v for k, v in weights.items() if k not in pooler}
     ids, _ = special_ids(directory, config.vocab_size, padded=True)
     model_config = converter.config_from_hf(config)
+    check_hf_sizes(model_config, state)  # before anything of those sizes is built
     if ids:
         import dataclasses
 

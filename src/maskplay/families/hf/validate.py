@@ -30,18 +30,27 @@ POSITIVE_INTS = ("num_key_value_heads", "head_dim", "ffn_dim", "word_embed_proj_
                  "n_layers", "num_hidden_groups", "inner_group_num")
 NON_NEGATIVE_INTS = ("type_vocab_size",)  # DeBERTa-v3 has none (0)
 POSITIVE_NUMBERS = ("layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps", "rope_theta", "rotary_emb_base")
-NON_NEGATIVE_NUMBERS = ("initializer_range",)  # the std of the (unused) initialisation the model is built with
+NON_NEGATIVE_NUMBERS = ("initializer_range", "init_std")  # the std of the (unused) initialisation the model is built with
 FRACTIONS = ("partial_rotary_factor", "rotary_pct")  # the share of each head RoPE turns: (0, 1]
 DROPOUTS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout",
-            "classifier_dropout", "attention_dropout", "activation_dropout", "qa_dropout", "seq_classif_dropout")
+            "classifier_dropout", "attention_dropout", "activation_dropout", "qa_dropout", "seq_classif_dropout",
+            "hidden_dropout")
 BOOLS = ("use_sliding_window", "attention_bias", "mlp_bias", "use_parallel_residual", "do_layer_norm_before",
-         "enable_bias", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn")
+         "enable_bias", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
+         "relative_attention", "position_biased_input", "share_att_key", "legacy", "sinusoidal_pos_embds",
+         "bi_data", "same_length", "untie_r", "parallel_residual", "layer_norm_elementwise_affine",
+         "_remove_final_layer_norm")
+INTS = ("position_buckets", "max_relative_positions", "reuse_len", "clamp_len")  # -1: "none" in their configs
+NON_NEGATIVE = ("conv_kernel_size",)
+STRS = ("norm_rel_ebd", "attn_type", "activation", "tokenizer_class")
 # sizes a model cannot be built without, for which transformers has no meaning of null (GPT-2's n_inner, LLaMA's
 # head_dim or num_key_value_heads may be null: derived from the others)
 NOT_NULL = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
             "max_position_embeddings", "n_layer", "n_head", "n_embd", "n_positions", "d_model", "type_vocab_size",
             "layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps", "initializer_range", "hidden_dropout_prob",
-            "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout", "dropout")
+            "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout", "dropout",
+            "hidden_dropout", "init_std", "ffn_dim", "dim", "hidden_dim", "n_heads", "n_layers", "d_inner",
+            "max_relative_positions")
 # the model types whose eos_token_id may list several end tokens (LLaMA 3's); a masked LM has one
 CAUSAL_TYPES = ("gpt2", "gpt_neox", "llama", "qwen2", "opt")
 # (width, heads): the width each family's config splits into heads
@@ -79,6 +88,15 @@ def check_hf_config(data: dict[str, Any], source: str) -> None:
             raise bad(key, "a probability in [0, 1]")
         if key in BOOLS and not isinstance(value, bool):
             raise bad(key, "true or false")
+        if key in INTS and not is_int:
+            raise bad(key, "an integer")
+        if key in NON_NEGATIVE and not (is_int and value >= 0):
+            raise bad(key, "an integer of at least 0")
+        if key in STRS and not isinstance(value, str):
+            raise bad(key, "a string")
+        if key == "pos_att_type" and not (isinstance(value, str) or (
+                isinstance(value, list) and all(isinstance(v, str) for v in value))):
+            raise bad(key, "a string or a list of strings (\"p2c|c2p\", [\"p2c\", \"c2p\"])")
     if isinstance(data.get("eos_token_id"), list) and data.get("model_type") not in CAUSAL_TYPES:
         raise bad("eos_token_id", f"an integer (a list of end tokens is a causal LM's: {', '.join(CAUSAL_TYPES)})")
     _check_head_splits(data, source)
