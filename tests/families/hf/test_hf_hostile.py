@@ -430,3 +430,42 @@ def test_maskplay_score_on_a_damaged_directory_exits_2_in_one_line(made, tmp_pat
     # the line saying what the directory converted to comes first when the model itself loads (no mask token)
     lines = [line for line in err.splitlines() if not line.startswith(f"maskplay: {directory} is a HuggingFace")]
     assert len(lines) == 1 and lines[0].startswith("maskplay score: error: "), err
+
+
+@pytest.mark.parametrize("changes,field", [({"architectures": True}, '"architectures"'),
+                                           ({"num_attention_heads": 5}, '"num_attention_heads"')])
+def test_finetune_convert_checks_the_config_first(tmp_path, capsys, changes, field):
+    from maskplay.cli import main
+
+    config = transformers.BertConfig(**SIZES, num_labels=2)
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "hf")
+    data = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**data, **changes}))
+    capsys.readouterr()
+    assert main(["finetune-convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "mp")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and field in err and "config.json" in err, err
+
+
+def test_a_hub_cache_snapshot_links_its_shards_into_blobs(made, tmp_path):
+    """huggingface_hub's cache: snapshots/REV/NAME are links to ../../blobs/SHA. Those stay readable: the
+    repository's blobs/ counts as inside the snapshot."""
+    from safetensors.torch import load_file, save_file
+
+    repo = tmp_path / "models--org--bert"
+    snapshot, blobs = repo / "snapshots" / "abc123", repo / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    state = load_file(str(made["bert"] / "model.safetensors"))
+    keys = sorted(state)
+    for i, part in enumerate((keys[: len(keys) // 2], keys[len(keys) // 2:])):
+        save_file({k: state[k] for k in part}, str(blobs / f"sha{i}"))
+        (snapshot / f"model-{i}.safetensors").symlink_to(f"../../blobs/sha{i}")
+    index = {"weight_map": {k: f"model-{0 if k in keys[: len(keys) // 2] else 1}.safetensors" for k in keys}}
+    for name, text in (("model.safetensors.index.json", json.dumps(index)),
+                       ("config.json", (made["bert"] / "config.json").read_text()),
+                       ("tokenizer.json", (made["bert"] / "tokenizer.json").read_text())):
+        (blobs / name).write_text(text)
+        (snapshot / name).symlink_to(f"../../blobs/{name}")
+    a, b = MaskplayModel.from_pretrained(made["bert"]), MaskplayModel.from_pretrained(snapshot)
+    assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
