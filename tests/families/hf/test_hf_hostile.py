@@ -354,6 +354,7 @@ class _Payload:
         return (Path.touch, (self.marker,))
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # torch's note on a plain pickle.dumps file
 @pytest.mark.parametrize("how", ["torch.save", "pickle"])
 def test_a_pickle_with_code_is_refused_and_never_run(made, tmp_path, how):
     marker = tmp_path / "ran"
