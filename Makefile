@@ -70,7 +70,7 @@ test-torch: $(OTHER)/bin/maskplay
 # The property tests' long runs (tests/test_fuzz.py, 10,000 examples each; docs/reference/errors.md): longer than
 # `make test`'s budget, so a target of their own. `make test` runs the quick runs (150 examples each).
 fuzz: venv
-	MASKPLAY_FUZZ_LONG=1 $(BIN)/python -m pytest -q -m slow tests/test_fuzz.py
+	MASKPLAY_FUZZ_LONG=1 $(BIN)/python -m pytest -q -m slow tests/test_fuzz.py tests/families/hf/test_hf_config_fuzz.py
 
 demo: $(DEMO_VENV)/bin/maskplay
 	$(DEMO_VENV)/bin/python -m maskplay.tasks.demo

@@ -47,21 +47,18 @@ def _to_hf(source: Path, out: Path) -> int:
 
 
 def _from_hf(source: Path, out: Path) -> int:
-    from ..families.hf import SEQUENCE_ARCHITECTURES, check_hf_types, hf_config
+    from ..families.hf import SEQUENCE_ARCHITECTURES, hf_config
     from ..families.hf.directory import CONFIG, TOKENIZER, read_weights, special_ids
+    from ..families.hf.validate import check_hf_config
+    from ..runtime.json_files import read_json_dict
     from ..tasks.finetune.convert import finetuned_from_hf_sequence_classification
     from . import convert as cc
 
     cc._check_new(out, [source])
-    if not (source / CONFIG).is_file():
+    if not (source / CONFIG).exists():
         raise FileNotFoundError(f"{source / CONFIG} not found: a HuggingFace model directory needs config.json")
-    try:
-        data = json.loads((source / CONFIG).read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{source / CONFIG}: invalid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{source / CONFIG}: expected a JSON object")
-    check_hf_types(data, str(source / CONFIG))
+    data = read_json_dict(source / CONFIG)  # size-capped
+    check_hf_config(data, str(source / CONFIG))  # every field, `architectures` first
     named = [a for a in data.get("architectures") or [] if a in SEQUENCE_ARCHITECTURES]
     if not named:
         raise ValueError(f"{source / CONFIG}: architectures {data.get('architectures')} names none of "

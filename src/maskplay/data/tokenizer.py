@@ -33,6 +33,9 @@ class SpecialIds:
     mask: int
     all: tuple[int, ...]
     sep: int = -1  # between a source and a target: [SEP] when the vocabulary has it, else the end token
+    # the roles a HuggingFace tokenizer does not have, filled with its end (or start) token: a masked LM cannot
+    # PLL-score with a "mask" that is </s> (score.passes.check_mask_token), a causal LM says what it starts with
+    fallback: tuple[str, ...] = ()
 
 
 def _find(vocab: dict[str, int], *names: str, source: str = "", required: bool = True) -> int | None:
@@ -57,19 +60,22 @@ def _special_ids(backend: HFTokenizer, roles: dict[str, int], source: str) -> Sp
     if sos is None and eos is None:
         raise ValueError(f"tokenizer {source or '(in memory)'} has no start or end token: none of [SOS] [CLS] <s> "
                          "[EOS] [SEP] </s>, and tokenizer_config.json / config.json name no bos or eos token")
+    fallback = [role for role, found in (("sos", sos), ("eos", eos)) if found is None]
     sos = sos if sos is not None else eos
     eos = eos if eos is not None else sos
     assert sos is not None and eos is not None
 
-    def or_end(value: int | None) -> int:
+    def or_end(role: str, value: int | None) -> int:
+        if value is None:
+            fallback.append(role)
         return eos if value is None else value
 
-    ids = dict(pad=or_end(find("pad", "[PAD]", "<pad>")), unk=or_end(find("unk", "[UNK]", "<unk>")),
-               mask=or_end(find("mask", "[MASK]", "<mask>")), sep=or_end(_find(vocab, "[SEP]", "[EOS]", "</s>",
-                                                                              required=False)))
+    ids = dict(pad=or_end("pad", find("pad", "[PAD]", "<pad>")), unk=or_end("unk", find("unk", "[UNK]", "<unk>")),
+               mask=or_end("mask", find("mask", "[MASK]", "<mask>")),
+               sep=or_end("sep", _find(vocab, "[SEP]", "[EOS]", "</s>", required=False)))
     named = {vocab[t] for t in (*SPECIAL_TOKENS, *ROBERTA_SPECIALS) if t in vocab}
     return SpecialIds(sos=sos, eos=eos, all=tuple(sorted({*named, *_added_specials(backend), sos, eos, *ids.values()})),
-                      **ids)
+                      fallback=tuple(fallback), **ids)
 
 
 def _added_specials(backend: HFTokenizer) -> set[int]:
@@ -272,8 +278,10 @@ def hf_roles(directory: Path, vocab: dict[str, int]) -> dict[str, int] | None:
 def _json_object(path: Path) -> dict | None:
     """A JSON file's object, or None (absent, unreadable: the role files are optional, config.json is read and its
     errors named by the model's loading)."""
+    from ..runtime.json_files import read_json_file
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json_file(path)  # size-capped: a tokenizer_config.json that never ends is no MemoryError
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -29,10 +29,49 @@ def file_inside(directory: Path, name: object, source: Path) -> Path:
         raise ValueError(f"{source} lists {name!r}: not a file name")
     if Path(name).is_absolute() or ".." in Path(name).parts:
         raise ValueError(f"{source} lists {name!r}: a path outside {directory} (absolute or with ..) is not read")
-    path = directory / name
-    if not path.resolve().is_relative_to(directory.resolve()):
+    if not _stays_inside(directory, name):
         raise ValueError(f"{source} lists {name!r}, a symbolic link out of {directory}: not read")
-    return path
+    return directory / name
+
+
+def _stays_inside(directory: Path, name: str) -> bool:
+    """Whether `name`, followed from `directory` one component at a time, stays inside it. Symbolic links are
+    read (readlink) and followed by their text, so that nothing outside the directory is ever stat-ed or opened
+    (Path.resolve would stat the link's target). A HuggingFace cache snapshot (.../snapshots/REV) links its
+    files to ../../blobs: that folder counts as inside too."""
+    root = os.path.realpath(directory)
+    roots = [root]
+    if Path(root).parent.name == "snapshots":
+        roots.append(os.path.join(os.path.dirname(os.path.dirname(root)), "blobs"))
+
+    def inside(path: str) -> bool:
+        return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+    current, parts, links = root, list(Path(name).parts), 0
+    while parts:
+        part = parts.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":  # `current` holds no link, so its parent is its text's: nothing to stat
+            current = os.path.dirname(current)
+            continue
+        current = os.path.join(current, part)
+        if not inside(current):  # checked before anything at `current` is looked at
+            return False
+        if not os.path.islink(current):  # each link met is replaced by its text below
+            continue
+        links += 1
+        if links > 40:  # a cycle of links
+            return False
+        target = os.readlink(current)
+        if os.path.isabs(target):  # followed from the root it names, which must be one of `roots` (by its text)
+            base = next((r for r in roots if target == r or target.startswith(r.rstrip(os.sep) + os.sep)), None)
+            if base is None:
+                return False
+            current, parts = base, [*Path(target[len(base):].lstrip(os.sep) or ".").parts, *parts]
+        else:
+            current, parts = os.path.dirname(current), [*Path(target).parts, *parts]
+    return inside(current)
 
 
 def prepare_output_file(path: str | Path, what: str = "--out") -> Path:

@@ -15,7 +15,8 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from ..config import ModelConfig, from_dict
-from .files import atomic_path, file_inside, read_json_object, replace_directory, sha256
+from .files import atomic_path, file_inside, replace_directory, sha256
+from .json_files import read_json_dict, read_json_file
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -28,14 +29,14 @@ def read_model_config(directory: str | Path, **overrides: Any) -> ModelConfig:
     config_path = resolve_model_dir(directory) / CONFIG_NAME
     if (config_path.parent / "head_config.json").is_file():  # `maskplay finetune` wrote it: no LM head to load
         raise ValueError(not_a_language_model(config_path.parent))
-    if not config_path.is_file():
+    if not config_path.exists():
         raise FileNotFoundError(f"{config_path} not found: is {config_path.parent} a directory written by "
                                 "save_pretrained?")
     if is_hf_directory(config_path.parent):  # MaskplayModel.from_pretrained reads these; a bare config cannot
         raise ValueError(f"{config_path} is a HuggingFace config, not a maskplay one: load the model with "
                          f"MaskplayModel.from_pretrained, or write it as a maskplay directory first (maskplay convert "
                          f"--from-hf {config_path.parent} --out DIR)")
-    data = read_json_object(config_path)
+    data = read_json_dict(config_path)  # size-capped: a config.json that never ends (/dev/zero) is one line
     return from_dict(ModelConfig, {**data, **overrides}, source=str(config_path))
 
 
@@ -43,8 +44,8 @@ def is_hf_directory(directory: str | Path) -> bool:
     """Whether `directory`'s config.json is a HuggingFace one (it names an architecture or model_type, and no
     maskplay family): MaskplayModel.from_pretrained then converts it in memory (families/hf/directory.py)."""
     try:
-        data = json.loads((Path(directory) / CONFIG_NAME).read_text())
-    except (OSError, ValueError):
+        data = read_json_file(Path(directory) / CONFIG_NAME)
+    except (OSError, ValueError):  # read_model_config or the HuggingFace reader names the problem
         return False
     return isinstance(data, dict) and "family" not in data and ("architectures" in data or "model_type" in data)
 

@@ -51,6 +51,7 @@ from .registry import (
 )
 from .roberta import ROBERTA
 from .sequence import SEQUENCE_ARCHITECTURES, sequence_converter
+from .validate import check_hf_config
 from .xlnet import XLNET
 
 if TYPE_CHECKING:
@@ -71,8 +72,8 @@ MaskplayModel.hf_reader = load_hf_model  # MaskplayModel.from_pretrained reads H
 def hf_config(architecture: str, data: dict[str, Any], source: str = "config.json") -> SimpleNamespace:
     """A config.json's fields (`data`) as attributes, with what transformers assumes for the keys it leaves out
     (`architecture` from ARCHITECTURES or SEQUENCE_ARCHITECTURES). A value of the wrong type is a ValueError
-    naming `source` and the key (check_hf_types)."""
-    check_hf_types(data, source)
+    naming `source` and the key (validate.check_hf_config)."""
+    check_hf_config(data, source)
     if architecture in SEQUENCE_ARCHITECTURES:
         defaults = sequence_converter(architecture).hf_defaults
     else:

@@ -195,10 +195,27 @@ def check_tied(hf_state: dict[str, Tensor], decoder: str, word: str) -> None:
 def check_hf_sizes(config: ModelConfig, state: dict[str, Tensor]) -> None:
     """The sizes a HuggingFace config.json gives (`config`, converted) against its weights' shapes, before a
     model of them is built: a config.json of n_embd 1e9 is one line, not an allocation of terabytes."""
-    from ...runtime.model_dir import check_sizes_fit
+    from ...runtime.model_dir import check_buffers, check_sizes_fit
+    from ..base import family_class
 
-    check_sizes_fit(config, {k: tuple(v.shape) for k, v in state.items()}, "the HuggingFace config.json",
-                    "its weights")
+    source = "the HuggingFace config.json"
+    check_sizes_fit(config, {k: tuple(v.shape) for k, v in state.items()}, source, "its weights")
+    # then the model those sizes build, on the meta device (no memory): every maskplay weight is filled from one
+    # HuggingFace weight (a headless encoder's zero head aside), so a model far larger than the weights, such as
+    # relative-position tables of 10^12 buckets that no width shows, is refused before it is built for real
+    try:
+        with torch.device("meta"):
+            skeleton = family_class(config.family)(config)
+    except (RuntimeError, TypeError, ValueError, OverflowError) as err:
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{source}: its sizes build no model ({detail})"[:300]) from None
+    built = sum(p.numel() for p in skeleton.parameters())
+    held = sum(v.numel() for v in state.values())
+    if built > 2 * held + (1 << 20):
+        raise ValueError(f"{source}: its sizes build a model of {built:,} parameters from weights of {held:,} "
+                         "(a size in config.json does not match the weights)")
+    check_buffers({k: (tuple(b.shape), b.element_size()) for k, b in skeleton.named_buffers()},
+                  sum(v.numel() * v.element_size() for v in state.values()), source)
 
 
 # ---- configs ----------------------------------------------------------------------------------------------

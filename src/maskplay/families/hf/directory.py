@@ -9,7 +9,6 @@ cannot score. sentence-transformers' modules.json and its Pooling module's confi
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,9 +17,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ...runtime.files import file_inside
+from ...runtime.json_files import read_json_dict, read_json_file
 from ...runtime.model_dir import is_hf_directory
-from .common import HF_DEFAULTS, HFConverter, check_hf_types
+from .common import HF_DEFAULTS, HFConverter, check_hf_sizes
 from .registry import architectures, converter_for_architecture, from_hf, hf_architecture
+from .sentence_modules import sentence_normalize, sentence_pooling
+from .validate import check_hf_config
 
 if TYPE_CHECKING:
     from ..base import MaskplayModel
@@ -33,25 +36,15 @@ WEIGHTS_INDEX = "model.safetensors.index.json"
 PICKLED = "pytorch_model.bin"
 TOKENIZER = "tokenizer.json"
 
-# sentence-transformers' pooling modes -> maskplay's Pooling values (score/embed.py); its mean is over every
-# token, [CLS] and [SEP] included ("mean-tokens"). Version 6 writes "pooling_mode": "mean"; earlier ones one
-# boolean per mode
-ST_POOLINGS = {"mean": "mean-tokens", "cls": "first", "lasttoken": "last"}
-
 
 def read_config(directory: Path) -> dict[str, Any]:
     if not directory.is_dir():
         raise FileNotFoundError(f"HuggingFace model directory {directory} not found")
     path = directory / CONFIG
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"{path} not found: a HuggingFace model directory needs config.json")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: invalid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    check_hf_types(data, str(path))  # "hidden_size": "256" is named here, not a TypeError in a converter
+    data = read_json_dict(path)  # size-capped: a config.json that never ends is one line
+    check_hf_config(data, str(path))  # "hidden_size": "256" is named here, not a TypeError in a converter
     return data
 
 
@@ -92,18 +85,19 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
 
 
 def _read_shards(directory: Path, read: Any) -> dict[str, Tensor]:
-    try:
-        index = json.loads((directory / WEIGHTS_INDEX).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{directory / WEIGHTS_INDEX} is damaged: not readable JSON ({type(err).__name__})") from None
+    """The shards model.safetensors.index.json names: each a file inside `directory` (its name checked before
+    anything of that name is looked at: no absolute path, no `..`, no symbolic link leading out)."""
+    index_path = directory / WEIGHTS_INDEX
+    index = read_json_file(index_path)  # size-capped
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise ValueError(f"{directory / WEIGHTS_INDEX} is damaged: no weight_map of file names")
+        raise ValueError(f"{index_path} is damaged: no weight_map of file names")
     state: dict[str, Tensor] = {}
     for shard in sorted(set(weight_map.values())):
-        if not (directory / shard).is_file() or Path(shard).name != shard:
-            raise FileNotFoundError(f"{directory / WEIGHTS_INDEX} names a shard {shard!r} that is not in {directory}")
-        state.update(read(directory / shard))
+        path = file_inside(directory, shard, index_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{index_path} names a shard {shard!r} that is not in {directory}")
+        state.update(read(path))
     return state
 
 
@@ -137,11 +131,15 @@ def special_ids(hf_dir: Path, vocab_size: int, padded: bool = False) -> tuple[di
     if any(not 0 <= ids[k] < vocab_size for k in ids if k != "special_token_ids"):
         return {}, (f"note: the tokenizer's special tokens fall outside the model's vocabulary of {vocab_size}; "
                     "special-token ids left in the converter's layout")
-    note = None
+    notes = []
     if size > vocab_size or (size < vocab_size and not padded):
-        note = (f"note: the tokenizer has {size} tokens and the model {vocab_size} embeddings; maskplay score and embed "
-                "need the two to match")
-    return ids, note
+        notes.append(f"note: the tokenizer has {size} tokens and the model {vocab_size} embeddings; maskplay score and "
+                     "embed need the two to match")
+    if "sos" in tokenizer.special.fallback:  # a causal LM scores each sentence after its start token
+        end = tokenizer.backend.id_to_token(tokenizer.special.eos)
+        notes.append(f"note: the tokenizer names no start (bos) token, in tokenizer.json, tokenizer_config.json or "
+                     f"config.json; sentences start with its end token {end} instead")
+    return ids, "; ".join(notes) or None
 
 
 # ---- reading a directory as a model -------------------------------------------------------------------------
@@ -167,15 +165,20 @@ def load_hf_model(directory: str | Path) -> MaskplayModel:
     if named is not None and named not in readable():
         raise ValueError(f"{directory / CONFIG}: architecture {named!r} is not one maskplay reads; it reads "
                          f"{', '.join(readable())}")
-    if named in encoders():
-        model, what = _encoder_model(directory, named, data)
-        note = None
-    else:
-        architecture, config, state = read_hf_dir(directory)
-        ids, note = special_ids(directory, config.vocab_size, padded=True)
-        model = from_hf(architecture, (config, state), special_ids=ids)
-        described = converter_for_architecture(architecture).describe(architecture, model)
-        what = f"a HuggingFace {architecture}, converted in memory to {described}"
+    try:
+        if named in encoders():
+            model, what = _encoder_model(directory, named, data)
+            note = None
+        else:
+            architecture, config, state = read_hf_dir(directory)
+            ids, note = special_ids(directory, config.vocab_size, padded=True)
+            model = from_hf(architecture, (config, state), special_ids=ids)
+            described = converter_for_architecture(architecture).describe(architecture, model)
+            what = f"a HuggingFace {architecture}, converted in memory to {described}"
+    except ValueError as err:  # a converter's message names the field, not always the directory: add it
+        if str(directory) in str(err):
+            raise
+        raise ValueError(f"{directory}: {err}") from None
     model.vocabulary_padded = True
     print(f"maskplay: {directory} is {what}{'; ' + note if note else ''}", file=sys.stderr)
     return model
@@ -194,6 +197,7 @@ def _encoder_model(directory: Path, architecture: str, data: dict[str, Any]) -> 
     state = {(k if k.startswith(prefix) else prefix + k): v for k, v in weights.items() if k not in pooler}
     ids, _ = special_ids(directory, config.vocab_size, padded=True)
     model_config = converter.config_from_hf(config)
+    check_hf_sizes(model_config, state)  # before anything of those sizes is built
     if ids:
         import dataclasses
 
@@ -211,30 +215,3 @@ def _encoder_model(directory: Path, architecture: str, data: dict[str, Any]) -> 
             f"memory to {model_config.family}; pooling {pooling or 'mean'}{normalized}{' (' + why + ')' if why else ''}"
             f"{'; its [CLS] pooler left out (no sentence-transformers pooling reads it)' if pooler else ''}")
     return model.eval(), what
-
-
-def sentence_normalize(directory: Path) -> bool:
-    """Whether sentence-transformers' modules.json ends with a Normalize module (unit-length embeddings)."""
-    try:
-        modules = json.loads((directory / "modules.json").read_text())
-        return str(modules[-1].get("type", "")).endswith("Normalize")
-    except (OSError, ValueError, IndexError, KeyError, TypeError, AttributeError):
-        return False
-
-
-def sentence_pooling(directory: Path) -> tuple[str | None, str | None]:
-    """(maskplay pooling, why none) of sentence-transformers' modules.json and its Pooling config, if any."""
-    try:
-        modules = json.loads((directory / "modules.json").read_text())
-        path = next(m["path"] for m in modules if str(m.get("type", "")).endswith("Pooling"))
-        pooling = json.loads((directory / path / CONFIG).read_text())
-    except (OSError, ValueError, StopIteration, KeyError, TypeError):
-        return None, None
-    if not isinstance(pooling, dict):
-        return None, None
-    modes = [pooling["pooling_mode"]] if isinstance(pooling.get("pooling_mode"), str) else [
-        k.removeprefix("pooling_mode_").removesuffix("_token").removesuffix("_tokens")
-        for k, v in pooling.items() if k.startswith("pooling_mode_") and v is True]
-    if len(modes) == 1 and modes[0] in ST_POOLINGS:
-        return ST_POOLINGS[modes[0]], None
-    return None, f"sentence-transformers' pooling {'+'.join(modes) or '(none)'} is not maskplay's: give --pooling"

@@ -20,7 +20,7 @@ from ...config import ModelConfig
 from ...data.tokenizer import Tokenizer
 from ...families import MaskplayModel, families, family_class
 from ...nn.outputs import ModelOutput
-from ...nn.score_rules import ScoreRule
+from ...nn.score_rules import PLL, PLL_WORD, SUM, ScoreRule
 from ...runtime.precision import Precision, quantize_int8
 from .text import Encoded
 
@@ -162,6 +162,21 @@ def check_compatible(model: MaskplayModel, tokenizer: Tokenizer) -> None:
     bad = [f"{k}: model {a} vs tokenizer {b}" for k, (a, b) in pairs.items() if a != b]
     if bad:
         raise ValueError(f"model and tokenizer {tokenizer.source or '(in memory)'} do not match: {'; '.join(bad)}")
+
+
+def check_mask_token(model: MaskplayModel, tokenizer: Tokenizer, rule: ScoreRule) -> None:
+    """A rule that hides pieces (PLL, PLL-word, or a sum with one) needs the tokenizer's own mask token: a
+    HuggingFace tokenizer without one has its end token in that role (Tokenizer.special.fallback), and a masked
+    LM shown </s> or [SEP] in place of each piece would give scores that look right and are not."""
+
+    def hides(r: ScoreRule) -> bool:
+        return r.batching in (PLL, PLL_WORD) or (r.batching == SUM and any(hides(type(model).score_rule(p))
+                                                                            for p in r.parts))
+
+    if "mask" in tokenizer.special.fallback and hides(rule):
+        raise ValueError(f"tokenizer {tokenizer.source or '(in memory)'} has no mask token ([MASK] or <mask>, nor a "
+                         f"mask_token in tokenizer_config.json), which scoring with {rule.name} hides each piece "
+                         "behind; give the model's tokenizer with its mask token")
 
 
 class Runner:

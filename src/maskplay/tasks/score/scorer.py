@@ -49,6 +49,7 @@ from .passes import (
     _cached,
     _progress,
     check_compatible,
+    check_mask_token,
     chunks,
     make_segments,
     pad_rows,
@@ -181,6 +182,7 @@ class Scorer:
         check_memory_options(self.overflow, segment_tokens, memory_tokens)
         self.method = resolve_method(model.config.family, method)
         self.rule = type(model).score_rule(str(getattr(self.method, "value", self.method)))  # score_rules.ScoreRule
+        check_mask_token(model, tokenizer, self.rule)
         self.max_length = pass_length(model.config, max_length)
         self.segment_tokens = self.memory_tokens = None
         if self.overflow is Overflow.MEMORY:
