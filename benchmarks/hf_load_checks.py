@@ -6,7 +6,7 @@ the sizes checked against the weights on a model built on the meta device: famil
 and with them replaced by what ran before (json.loads of the whole file, no field checks, Path.resolve, the widths
 against the largest dimension only), rounds interleaved; the median of each, and the checks alone timed apart.
 
-    python benchmarks/hf_load_checks.py --rounds 10 --out results/hf-load-checks.json
+    python benchmarks/hf_load_checks.py --rounds 10 --out results/hf-load-checks/bert-base-5-shards.json
 """
 
 from __future__ import annotations
