@@ -137,6 +137,8 @@ def sections_as_keywords(cls: type[C]) -> type[C]:
 def __getattr__(name: str) -> Any:
     """The families' section classes (ElectraConfig, ...) lived here before they moved next to their families:
     `from maskplay.config import ElectraConfig` still finds them, with a warning naming the new place."""
+    if name.startswith("__"):  # the import system's probes (__path__ on every `from maskplay.config import ...`)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")  # must not load the families
     for cls in family_sections().values():
         if cls.__name__ == name:
             warnings.warn(f"maskplay.config.{name} has moved to {cls.__module__}.{name}", DeprecationWarning,
