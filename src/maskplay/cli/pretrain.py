@@ -114,12 +114,15 @@ def set_by_user(args: argparse.Namespace) -> set[str]:
     return chosen
 
 
-def _raw_config(path: str) -> dict:
+def _raw_config(path: str | Path) -> dict:
     """The --config file as written (its tables and keys), {} where it cannot be read (load_train_config says why)."""
     import json
 
     import tomllib
 
+    from ..tasks.train.recipes import resolve_recipe
+
+    path = resolve_recipe(path)  # a shipped recipe's name reads as its file does in load_train_config
     try:
         with open(path, "rb") as f:
             return json.load(f) if str(path).endswith(".json") else tomllib.load(f)

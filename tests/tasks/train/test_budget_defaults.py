@@ -109,3 +109,18 @@ def test_max_minutes_plans_the_schedule_and_the_run_resumes_exactly(data, tmp_pa
                  "--set", f"optim.warmup_steps={optim['warmup_steps']}", "--set", "run.stop_at_step=4"]) == 0
     assert "fits about" not in capsys.readouterr().err
     assert_same_weights(weights(same), weights(run))
+
+
+def test_a_recipe_by_name_sets_what_its_file_sets():
+    """`--config mini-tta` chooses the schedule that `--config configs/mini-tta.toml` does: its max_steps is the
+    recipe's, so --max-minutes does not replan it."""
+    import argparse
+
+    from maskplay.cli.pretrain import set_by_user
+    from maskplay.tasks.train.recipes import shipped_recipes
+
+    by_path = argparse.Namespace(resume=False, resume_from=None, overrides=[], max_steps=None, max_minutes=1.0,
+                                 config=str(shipped_recipes()["mini-tta"]))
+    by_name = argparse.Namespace(**{**vars(by_path), "config": "mini-tta"})
+    assert "optim.max_steps" in set_by_user(by_path)
+    assert set_by_user(by_name) == set_by_user(by_path)
