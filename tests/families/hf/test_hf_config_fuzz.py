@@ -8,9 +8,6 @@ MASKPLAY_FUZZ_LONG=1 (`make fuzz`). An address-space cap turns an allocation the
 from __future__ import annotations
 
 import json
-import re
-import resource
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,6 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 from maskplay.families import MaskplayModel  # noqa: E402
 from tests.families.hf.test_hf_hostile import BUILDERS  # noqa: E402
 from tests.test_fuzz import fuzz, one_line  # noqa: E402
+from tests.test_hostile_input import address_space_cap  # noqa: E402
 
 KINDS = ("bert", "roberta", "gpt2", "llama", "distilbert", "albert", "deberta-v3", "xlm-roberta", "GPTNeoXForCausalLM",
          "OPTForCausalLM", "Qwen2ForCausalLM", "electra-discriminator", "electra-generator", "xlnet", "bert-decoder")
@@ -111,18 +109,6 @@ def mutated(draw) -> tuple[str, dict]:
 
 
 _CONFIGS: dict[str, dict] = {}  # the valid configs, for the strategy (filled by the fixture's first use)
-
-
-@contextmanager
-def address_space_cap(extra: int = 3 << 30):
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    mapped = int(re.search(r"VmSize:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
-    cap = mapped + extra if hard == resource.RLIM_INFINITY else min(hard, mapped + extra)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 @pytest.fixture(scope="module")
