@@ -47,6 +47,15 @@ def cache_root() -> Path:
     return Path(base) / "maskplay"
 
 
+def source_url(env: str, default: str, plain_suffix: str, **fields: str) -> str:
+    """The URL of one file: the template in $env (else `default`) filled with `fields`; a plain base URL in $env
+    (no `{`) has `plain_suffix` (a template of the same fields) put under it."""
+    template = os.environ.get(env) or default
+    if "{" not in template:
+        template = template.rstrip("/") + "/" + plain_suffix
+    return template.format(**fields)
+
+
 def _digest(path: Path) -> tuple[hashlib._Hash, int]:
     h, size = hashlib.sha256(), 0
     if path.is_file():

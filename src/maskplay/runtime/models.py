@@ -7,12 +7,11 @@ all six under src/maskplay/assets. docs/guides/models.md. No torch here: `maskpl
 from __future__ import annotations
 
 import json
-import os
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .download import OfflineError, cache_root, download
+from .download import OfflineError, cache_root, download, source_url
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 MANIFEST = ASSETS / "models.json"
@@ -57,10 +56,7 @@ def fetch_command(name: str) -> str:
 
 
 def url(name: str, file: str) -> str:
-    template = os.environ.get(URL_ENV) or DEFAULT_URL
-    if "{" not in template:  # a plain base URL: NAME/FILE under it
-        template = template.rstrip("/") + "/{name}/{file}"
-    return template.format(name=name, revision=manifest()["revision"], file=file)
+    return source_url(URL_ENV, DEFAULT_URL, "{name}/{file}", name=name, revision=manifest()["revision"], file=file)
 
 
 def fetch_model(name: str, progress: bool = True) -> Path:

@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ...runtime.download import ChecksumError, OfflineError, cache_root, download
+from ...runtime.download import ChecksumError, OfflineError, cache_root, download, source_url
 from ...runtime.files import atomic_path, sha256
 
 MANIFEST = Path(__file__).resolve().parent / "datasets.json"
@@ -48,10 +48,8 @@ def fetch_command(folder: str) -> str | None:
 
 
 def url(entry: dict[str, Any], source: str) -> str:
-    template = os.environ.get(URL_ENV) or DEFAULT_URL
-    if "{" not in template:  # a plain base URL: REPO/COMMIT/PATH under it
-        template = template.rstrip("/") + "/{repo}/{commit}/{path}"
-    return template.format(repo=entry["repo"], commit=entry["commit"], path=source)
+    return source_url(URL_ENV, DEFAULT_URL, "{repo}/{commit}/{path}", repo=entry["repo"], commit=entry["commit"],
+                      path=source)
 
 
 def sick_rows(text: str) -> str:
