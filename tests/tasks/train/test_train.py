@@ -101,7 +101,9 @@ def wait_for_step(run_dir: Path, proc: subprocess.Popen, step: int, need_checkpo
     while time.monotonic() < end:
         assert proc.poll() is None, f"the run ended early: {proc.communicate()}"
         path = run_dir / "metrics.jsonl"
-        steps = [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.is_file() else []
+        # The run may be part-way through writing a line: only lines that end in a newline are complete.
+        complete = path.read_text().split("\n")[:-1] if path.is_file() else []
+        steps = [json.loads(line)["step"] for line in complete]
         if steps and steps[-1] >= step and (not need_checkpoint or ckpt.list_checkpoints(run_dir)):
             return steps[-1]
         time.sleep(0.002)

@@ -24,15 +24,27 @@ class Metrics:
         self.stream = stream if stream is not None else sys.stdout
         self.log_file = open(self.run_dir / LOG_NAME, "a", encoding="utf-8")
         self.records: list[dict[str, Any]] = []
-        if self.path.is_file():
-            self.records = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        torn = ""
+        if self.path.is_file() and resume_step is not None:
+            # A run killed mid-write leaves its last line without a newline: that record is incomplete, and it
+            # lies after the checkpoint resumed from, so the resumed run writes it again.
+            *complete, torn = self.path.read_text(encoding="utf-8").split("\n")
+            for number, line in enumerate(complete, 1):
+                if line.strip():
+                    try:
+                        self.records.append(json.loads(line))
+                    except json.JSONDecodeError as err:
+                        raise ValueError(f"{self.path}:{number}: not JSON ({err}); "
+                                         "move the file aside to resume without its history") from None
         if resume_step is not None:
             # records a killed run wrote after its last checkpoint are replayed by the resumed run
             self.records = [r for r in self.records if r["step"] <= resume_step]
         else:
             self.records = []
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records), encoding="utf-8")
         self.file = open(self.path, "a", encoding="utf-8")
+        if torn.strip():
+            self.log(f"{self.path}: dropped an unfinished last line ({len(torn)} characters) the stopped run left")
         self.writer = None
         if tensorboard:
             try:
