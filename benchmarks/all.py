@@ -21,7 +21,8 @@ round by round, so the machine's drift hits both sides alike) and merges their J
 Each row: maskplay's best case (over its precisions, int8 and compiled included where the script has them) and the
 twin's best, the ratio of their throughputs, and maskplay's MFU against this machine's measured matmul peak of the
 precision it ran in (generation: the share of the memory-bandwidth limit instead), and the CPU's kind (common.cpu_kind:
-AMX, native bf16, VNNI, or AVX2-only; the ratios depend on it). Cells a family does not support, or that have no
+AMX, native bf16 (or "slow bf16" where its matmuls are measured slower than fp32's), VNNI, or AVX2-only; the ratios
+depend on it). Cells a family does not support, or that have no
 script yet, say so. --docs replaces this CPU kind's block in that file (appended once with a heading if absent), so
 the page keeps one current table per kind; the sub-runs' JSON, cpu.json, all.json (every row with the CPU's model
 and kind) and the table stay in --work.
@@ -37,7 +38,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_info, machine  # noqa: E402
+import torch  # noqa: E402
+from common import cpu_info, machine, matmul_peak  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- bench-all:start -->", "<!-- bench-all:end -->"
@@ -227,7 +229,9 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     plan = runs(args.rounds, args.work)
     if not args.table_only:  # the CPU the sub-runs run on, kept beside their JSON
-        (args.work / "cpu.json").write_text(json.dumps({**cpu_info(), "machine": machine()}, indent=1) + "\n")
+        bf16_over_fp32 = matmul_peak(torch.bfloat16) / matmul_peak(torch.float32)  # what the flags cannot say
+        (args.work / "cpu.json").write_text(json.dumps({**cpu_info(bf16_over_fp32=bf16_over_fp32), "machine": machine()},
+                                                       indent=1) + "\n")
     unknown = sorted(set(args.only or ()) - set(plan))
     if unknown:
         parser.error(f"--only: unknown sub-runs {unknown}; choose from {sorted(plan)}")

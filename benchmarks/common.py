@@ -16,20 +16,27 @@ import torch
 KIND_FLAGS = (("AMX", ("amx_tile",)), ("bf16", ("avx512_bf16", "amx_bf16")), ("VNNI", ("avx512_vnni", "avx_vnni")))
 
 
-def cpu_kind(flags: str | set[str]) -> str:
+def cpu_kind(flags: str | set[str], bf16_over_fp32: float | None = None) -> str:
     """The CPU kind from /proc/cpuinfo's flags (a string as the file gives it, or a set): the features of KIND_FLAGS
     it has, joined by " + " (Sapphire Rapids: "AMX + bf16 + VNNI", Zen4: "bf16 + VNNI", Ice Lake: "VNNI"), or
-    "AVX2-only" where it has none of them and AVX2 (no AVX2 either: "no AVX2")."""
+    "AVX2-only" where it has none of them and AVX2 (no AVX2 either: "no AVX2").
+
+    The flags say what a CPU has, not how fast it runs it: some Xeons have AVX-512 BF16 whose matmuls run at half
+    fp32's rate, and there maskplay's best precision is fp32's, as on a CPU without bf16. Given the measured ratio
+    of bf16 to fp32 matmul throughput (matmul_peak), bf16 below fp32's speed is "slow bf16"."""
     have = set(flags.split()) if isinstance(flags, str) else set(flags)
     kinds = [name for name, any_of in KIND_FLAGS if have & set(any_of)]
+    if bf16_over_fp32 is not None and bf16_over_fp32 < 1.0:
+        kinds = ["slow bf16" if name == "bf16" else name for name in kinds]
     if kinds:
         return " + ".join(kinds)
     return "AVX2-only" if "avx2" in have else "no AVX2"
 
 
-def cpu_info(cpuinfo: str | None = None) -> dict[str, object]:
-    """This CPU's model name, kind (cpu_kind) and the flags that decide it, read from /proc/cpuinfo (or the text
-    given); an unreadable file gives "unknown CPU" and kind "unknown"."""
+def cpu_info(cpuinfo: str | None = None, bf16_over_fp32: float | None = None) -> dict[str, object]:
+    """This CPU's model name, kind (cpu_kind, with the measured bf16 / fp32 matmul ratio where given) and the flags
+    that decide it, read from /proc/cpuinfo (or the text given); an unreadable file gives "unknown CPU" and kind
+    "unknown"."""
     if cpuinfo is None:
         try:
             with open("/proc/cpuinfo") as f:
@@ -40,8 +47,11 @@ def cpu_info(cpuinfo: str | None = None) -> dict[str, object]:
     fields = {k.strip(): v.strip() for k, v in fields.items()}
     flags = set(fields.get("flags", "").split())
     decisive = sorted(flags & ({"avx2", "avx512f"} | {f for _, any_of in KIND_FLAGS for f in any_of}))
-    return {"model": fields.get("model name", "unknown CPU"), "kind": cpu_kind(flags) if flags else "unknown",
-            "flags": decisive}
+    info: dict[str, object] = {"model": fields.get("model name", "unknown CPU"),
+                               "kind": cpu_kind(flags, bf16_over_fp32) if flags else "unknown", "flags": decisive}
+    if bf16_over_fp32 is not None:
+        info["bf16_over_fp32"] = round(bf16_over_fp32, 3)
+    return info
 
 
 def machine() -> str:

@@ -121,6 +121,11 @@ def test_cpu_kind_from_flags():
     assert cpu_kind(base + " avx512f") == "AVX2-only"  # AVX-512 without VNNI or bf16: no fast low-precision path
     assert cpu_kind("fpu sse sse2") == "no AVX2"
     assert cpu_kind({"amx_bf16"}) == "bf16"  # amx_bf16 alone counts as native bf16; AMX is amx_tile
+    # the flags of bf16 with matmuls measured slower than fp32's (a Xeon without AMX): a kind of its own
+    assert cpu_kind(zen4, bf16_over_fp32=0.52) == "slow bf16 + VNNI"
+    assert cpu_kind(zen4, bf16_over_fp32=1.9) == cpu_kind(zen4) == "bf16 + VNNI"
+    assert cpu_kind(ice_lake, bf16_over_fp32=0.01) == "VNNI"  # emulated bf16 without the flag changes nothing
+    assert cpu_info(f"model name\t: Xeon\nflags\t\t: {zen4}\n", bf16_over_fp32=0.5234)["bf16_over_fp32"] == 0.523
     info = cpu_info(f"processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: {zen4}\n")
     assert info == {"model": "AMD EPYC 9R14", "kind": "bf16 + VNNI",
                     "flags": ["avx2", "avx512_bf16", "avx512_vnni", "avx512f"]}

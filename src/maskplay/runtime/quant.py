@@ -130,12 +130,18 @@ class Int8Linear(nn.Module):
     @classmethod
     def from_linear(cls, linear: nn.Linear, activation: str = "none") -> Int8Linear:
         """`linear`'s weights quantised to int8, one scale per output channel (copied: `linear` is untouched)."""
-        weight = linear.weight.detach().float()
+        return cls.from_weight(linear.weight, linear.bias, activation)
+
+    @classmethod
+    def from_weight(cls, weight: Tensor, bias: Tensor | None, activation: str = "none") -> Int8Linear:
+        """x @ weight.T + bias with `weight` (out, in) quantised to int8, one scale per output channel (a tied
+        vocabulary projection has no nn.Linear of its own: its weight is the embedding table)."""
+        weight = weight.detach().float()
         # 63 where this CPU's kernel saturates with full-range weights (checked once per process)
         levels = kernel_weight_range() if ONEDNN_INT8 and weight.device.type == "cpu" else FULL_RANGE
         scale = (weight.abs().amax(dim=1) / levels).clamp_min(1e-12)
         weight_int8 = (weight / scale[:, None]).round().clamp(-levels, levels).to(torch.int8)
-        bias = linear.bias.detach().float() if linear.bias is not None else weight.new_zeros(weight.shape[0])
+        bias = bias.detach().float() if bias is not None else weight.new_zeros(weight.shape[0])
         return cls(weight_int8, scale, bias, activation)
 
     @classmethod

@@ -389,14 +389,15 @@ def test_electra_pll_runs_the_generator_at_a_reduced_precision(tok, precision):
 
 @pytest.mark.parametrize("auto, bf16_head", [("fp32", False), ("bf16", True)])
 def test_int8_scoring_runs_the_head_in_bf16_only_where_bf16_is_fast(tok, monkeypatch, auto, bf16_head):
-    """On a CPU that emulates bf16 (the probe, here pinned through MASKPLAY_AUTO_PRECISION) an int8 scorer keeps its
-    LM head in fp32; the scores stay close to fp32's either way."""
+    """On a CPU where bf16 is emulated or slow (the probe, here pinned through MASKPLAY_AUTO_PRECISION) an int8
+    scorer runs its vocabulary projection in int8, else in bf16; the scores stay close to fp32's either way."""
     from maskplay.tasks.score.scorer import Runner
 
     monkeypatch.setenv("MASKPLAY_AUTO_PRECISION", auto)
     model = tiny("tta", tok)
     runner = Runner(model, "int8")
     assert runner.bf16_head is bf16_head
+    assert (runner.int8_head is None) is bf16_head
     assert (next(runner.head.parameters()).dtype == torch.bfloat16) is bf16_head
     ref = Scorer(model, tok).score(SENTENCES[:3])
     got = Scorer(model, tok, precision="int8").score(SENTENCES[:3])

@@ -183,10 +183,10 @@ class Runner:
     """The model's forward pass and LM head in one precision (maskplay.runtime.precision; the core's score_rules.PassRunner):
     fp32; bf16 end to end (a copy of the model with its parameters cast to bf16 once, here - the model keeps its
     fp32 weights);
-    or bf16 autocast; or int8 (the encoder's linear layers in int8, precision.quantize_int8; the LM head in
-    bf16 where this CPU runs bf16 natively, else in fp32: an emulated bf16 head would cost more than the whole
-    int8 encoder saves). The bf16 and int8 copies are made on first use and reused while the model's weights stay
-    the same."""
+    or bf16 autocast; or int8 (the encoder's linear layers in int8, precision.quantize_int8; the LM head's
+    vocabulary projection in bf16 where this CPU runs bf16 natively, else in int8, int8_head: an emulated or slow
+    bf16 head would cost more than the whole int8 encoder saves). The bf16 and int8 copies are made on first use
+    and reused while the model's weights stay the same."""
 
     def __init__(self, model: MaskplayModel, precision: Precision | str, temperature: float = 1.0) -> None:
         """temperature: the logits are divided by it before the softmax of log_probs (1: as trained)."""
@@ -195,8 +195,11 @@ class Runner:
         self.model = _cached(model, "int8", quantize_int8) if self.precision is Precision.int8 else model
         self.head = self.model.head
         self.bf16_head = self.precision is Precision.bf16 or (self.precision is Precision.int8 and _fast_bf16(model))
+        self.int8_head = None
         if self.bf16_head:
             self.bf16_model, self.head = _cached(model, "bf16", _bf16_copies)
+        elif self.precision is Precision.int8:
+            self.int8_head = _cached(model, "int8-head", _int8_head)
 
     def _autocast(self) -> Any:
         if self.precision is Precision.bf16_autocast:
@@ -225,6 +228,8 @@ class Runner:
         if self.bf16_head:
             return self.head.log_probs(hidden.to(torch.bfloat16), self.bf16_model.embeddings.word.weight, targets,
                                        self.temperature)
+        if self.int8_head is not None:
+            return self.int8_head.log_probs(hidden, targets, self.temperature)
         with self._autocast():
             return self.head.log_probs(hidden, self.model.embeddings.word.weight, targets, self.temperature)
 
@@ -264,6 +269,12 @@ def _fast_bf16(model: MaskplayModel) -> bool:
 
     device = next(model.parameters()).device
     return resolve("auto", device, model.config, inference=True).precision is Precision.bf16
+
+
+def _int8_head(model: MaskplayModel) -> Any:
+    from .int8_head import Int8VocabularyHead
+
+    return Int8VocabularyHead(model.head, model.embeddings.word.weight)
 
 
 def _bf16_copies(model: MaskplayModel) -> tuple[MaskplayModel, Any]:

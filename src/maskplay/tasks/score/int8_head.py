@@ -1,0 +1,44 @@
+"""The LM head for int8 scoring on a CPU without fast bf16: its transform as the model has it, and its vocabulary
+projection (hidden x V, the largest matmul of a one-pass score: more multiply-adds than T-TA's three layers at
+the paper's size) as uint8 activations x int8 weights, one weight scale per vocabulary row.
+
+Why: with the encoder in int8 and the projection left in fp32, the projection takes most of the time of an int8
+one-pass score (docs/results/precision.md). HuggingFace's documented int8 route (torch.ao quantize_dynamic)
+quantises the projection too. The log-softmax stays fp32. The activations are quantised once per block of
+ROW_BLOCK rows, so a row's log-probabilities depend slightly on the rows scored beside it, as in the int8
+encoder."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ...nn.heads import CPU_BLOCKING, ROW_BLOCK
+from ...runtime.quant import Int8Linear
+
+
+class Int8VocabularyHead:
+    """log p(targets) from an LM head (heads.LMHead or heads.PlainLMHead) whose vocabulary projection runs in
+    int8. The head and the embedding table are read once, at construction; the model is not changed."""
+
+    def __init__(self, head: nn.Module, embedding_weight: Tensor) -> None:
+        self.head = head
+        weight = head.weight(embedding_weight) if hasattr(type(head), "weight") else embedding_weight
+        self.projection = Int8Linear.from_weight(weight, head.bias)
+        self.vocab_size = weight.shape[0]
+
+    def log_probs(self, hidden: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
+        """log_softmax(transform(hidden) @ W.T + b)[n, targets[n]] in fp32, (N,), with W.T in int8; logits
+        ROW_BLOCK rows per matmul and the log-softmax over rows that stay in cache, as heads.linear_log_probs."""
+        x = self.head.transform(hidden.float())
+        out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+        chunk = max(1, CPU_BLOCKING.chunk_bytes // (4 * self.vocab_size))
+        for start in range(0, x.shape[0], ROW_BLOCK):
+            logits = self.projection(x[start:start + ROW_BLOCK])
+            if temperature != 1.0:
+                logits.div_(temperature)
+            for offset in range(0, logits.shape[0], chunk):
+                log_softmax = torch.log_softmax(logits[offset:offset + chunk], dim=-1)
+                rows = slice(start + offset, start + offset + log_softmax.shape[0])
+                out[rows] = log_softmax.gather(1, targets[rows, None])[:, 0]
+        return out
