@@ -1,7 +1,7 @@
 """One table, every family: each family's training step, scoring, embedding and generation against its HuggingFace
 twin where one exists, best precision against best precision, in one invocation (`make bench`).
 
-    python benchmarks/all.py                      # ~10-15 minutes on 2 cores; writes results/bench-all/
+    python benchmarks/all.py                      # ~10-15 minutes on 2 cores; writes results/bench-all/KIND/
     python benchmarks/all.py --rounds 5 --docs docs/results/benchmarks.md
 
 It runs the project's benchmark scripts with small rounds (ratios are what count; each script interleaves its cases
@@ -197,8 +197,13 @@ def markers(kind: str | None) -> tuple[str, str]:
     """The docs block's markers: one pair per CPU kind (a run replaces its own kind's table), or the plain pair."""
     if kind is None:
         return START, END
-    slug = "-".join(kind.lower().replace("+", " ").split())
+    slug = kind_slug(kind)
     return f"<!-- bench-all:{slug}:start -->", f"<!-- bench-all:{slug}:end -->"
+
+
+def kind_slug(kind: str) -> str:
+    """A CPU kind as a name for files and markers: "slow bf16 + VNNI" -> "slow-bf16-vnni"."""
+    return "-".join(kind.lower().replace("+", " ").split())
 
 
 def write_docs(path: Path, block: str, kind: str | None = None) -> None:
@@ -218,7 +223,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per sub-run (the median counts)")
-    parser.add_argument("--work", type=Path, default=Path("results/bench-all"), help="the sub-runs' JSON and logs")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="the sub-runs' JSON and logs (default: results/bench-all/KIND, this CPU's kind, so that "
+                             "a run on one kind keeps another kind's files)")
     parser.add_argument("--only", nargs="+", default=None, help="run only these sub-runs (the others' JSON in --work "
                                                                 "are reused): train train-gpt train-electra ...")
     parser.add_argument("--table-only", action="store_true", help="run nothing: build the table from --work")
@@ -226,12 +233,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    here = None
+    if not args.table_only or args.work is None:
+        bf16_over_fp32 = matmul_peak(torch.bfloat16) / matmul_peak(torch.float32)  # what the flags cannot say
+        here = {**cpu_info(bf16_over_fp32=bf16_over_fp32), "machine": machine()}
+    if args.work is None:
+        args.work = Path("results/bench-all") / kind_slug(str(here["kind"]))
     args.work.mkdir(parents=True, exist_ok=True)
     plan = runs(args.rounds, args.work)
     if not args.table_only:  # the CPU the sub-runs run on, kept beside their JSON
-        bf16_over_fp32 = matmul_peak(torch.bfloat16) / matmul_peak(torch.float32)  # what the flags cannot say
-        (args.work / "cpu.json").write_text(json.dumps({**cpu_info(bf16_over_fp32=bf16_over_fp32), "machine": machine()},
-                                                       indent=1) + "\n")
+        (args.work / "cpu.json").write_text(json.dumps(here, indent=1) + "\n")
     unknown = sorted(set(args.only or ()) - set(plan))
     if unknown:
         parser.error(f"--only: unknown sub-runs {unknown}; choose from {sorted(plan)}")

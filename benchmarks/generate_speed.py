@@ -35,7 +35,7 @@ from maskplay.tasks.decoding import generate  # noqa: E402
 
 
 def make_cases(model, hf, prompts: list[list[int]], ids: torch.Tensor, max_new_tokens: int, uncached: bool,
-               label: str) -> tuple[dict[str, Callable[[], list[list[int]]]], dict[str, bool]]:
+               label: str, compiled: bool = True) -> tuple[dict[str, Callable[[], list[list[int]]]], dict[str, bool]]:
     """The timed calls for one batch of prompts (ids: the same prompts left-padded with 0, for HuggingFace), and
     whether maskplay's greedy tokens (cached, compiled) equal HuggingFace's. The compiled case compiles here."""
 
@@ -52,12 +52,16 @@ def make_cases(model, hf, prompts: list[list[int]], ids: torch.Tensor, max_new_t
         return out[:, ids.shape[1]:].tolist()
 
     cases = {f"maskplay {label}, cache": lambda: maskplay(True),
-             f"maskplay {label}, compiled": lambda: maskplay(True, True),
              f"HF generate {label}, cache": huggingface}
+    if compiled:
+        cases[f"maskplay {label}, compiled"] = lambda: maskplay(True, True)
     if uncached:
         cases[f"maskplay {label}, no cache"] = lambda: maskplay(False)
     reference = huggingface()
-    return cases, {"cache": maskplay(True) == reference, "compiled": maskplay(True, True) == reference}
+    equal = {"cache": maskplay(True) == reference}
+    if compiled:
+        equal["compiled"] = maskplay(True, True) == reference
+    return cases, equal
 
 
 def copy_bandwidth(device: torch.device) -> float:
@@ -78,6 +82,8 @@ def step_bytes(model, batch: int, columns: int) -> int:
     cfg = model.config
     size = next(model.parameters()).element_size()
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    weights += sum(m.weight_int8.numel() + 4 * (m.weight_scale.numel() + m.bias.numel())  # an int8 copy's layers
+                   for m in model.modules() if hasattr(m, "weight_int8"))
     return weights + 2 * cfg.num_layers * batch * columns * cfg.hidden_size * size
 
 
@@ -91,9 +97,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--dtypes", nargs="+", choices=["auto", "fp32", "bf16"], default=["auto"],
+    parser.add_argument("--dtypes", nargs="+", choices=["auto", "fp32", "bf16", "int8"], default=["auto"],
                         help="precisions to run both sides in (bf16: both models cast to bf16, as maskplay generate "
-                             "--precision bf16); auto: bf16 where this machine runs it faster (a GPU: bf16), else fp32")
+                             "--precision bf16; int8, CPU: maskplay's int8 copy, eager only, against HuggingFace "
+                             "with torch.ao dynamic int8); auto: bf16 where this machine runs it faster (a GPU: "
+                             "bf16), else fp32")
     parser.add_argument("--no-uncached", action="store_true", help="skip the uncached maskplay row (the slowest)")
     parser.add_argument("--out", type=Path, default=None, help="write OUT.json and OUT.log")
     args = parser.parse_args()
@@ -141,7 +149,8 @@ def main() -> None:
             cases, equal, dtype_of = {}, {}, {}
             for d in dtypes:
                 model, hf = models[d]
-                c, same = make_cases(model, hf, prompts, ids.to(device), args.max_new_tokens, not args.no_uncached, d)
+                c, same = make_cases(model, hf, prompts, ids.to(device), args.max_new_tokens, not args.no_uncached, d,
+                                     compiled=d != "int8")  # the static decode step compiles float weights only
                 cases.update(c)
                 dtype_of.update(dict.fromkeys(c, d))
                 equal[d] = same
@@ -159,8 +168,9 @@ def main() -> None:
                 lines.append(f"{batch:>5} {prompt_length:>6} {name:<32} {seconds:>8.3f} {tokens / seconds:>9.0f} "
                              f"{hf_best / seconds:>9.2f}x {tokens / seconds / limit:>7.1%}")
             for d, same in equal.items():
-                lines.append(f"      {d}: greedy tokens equal to HuggingFace's: cache {same['cache']}, compiled "
-                             f"{same['compiled']}" + (" (bf16: rounding may part them)" if d == "bf16" else ""))
+                lines.append(f"      {d}: greedy tokens equal to HuggingFace's: "
+                             + ", ".join(f"{case} {value}" for case, value in same.items())
+                             + (f" ({d}: rounding may part them)" if d != "fp32" else ""))
     print("\n".join(lines))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -172,8 +182,16 @@ def main() -> None:
 
 
 def _hf_in(hf, dtype: str):
+    """HuggingFace's model in `dtype`: bf16 weights, or torch.ao dynamic int8 (the int8 route its docs give)."""
     import copy
+    import warnings
 
+    if dtype == "int8":
+        from torch.ao.quantization import quantize_dynamic
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notices
+            return quantize_dynamic(copy.deepcopy(hf), {torch.nn.Linear}, dtype=torch.qint8)
     return copy.deepcopy(hf).to(torch.bfloat16) if dtype == "bf16" else hf
 
 

@@ -380,14 +380,28 @@ def main() -> None:
     rows = []
     for key, (task, name, _, method, config) in cases.items():
         t = seconds[key]
-        mfu = scoring_flops(config, lengths, method) / t / peak
+        flops = scoring_flops(config, lengths, method)
+        mfu = flops / t / peak
         rows.append({"case": key, "task": task, "method": name, "seconds": t, "sentences_per_s": len(sentences) / t,
-                     "speed_up": base[task] / t, "speed_up_vs_best": best[task] / t, "mfu": mfu})
+                     "speed_up": base[task] / t, "speed_up_vs_best": best[task] / t, "mfu": mfu, "flops": flops})
         print(f"{task:<6} {name:<38} {t:>8.2f} {len(sentences) / t:>8.1f} {base[task] / t:>6.2f}x {best[task] / t:>7.2f}x "
               f"{mfu:>6.1%}")
     print(f"vs HF = vs the HF row of the task at {args.dtype}; vs best = vs the fastest HF row of the task ("
           + "; ".join(f"{task}: {cases[key][1]}" for task, key in fastest_hf.items()) + ")"
           + (f". T-TA one pass vs bucketed PLL: {seconds['pll'] / seconds['tta']:.1f}x" if "score" in args.tasks else ""))
+    bound = {}
+    if "score" in args.tasks:
+        # The arithmetic behind T-TA's ratio: ratio = (HF's FLOPs / T-TA's FLOPs) x (T-TA's MFU / HF's MFU). The
+        # first factor is fixed by the sentences' lengths; only the second is the implementation's.
+        by_case = {r["case"]: r for r in rows}
+        hf_row = by_case[fastest_hf["score"]]
+        flop_ratio = hf_row["flops"] / by_case["tta"]["flops"]
+        bound = {"flop_ratio_best_hf_pll_over_tta": flop_ratio, "best_hf_mfu": hf_row["mfu"],
+                 "tta_mfu_for_30x": 30 / flop_ratio * hf_row["mfu"]}
+        print(f"bound: the fastest HF PLL ({hf_row['method']}) does {flop_ratio:.1f}x T-TA's FLOPs at {hf_row['mfu']:.0%} "
+              f"MFU; T-TA's ratio = {flop_ratio:.1f} x its MFU / {hf_row['mfu']:.0%}, so 30x needs T-TA at "
+              f"{bound['tta_mfu_for_30x']:.0%} MFU (T-TA: " + ", ".join(
+                  f"{by_case[k]['method']} {by_case[k]['mfu']:.0%}" for k in ("tta", "tta8") if k in by_case) + ")")
     print(f"check: max |sentence log p (maskplay XLNet causal) - (HF XLNet)| = {xl_diff:.2e} nats")
     print(f"check: max |sentence log p (maskplay GPT causal) - (HF BertLMHeadModel)| = {gpt_diff:.2e} nats")
     print(f"check: max |sentence log P(original) (maskplay ELECTRA) - (HF ElectraForPreTraining)| = "
@@ -402,7 +416,7 @@ def main() -> None:
                                                        for k, v in vars(args).items()},  # no machine paths
                                               "malloc": malloc, "pll_max_diff": diff, "xlnet_max_diff": xl_diff,
                                               "gpt_max_diff": gpt_diff, "electra_max_diff": electra_diff,
-                                              "int8_min_cosine": cosines,
+                                              "int8_min_cosine": cosines, "tta_bound": bound,
                                               "rows": rows},
                                              indent=2) + "\n")
 
