@@ -138,3 +138,65 @@ def test_the_kernel_is_checked_once_and_7_bit_weights_are_used_where_8_bits_satu
     monkeypatch.setattr(quant, "_kernel_error", lambda weight_range: 0.0)
     with pytest.raises(ValueError, match="use --precision fp32 or bf16"):  # the verdict holds for the process
         Int8Linear.from_linear(linear)
+
+
+def with_outlier_channels(rows: int = 48, width: int = 128) -> torch.Tensor:
+    """GELU-like inputs (mostly small, skewed) with three channels two orders of magnitude larger, the shape of a
+    trained model's FFN hidden layer."""
+    g = torch.Generator().manual_seed(3)
+    x = F.gelu(torch.randn(rows, width, generator=g))
+    x[:, [5, 40, 99]] *= torch.tensor([150.0, -60.0, 90.0])
+    return x
+
+
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_outlier_channels_are_computed_in_fp32(activation, monkeypatch):
+    """The outlier channels are multiplied in fp32 and the rest in int8 with the range of the rest: the layer then
+    stays as close to fp32 as on inputs without outliers, where one scale for all channels is 8x further off."""
+    from maskplay.runtime import quant
+
+    torch.manual_seed(0)
+    linear = nn.Linear(128, 64)
+    x = with_outlier_channels()
+    want = linear(x) if activation == "none" else F.gelu(linear(x))
+    layer = Int8Linear.from_linear(linear, activation)
+    assert sorted(quant.outlier_channels(x.abs().amax(0)).tolist()) == [5, 40, 99]
+    split = rel(layer(x).detach(), want.detach())
+    monkeypatch.setattr(quant, "OUTLIER_RATIO", float("inf"))  # one scale for every channel, as before
+    whole = rel(layer(x).detach(), want.detach())
+    assert split < 0.01 and whole > 8 * split
+
+
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_the_outlier_split_computes_its_arithmetic(activation):
+    """Oracle in float64: int8 for the other channels (their own range), fp32 for the outliers with the int8
+    weights dequantised, the bias once, the activation after the sum."""
+    from maskplay.runtime import quant
+
+    torch.manual_seed(1)
+    layer = Int8Linear.from_linear(nn.Linear(128, 64), activation)
+    x = with_outlier_channels()
+    outliers = quant.outlier_channels(x.abs().amax(0))
+    rest = x.index_fill(1, outliers, 0.0)
+    keep = torch.ones(128, dtype=torch.bool)
+    keep[outliers] = False
+    q, scale, zero_point = quantize_activations(rest, (float(x[:, keep].min()), float(x[:, keep].max())))
+    want = layer.reference(q, scale, zero_point, torch.float64, activation="none")
+    weights = layer.weight_int8.double() * layer.weight_scale.double()[:, None]
+    want += x.double()[:, outliers] @ weights[:, outliers].t()
+    want = F.gelu(want) if activation == "gelu" else want
+    assert rel(layer(x), want) < 1e-5
+
+
+def test_outliers_are_capped_and_a_non_finite_input_still_fails():
+    from maskplay.runtime import quant
+
+    magnitude = torch.ones(512)
+    magnitude[:100] = torch.arange(100, 0, -1).float() * 10  # 100 channels above 4x the median: the largest kept
+    assert quant.outlier_channels(magnitude).tolist() == list(range(quant.MAX_OUTLIERS))
+    assert quant.outlier_channels(torch.ones(64)) is None
+    layer = Int8Linear.from_linear(nn.Linear(128, 64))
+    x = with_outlier_channels()
+    x[0, 3] = float("inf")
+    with pytest.raises(ValueError, match="non-finite"):
+        layer(x)
