@@ -64,7 +64,7 @@ def runs(rounds: int, work: Path) -> dict[str, list[str]]:
                   "--out", str(work / "score.json")],
         "generate": ["benchmarks/generate_speed.py", "--preset", "mini", "--batch-sizes", "1", "8",
                      "--prompt-lengths", "16", "--max-new-tokens", "32", "--rounds", str(rounds), "--no-uncached",
-                     "--dtypes", "fp32", "bf16", "--out", str(work / "generate")],
+                     "--dtypes", "fp32", "bf16", "int8", "--out", str(work / "generate")],
     }
 
 
