@@ -15,8 +15,9 @@ round by round, so the machine's drift hits both sides alike) and merges their J
   against HF BertForMaskedLM's PLL, XLNet causal against XLNetLMHeadModel, GPT causal against BertLMHeadModel and
   ELECTRA's discriminator against ElectraForPreTraining on the same weights, T-TA / BERT / UniLM encode against HF
   BertModel, GPT / ELECTRA / XLNet encode against their HF encoders on the same weights;
-- generation (`generate_speed.py --preset mini`): GPT's greedy decoding (cached and compiled) against HF `generate`
-  on the same weights (BertLMHeadModel, converted), batch 1 and 8.
+- generation (`generate_speed.py --preset mini`): GPT's greedy decoding (cached and compiled; fp32, bf16 and int8)
+  against HF `generate` on the same weights (BertLMHeadModel, converted; fp32, bf16 and torch.ao int8), batch 1
+  and 8.
 
 Each row: maskplay's best case (over its precisions, int8 and compiled included where the script has them) and the
 twin's best, the ratio of their throughputs, and maskplay's MFU against this machine's measured matmul peak of the

@@ -158,21 +158,21 @@ class Int8Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         x = x.reshape(-1, shape[-1])
-        lows, highs = torch.aminmax(x, dim=0)
-        outliers = outlier_channels(torch.maximum(highs, -lows))
+        # Outlier channels are large in every row: every OUTLIER_SAMPLE-th row finds them for a fraction of a pass
+        # over x (a per-channel reduction over all rows costs a fifth of the int8 matmul)
+        sample = x[::OUTLIER_SAMPLE] if x.shape[0] > 8 * OUTLIER_SAMPLE else x
+        outliers = outlier_channels(torch.maximum(sample.amax(0), -sample.amin(0)))
         if outliers is None:
-            y = self._int8(x, (float(lows.min()), float(highs.max())), self.activation)
-        else:  # the outlier channels in fp32, the others in int8, the activation after their sum
-            inliers = torch.ones_like(lows, dtype=torch.bool).index_fill_(0, outliers, False)
-            value_range = (float(lows[inliers].min()), float(highs[inliers].max()))
-            y = self._int8(x.index_fill(1, outliers, 0.0), value_range, "none")
+            y = self._int8(x, None, self.activation)
+        else:  # the outlier channels in fp32, the others in int8 with their own range, the activation after the sum
+            y = self._int8(x.index_fill(1, outliers, 0.0), None, "none")
             y.addmm_(x.index_select(1, outliers),
                      (self.weight_int8.index_select(1, outliers).float() * self.weight_scale[:, None]).t().to(x.dtype))
             if self.activation == "gelu":
                 y = F.gelu(y)
         return y.view(*shape[:-1], self.out_features)
 
-    def _int8(self, x: Tensor, value_range: tuple[float, float], activation: str) -> Tensor:
+    def _int8(self, x: Tensor, value_range: tuple[float, float] | None, activation: str) -> Tensor:
         q, scale, zero_point = quantize_activations(x, value_range)
         if self._packed is not None:
             return torch.ops.onednn.qlinear_pointwise(q, scale, zero_point, self._packed, self.weight_scale,
@@ -200,6 +200,7 @@ class Int8Linear(nn.Module):
 # channels (the largest MAX_OUTLIERS where more pass the ratio) cost one thin fp32 matmul.
 OUTLIER_RATIO = 4.0
 MAX_OUTLIERS = 32
+OUTLIER_SAMPLE = 4
 
 
 def outlier_channels(magnitude: Tensor) -> Tensor | None:
