@@ -50,8 +50,8 @@ def forward_in(model: nn.Module, precision: Precision | str, *args: Any, **kwarg
 def quantize_int8(model: nn.Module) -> nn.Module:
     """A copy of `model` for int8 inference on CPU: every nn.Linear of its encoder becomes a quant.Int8Linear
     (int8 weights, activations quantised per call, int32 accumulation; the FFN's GELU fused into its first
-    matmul). Embeddings, LayerNorms, attention and the LM head stay fp32 in the copy (scoring runs the head in
-    bf16, see score.passes.Runner). The original model is untouched."""
+    matmul). Embeddings, LayerNorms, attention and the LM head stay fp32 in the copy (scoring runs the head's
+    vocabulary projection in bf16 or int8, see score.passes.Runner). The original model is untouched."""
     import copy
 
     from ..nn.feedforward import FeedForward
