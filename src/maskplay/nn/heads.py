@@ -8,7 +8,7 @@ and bias off both norms. `lm_head = "tied" | "untied"`: a plain projection inste
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -134,22 +134,28 @@ def _chunk_rows(chunk_bytes: int | None, x: Tensor, vocab: int) -> int:
     return max(1, (chunk_bytes or blocking(x.device).chunk_bytes) // (4 * vocab))
 
 
-def _logit_chunks(x: Tensor, weight: Tensor, bias32: Tensor, chunk: int,
-                  buffer: Tensor | None = None) -> Iterator[tuple[int, Tensor, Tensor]]:
+Projection = Callable[[int, Tensor], Tensor]  # (first row, rows of x) -> their logits
+
+
+def _product(weight: Tensor, buffer: Tensor | None = None) -> Projection:
+    """rows @ weight.T, written into `buffer`'s rows when given (so they can be overwritten)."""
+    if buffer is None:
+        return lambda start, rows_x: torch.mm(rows_x, weight.t())
+    return lambda start, rows_x: torch.mm(rows_x, weight.t(), out=buffer[start:start + rows_x.shape[0]])
+
+
+def _logit_chunks(x: Tensor, vocab: int, project: Projection, bias32: Tensor | None,
+                  chunk: int) -> Iterator[tuple[int, Tensor, Tensor]]:
     """(first row, bias-free logits rows, their fp32 logits with the bias) for chunks of `chunk` rows, the
-    logits computed blocking(device)'s rows per matmul (into `buffer` when given, so the rows can be
-    overwritten)."""
+    logits computed blocking(device)'s rows per `project` call. bias32 None: the projection adds its own bias
+    (int8 scoring's, tasks.score.int8_head), and its fp32 rows are the logits."""
     policy = blocking(x.device)
-    step = policy.rows or max(1, policy.block_bytes // (weight.shape[0] * x.element_size()))
+    step = policy.rows or max(1, policy.block_bytes // (vocab * x.element_size()))
     for block_start in range(0, x.shape[0], step):
-        rows_x = x[block_start:block_start + step]
-        if buffer is None:
-            block = torch.mm(rows_x, weight.t())
-        else:
-            block = torch.mm(rows_x, weight.t(), out=buffer[block_start:block_start + step])
+        block = project(block_start, x[block_start:block_start + step])
         for offset in range(0, block.shape[0], chunk):
             rows = block[offset:offset + chunk]
-            yield block_start + offset, rows, torch.add(rows, bias32)  # fp32: the bias is fp32
+            yield block_start + offset, rows, rows if bias32 is None else torch.add(rows, bias32)  # fp32 bias
 
 
 _SCRATCH = threading.local()  # per thread: two threads' losses must not share one buffer
@@ -203,7 +209,8 @@ def linear_cross_entropy_and_sample(x: Tensor, weight: Tensor, bias: Tensor, tar
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or bias.requires_grad)):
         # evaluation: no gradient to fold in; log-softmax and the sum in fp32 (a bf16 F.cross_entropy would
         # round the summed loss to bf16)
-        log_probs, samples = _log_probs_and_samples(x, weight, bias, targets, uniforms, chunk_bytes)
+        log_probs, samples = _log_probs_and_samples(x, weight.shape[0], _product(weight), bias.float(), targets,
+                                                    uniforms, chunk_bytes)
         return -log_probs.sum() / targets.numel(), samples
     return _LinearCrossEntropy.apply(x, weight, bias, targets, _chunk_rows(chunk_bytes, x, weight.shape[0]), uniforms)
 
@@ -230,7 +237,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=x.device)
         samples = torch.empty(n if uniforms is not None else 0, dtype=torch.long, device=x.device)
         # the bias is added in fp32 on the way into the softmax: no separate pass over the logits
-        for start, rows, logits in _logit_chunks(x, weight, bias.float(), chunk, buffer):
+        for start, rows, logits in _logit_chunks(x, weight.shape[0], _product(weight, buffer), bias.float(), chunk):
             ts = targets[start:start + rows.shape[0], None]
             probs = torch.softmax(logits, dim=-1)
             if uniforms is not None:
@@ -272,15 +279,23 @@ def linear_log_probs(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
     up to 1 GiB of logits and 256 MiB chunks (`blocking`): few kernels, and still a bound on memory."""
     if weight.dtype != x.dtype or bias.dtype != x.dtype:
         weight, bias = weight.to(x.dtype), bias.to(x.dtype)
-    return _log_probs_and_samples(x, weight, bias, targets, None, chunk_bytes)[0]
+    return _log_probs_and_samples(x, weight.shape[0], _product(weight), bias.float(), targets, None, chunk_bytes)[0]
 
 
-def _log_probs_and_samples(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, uniforms: Tensor | None,
-                           chunk_bytes: int | None) -> tuple[Tensor, Tensor]:
-    chunk = _chunk_rows(chunk_bytes, x, weight.shape[0])
+def projected_log_probs(x: Tensor, project: Callable[[Tensor], Tensor], vocab: int, targets: Tensor,
+                        chunk_bytes: int | None = None) -> Tensor:
+    """linear_log_probs for a projection of its own that adds its bias and returns fp32 logits (int8 scoring's,
+    tasks.score.int8_head): the same blocks, chunks and fp32 log-softmax."""
+    return _log_probs_and_samples(x, vocab, lambda start, rows_x: project(rows_x), None, targets, None,
+                                  chunk_bytes)[0]
+
+
+def _log_probs_and_samples(x: Tensor, vocab: int, project: Projection, bias32: Tensor | None, targets: Tensor,
+                           uniforms: Tensor | None, chunk_bytes: int | None) -> tuple[Tensor, Tensor]:
+    chunk = _chunk_rows(chunk_bytes, x, vocab)
     out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
     samples = torch.empty(x.shape[0] if uniforms is not None else 0, dtype=torch.long, device=x.device)
-    for start, rows, logits in _logit_chunks(x, weight, bias.float(), chunk):
+    for start, rows, logits in _logit_chunks(x, vocab, project, bias32, chunk):
         end = start + rows.shape[0]
         log_softmax = torch.log_softmax(logits, dim=-1)
         out[start:end] = log_softmax.gather(1, targets[start:end, None])[:, 0]

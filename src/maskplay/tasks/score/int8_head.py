@@ -10,10 +10,9 @@ encoder."""
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
-from ...nn.heads import CPU_BLOCKING, ROW_BLOCK
+from ...nn.heads import projected_log_probs
 from ...runtime.quant import Int8Linear
 
 
@@ -28,17 +27,7 @@ class Int8VocabularyHead:
         self.vocab_size = weight.shape[0]
 
     def log_probs(self, hidden: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
-        """log_softmax(transform(hidden) @ W.T + b)[n, targets[n]] in fp32, (N,), with W.T in int8; logits
-        ROW_BLOCK rows per matmul and the log-softmax over rows that stay in cache, as heads.linear_log_probs."""
-        x = self.head.transform(hidden.float())
-        out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
-        chunk = max(1, CPU_BLOCKING.chunk_bytes // (4 * self.vocab_size))
-        for start in range(0, x.shape[0], ROW_BLOCK):
-            logits = self.projection(x[start:start + ROW_BLOCK])
-            if temperature != 1.0:
-                logits.div_(temperature)
-            for offset in range(0, logits.shape[0], chunk):
-                log_softmax = torch.log_softmax(logits[offset:offset + chunk], dim=-1)
-                rows = slice(start + offset, start + offset + log_softmax.shape[0])
-                out[rows] = log_softmax.gather(1, targets[rows, None])[:, 0]
-        return out
+        """log_softmax(transform(hidden) @ W.T + b)[n, targets[n]] in fp32, (N,), with W.T in int8; blocked and
+        chunked as heads.linear_log_probs (heads.projected_log_probs)."""
+        project = self.projection if temperature == 1.0 else lambda rows: self.projection(rows).div_(temperature)
+        return projected_log_probs(self.head.transform(hidden.float()), project, self.vocab_size, targets)
