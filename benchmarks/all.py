@@ -203,8 +203,9 @@ def markers(kind: str | None) -> tuple[str, str]:
 
 
 def kind_slug(kind: str) -> str:
-    """A CPU kind as a name for files and markers: "slow bf16 + VNNI" -> "slow-bf16-vnni"."""
-    return "-".join(kind.lower().replace("+", " ").split())
+    """A CPU kind as a name for files and markers: "slow bf16 + VNNI" -> "slow-bf16-vnni", "VNNI (emulated)" ->
+    "vnni-emulated"."""
+    return "-".join("".join(c if c.isalnum() else " " for c in kind.lower()).split())
 
 
 def write_docs(path: Path, block: str, kind: str | None = None) -> None:
@@ -267,7 +268,8 @@ def main() -> None:
     else:
         how = f"`python benchmarks/all.py --rounds {args.rounds}` ({sum(timings.values()) / 60:.1f} minutes in all)"
     cpu = the_cpu(args.work)
-    kind = f"CPU kind {cpu['kind']} ({cpu['model']}; flags {' '.join(cpu['flags'])})"
+    emulated = f", oneDNN held by {cpu['emulated']}" if cpu.get("emulated") else ""
+    kind = f"CPU kind {cpu['kind']} ({cpu['model']}{emulated}; flags {' '.join(cpu['flags'])})"
     block = (f"Machine: {cpu.get('machine', machine())}; {kind}; "
              f"{args.rounds} interleaved rounds per sub-run; {how}; the sub-runs' JSON in "
              f"`{args.work.as_posix()}/`.\n\n" + table(args.work))

@@ -15,6 +15,25 @@ import torch
 # kind): native bf16 dot products, int8 dot products (VNNI), and AMX's tile units (bf16 and int8 matrices).
 KIND_FLAGS = (("AMX", ("amx_tile",)), ("bf16", ("avx512_bf16", "amx_bf16")), ("VNNI", ("avx512_vnni", "avx_vnni")))
 
+# oneDNN's ONEDNN_MAX_CPU_ISA holds its kernels below what the CPU has, which is how a kind this machine is not gets
+# measured on it (AVX2-only, or Ice Lake's VNNI without bf16 on a Zen4): the flags each cap takes away.
+_AMX = {"amx_tile", "amx_bf16", "amx_int8", "amx_fp16"}
+_BF16 = {"avx512_bf16"} | _AMX
+_AVX512 = {"avx512f", "avx512_vnni"} | _BF16
+ISA_CAPS: dict[str, set[str]] = {
+    "SSE41": {"avx", "avx2", "avx_vnni"} | _AVX512, "AVX": {"avx2", "avx_vnni"} | _AVX512,
+    "AVX2": {"avx_vnni"} | _AVX512, "AVX2_VNNI": _AVX512, "AVX2_VNNI_2": _AVX512,
+    "AVX512_CORE": {"avx512_vnni", "avx_vnni"} | _BF16, "AVX512_CORE_VNNI": _BF16,
+    "AVX512_CORE_BF16": _AMX, "AVX512_CORE_FP16": _AMX, "AVX10_1_512": _AMX,
+}
+
+
+def isa_cap(environ: dict[str, str] | None = None) -> str | None:
+    """ONEDNN_MAX_CPU_ISA where it holds oneDNN below the CPU (upper-cased), else None ("ALL", "DEFAULT", unset or
+    a cap that takes no flag away)."""
+    cap = (os.environ if environ is None else environ).get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    return cap if cap in ISA_CAPS else None
+
 
 def cpu_kind(flags: str | set[str], bf16_over_fp32: float | None = None) -> str:
     """The CPU kind from /proc/cpuinfo's flags (a string as the file gives it, or a set): the features of KIND_FLAGS
@@ -33,10 +52,12 @@ def cpu_kind(flags: str | set[str], bf16_over_fp32: float | None = None) -> str:
     return "AVX2-only" if "avx2" in have else "no AVX2"
 
 
-def cpu_info(cpuinfo: str | None = None, bf16_over_fp32: float | None = None) -> dict[str, object]:
+def cpu_info(cpuinfo: str | None = None, bf16_over_fp32: float | None = None,
+             environ: dict[str, str] | None = None) -> dict[str, object]:
     """This CPU's model name, kind (cpu_kind, with the measured bf16 / fp32 matmul ratio where given) and the flags
     that decide it, read from /proc/cpuinfo (or the text given); an unreadable file gives "unknown CPU" and kind
-    "unknown"."""
+    "unknown". Where ONEDNN_MAX_CPU_ISA (in environ, default os.environ) holds oneDNN below the CPU, the kind is the
+    one it emulates, marked "(emulated)", the flags those left to it, and "emulated" names the cap."""
     if cpuinfo is None:
         try:
             with open("/proc/cpuinfo") as f:
@@ -46,9 +67,14 @@ def cpu_info(cpuinfo: str | None = None, bf16_over_fp32: float | None = None) ->
     fields = dict(line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line)
     fields = {k.strip(): v.strip() for k, v in fields.items()}
     flags = set(fields.get("flags", "").split())
-    decisive = sorted(flags & ({"avx2", "avx512f"} | {f for _, any_of in KIND_FLAGS for f in any_of}))
-    info: dict[str, object] = {"model": fields.get("model name", "unknown CPU"),
-                               "kind": cpu_kind(flags, bf16_over_fp32) if flags else "unknown", "flags": decisive}
+    cap = isa_cap(environ)
+    held = flags - ISA_CAPS[cap] if cap else flags
+    decisive = sorted(held & ({"avx2", "avx512f"} | {f for _, any_of in KIND_FLAGS for f in any_of}))
+    kind = cpu_kind(held, bf16_over_fp32) if flags else "unknown"
+    info: dict[str, object] = {"model": fields.get("model name", "unknown CPU"), "kind": kind, "flags": decisive}
+    if cap and held != flags and flags:
+        info["kind"] = f"{kind} (emulated)"
+        info["emulated"] = f"ONEDNN_MAX_CPU_ISA={cap}"
     if bf16_over_fp32 is not None:
         info["bf16_over_fp32"] = round(bf16_over_fp32, 3)
     return info

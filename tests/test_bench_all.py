@@ -125,8 +125,27 @@ def test_cpu_kind_from_flags():
     assert cpu_kind(zen4, bf16_over_fp32=0.52) == "slow bf16 + VNNI"
     assert cpu_kind(zen4, bf16_over_fp32=1.9) == cpu_kind(zen4) == "bf16 + VNNI"
     assert cpu_kind(ice_lake, bf16_over_fp32=0.01) == "VNNI"  # emulated bf16 without the flag changes nothing
-    assert cpu_info(f"model name\t: Xeon\nflags\t\t: {zen4}\n", bf16_over_fp32=0.5234)["bf16_over_fp32"] == 0.523
-    info = cpu_info(f"processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: {zen4}\n")
+    assert cpu_info(f"model name\t: Xeon\nflags\t\t: {zen4}\n", bf16_over_fp32=0.5234, environ={})["bf16_over_fp32"] == 0.523
+    info = cpu_info(f"processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: {zen4}\n", environ={})
     assert info == {"model": "AMD EPYC 9R14", "kind": "bf16 + VNNI",
                     "flags": ["avx2", "avx512_bf16", "avx512_vnni", "avx512f"]}
     assert cpu_info("processor\t: 0\n")["kind"] == "unknown"
+
+
+def test_cpu_kind_under_an_isa_cap():
+    """ONEDNN_MAX_CPU_ISA emulates a smaller kind on this CPU: the kind, the flags and the results folder say so."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from common import cpu_info, isa_cap
+
+    zen4 = "fpu avx avx2 fma avx512f avx512_vnni avx512_bf16"
+    text = f"model name\t: AMD EPYC\nflags\t\t: {zen4}\n"
+    ice_lake = cpu_info(text, bf16_over_fp32=0.02, environ={"ONEDNN_MAX_CPU_ISA": "avx512_core_vnni"})
+    assert ice_lake == {"model": "AMD EPYC", "kind": "VNNI (emulated)", "flags": ["avx2", "avx512_vnni", "avx512f"],
+                        "emulated": "ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI", "bf16_over_fp32": 0.02}
+    assert cpu_info(text, environ={"ONEDNN_MAX_CPU_ISA": "AVX2"})["kind"] == "AVX2-only (emulated)"
+    for no_cap in ({}, {"ONEDNN_MAX_CPU_ISA": "ALL"}, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}):
+        assert cpu_info(text, environ=no_cap)["kind"] == "bf16 + VNNI"  # a cap above the CPU emulates nothing
+        assert "emulated" not in cpu_info(text, environ=no_cap)
+    assert isa_cap({"ONEDNN_MAX_CPU_ISA": "nonsense"}) is None
+    assert load_all().kind_slug("VNNI (emulated)") == "vnni-emulated"
+    assert load_all().kind_slug("slow bf16 + VNNI") == "slow-bf16-vnni"
