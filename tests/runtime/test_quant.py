@@ -201,3 +201,94 @@ def test_outliers_are_capped_and_a_non_finite_input_still_fails():
     x[0, 3] = float("inf")
     with pytest.raises(ValueError, match="non-finite"):
         layer(x)
+
+
+def quant_module():
+    from maskplay.runtime import quant
+
+    return quant
+
+
+needs_few_rows = pytest.mark.skipif(
+    not (ONEDNN_INT8 and quant_module().fbgemm_exact(quant_module().kernel_weight_range())),
+    reason="FBGEMM's dynamic linear is missing or not exact on this CPU: few rows take the oneDNN path")
+
+
+@needs_few_rows
+def test_few_rows_run_fbgemm_and_compute_the_exact_arithmetic(monkeypatch):
+    """A call of at most FEW_ROWS rows goes through FBGEMM's fused dynamic linear (the oneDNN path is not called),
+    and computes the integer arithmetic exactly: inputs that quantise exactly (multiples of 1/128, 0 and 255/128
+    present, no outlier channel) against float64."""
+    quant = quant_module()
+    layer = Int8Linear.from_linear(nn.Linear(256, 48))
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("few rows must not take the oneDNN path")
+
+    monkeypatch.setattr(Int8Linear, "_int8", not_here)
+    g = torch.Generator().manual_seed(2)
+    q = torch.randint(0, 256, (quant.FEW_ROWS, 256), generator=g)
+    q[0], q[1] = 255, 0  # every channel reaches 255/128: no outliers, and the range is exactly 0..255/128
+    got = layer(q.float() / 128)
+    want = layer.reference(q.to(torch.uint8), 1 / 128, 0, torch.float64)
+    assert rel(got, want) < 1e-5
+    with pytest.raises(ValueError, match="non-finite"):
+        layer(torch.tensor([[float("nan")] * 256]))
+
+
+@needs_few_rows
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+@pytest.mark.parametrize("rows", [1, 8, 32])
+def test_few_rows_agree_with_the_many_rows_path_and_with_fp32(activation, rows, monkeypatch):
+    quant = quant_module()
+    torch.manual_seed(rows)
+    linear = nn.Linear(128, 64)
+    layer = Int8Linear.from_linear(linear, activation)
+    x = torch.randn(rows, 128)
+    want = (linear(x) if activation == "none" else F.gelu(linear(x))).detach()
+    few = layer(x)
+    monkeypatch.setattr(quant, "FEW_ROWS", 0)
+    many = layer(x)
+    assert 1e-5 < rel(few, want) < 0.02 and rel(few, many) < 0.02  # quantised, and the same quantisation's size
+
+
+@needs_few_rows
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_outlier_channels_are_split_off_in_few_rows_too(activation, monkeypatch):
+    quant = quant_module()
+    torch.manual_seed(0)
+    linear = nn.Linear(128, 64)
+    x = with_outlier_channels(rows=8)
+    want = (linear(x) if activation == "none" else F.gelu(linear(x))).detach()
+    layer = Int8Linear.from_linear(linear, activation)
+    split = rel(layer(x), want)
+    monkeypatch.setattr(quant, "OUTLIER_RATIO", float("inf"))
+    whole = rel(layer(x), want)
+    assert split < 0.012 and whole > 3 * split
+
+
+def test_where_fbgemm_is_not_exact_few_rows_take_the_onednn_path(monkeypatch):
+    quant = quant_module()
+    monkeypatch.setattr(quant, "fbgemm_exact", lambda weight_range: False)
+    linear = nn.Linear(64, 32)
+    layer = Int8Linear.from_linear(linear)
+    assert not layer._use_few_rows and "few_rows_fbgemm=False" in repr(layer)
+    x = torch.randn(2, 64)
+    assert rel(layer(x), linear(x).detach()) < 0.02
+
+
+@pytest.mark.parametrize("family", ["gpt", "bert"])
+def test_the_int8_copy_projects_logits_in_int8(tiny_model, family):
+    """The int8 copy's head (what generation calls at every step) projects in int8 with the tied embedding table
+    and the head's bias; the original's head is untouched; the logits stay close to fp32's."""
+    model = tiny_model(family)
+    q = quantize_int8(model)
+    assert not hasattr(model.head, "int8_projection") and isinstance(q.head.int8_projection, Int8Linear)
+    torch.manual_seed(0)
+    hidden = torch.randn(5, model.config.hidden_size)
+    with torch.no_grad():
+        want = model.logits(hidden)
+        got = q.logits(hidden)
+        oracle = Int8Linear.from_weight(model.embeddings.word.weight, model.head.bias)(q.head.transform(hidden))
+    assert torch.equal(got, oracle)
+    assert 1e-5 < rel(got, want) < 0.03

@@ -36,6 +36,9 @@ class LMHead(nn.Module):
 
     def forward(self, hidden: Tensor, embedding_weight: Tensor) -> Tensor:
         """Apply only to the positions being predicted: pass hidden[selected], not the whole sequence."""
+        int8 = self._modules.get("int8_projection")  # an int8 copy's vocabulary projection (precision.quantize_int8)
+        if int8 is not None:
+            return int8(self.transform(hidden))
         return F.linear(self.transform(hidden), embedding_weight, self.bias)
 
     def loss(self, hidden: Tensor, embedding_weight: Tensor, targets: Tensor) -> Tensor:
@@ -79,6 +82,9 @@ class PlainLMHead(nn.Module):
         return hidden
 
     def forward(self, hidden: Tensor, embedding_weight: Tensor) -> Tensor:
+        int8 = self._modules.get("int8_projection")  # an int8 copy's vocabulary projection (precision.quantize_int8)
+        if int8 is not None:
+            return int8(hidden)
         return F.linear(hidden, self.weight(embedding_weight))
 
     def loss(self, hidden: Tensor, embedding_weight: Tensor, targets: Tensor) -> Tensor:

@@ -50,11 +50,14 @@ def forward_in(model: nn.Module, precision: Precision | str, *args: Any, **kwarg
 def quantize_int8(model: nn.Module) -> nn.Module:
     """A copy of `model` for int8 inference on CPU: every nn.Linear of its encoder becomes a quant.Int8Linear
     (int8 weights, activations quantised per call, int32 accumulation; the FFN's GELU fused into its first
-    matmul). Embeddings, LayerNorms, attention and the LM head stay fp32 in the copy (scoring runs the head's
-    vocabulary projection in bf16 or int8, see score.passes.Runner). The original model is untouched."""
+    matmul). Embeddings, LayerNorms and attention stay fp32 in the copy. The LM head's logits (its forward: what
+    generation reads at every step) come from an int8 vocabulary projection, the head's submodule `int8_projection`; its
+    log-probabilities and loss stay fp32 (scoring runs the vocabulary projection in bf16 or int8 itself, see
+    score.passes.Runner). The original model is untouched."""
     import copy
 
     from ..nn.feedforward import FeedForward
+    from ..nn.heads import LMHead, PlainLMHead
     from .quant import Int8Linear
 
     if next(model.parameters()).device.type != "cpu":
@@ -67,6 +70,10 @@ def quantize_int8(model: nn.Module) -> nn.Module:
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
                 setattr(module, name, Int8Linear.from_linear(child))
+    head, embeddings = getattr(quantized, "head", None), getattr(quantized, "embeddings", None)
+    if isinstance(head, (LMHead, PlainLMHead)) and embeddings is not None:
+        weight = head.weight(embeddings.word.weight) if hasattr(type(head), "weight") else embeddings.word.weight
+        head.int8_projection = Int8Linear.from_weight(weight, head.bias)
     for p in quantized.parameters():
         p.requires_grad_(False)
     return quantized

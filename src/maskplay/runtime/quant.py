@@ -9,6 +9,11 @@ fused (the one torch.compile's x86 int8 lowering calls) runs at about twice the 
 is a slow reference one. Where that kernel is missing (not an x86 build of PyTorch), the same arithmetic runs
 in fp32: the same numbers, no speed-up.
 
+A call of few rows (a decoding step: one row per sequence) is bound by the operations it dispatches, not by
+its arithmetic; there the layer runs FBGEMM's dynamic linear (the kernel torch.ao's quantize_dynamic calls), which
+measures, quantises, multiplies and dequantises in one operation, on the same int8 weights, where that kernel
+computes the exact integer arithmetic on this CPU (checked once per process, as below).
+
 One scale per call means a row's result depends slightly on the other rows of its batch (as with torch.ao).
 Input channels far larger than the rest (outlier_channels) are multiplied in fp32 beside the int8 product, so
 that one scale does not round every other channel to a few levels.
@@ -109,6 +114,41 @@ def kernel_weight_range() -> int:
     return _WEIGHT_RANGE
 
 
+# At most this many rows, a call runs FBGEMM's fused dynamic linear (module doc): at 1-8 rows it took 16-22 us
+# for a 1024 x 256 layer where the quantise-then-oneDNN path took 51-58 us (and fp32 33-67 us), and from 64 rows
+# on it is no faster than that path (benchmarks/probes/int8_matmul.py --few-rows).
+FEW_ROWS = 32
+_FBGEMM_EXACT: dict[int, bool] = {}  # weight range -> whether FBGEMM's dynamic linear is exact with it
+
+
+def fbgemm_exact(weight_range: int) -> bool:
+    """Whether FBGEMM's dynamic linear (quantized::linear_dynamic) computes the exact integer arithmetic with
+    weights in -weight_range..weight_range on this CPU: activations that quantise exactly (multiples of 1/128
+    from 0 to 255/128) times weights at both ends of the range, against float64. Checked once per range."""
+    if weight_range not in _FBGEMM_EXACT:
+        try:
+            g = torch.Generator().manual_seed(0)
+            weight = torch.randint(-weight_range, weight_range + 1, (48, 256), generator=g, dtype=torch.int8)
+            weight[0], weight[1] = weight_range, -weight_range
+            q = torch.randint(0, 256, (4, 256), generator=g)
+            q[0], q[1, 0] = 255, 0  # the full activation range: scale 1/128, zero point 0
+            w_scale = torch.full((48,), 0.02, dtype=torch.double)
+            packed = _fbgemm_pack(weight, w_scale, torch.zeros(48))
+            got = torch.ops.quantized.linear_dynamic(q.float() / 128, packed, False)
+            want = (q.double() / 128) @ (weight.double() * w_scale[:, None]).T
+            _FBGEMM_EXACT[weight_range] = float((got.double() - want).norm() / want.norm()) < 1e-5
+        except (AttributeError, RuntimeError, NotImplementedError):  # a build without FBGEMM's quantized ops
+            _FBGEMM_EXACT[weight_range] = False
+    return _FBGEMM_EXACT[weight_range]
+
+
+def _fbgemm_pack(weight_int8: Tensor, weight_scale: Tensor, bias: Tensor) -> object:
+    """FBGEMM's packed form of int8 weights with one scale per output channel (and the fp32 bias)."""
+    qweight = torch._make_per_channel_quantized_tensor(weight_int8, weight_scale.double(),
+                                                       torch.zeros(len(weight_scale), dtype=torch.long), 0)
+    return torch.ops.quantized.linear_prepack(qweight, bias.float())
+
+
 class Int8Linear(nn.Module):
     """An nn.Linear (optionally followed by GELU) computed as uint8 activations x int8 weights. Inference only:
     the module has no parameters. Make one with from_linear (or concatenated)."""
@@ -128,6 +168,9 @@ class Int8Linear(nn.Module):
                              f"int8 kernel (it is exact up to +-{kernel_weight_range()}); make the layer with "
                              "Int8Linear.from_linear")
         self._packed = torch.ops.onednn.qlinear_prepack(weight_int8, None) if use_kernel else None
+        self._use_few_rows = use_kernel and fbgemm_exact(max(int(weight_int8.abs().max()), 1))
+        self._few_rows: object | None = None  # FBGEMM's packed weights, made on the first call of few rows
+        self._weight_t: Tensor | None = None  # (in, out) int8, made on the first call with outlier channels
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, activation: str = "none") -> Int8Linear:
@@ -160,17 +203,38 @@ class Int8Linear(nn.Module):
         x = x.reshape(-1, shape[-1])
         # Outlier channels are large in every row: every OUTLIER_SAMPLE-th row finds them for a fraction of a pass
         # over x (a per-channel reduction over all rows costs a fifth of the int8 matmul)
-        sample = x[::OUTLIER_SAMPLE] if x.shape[0] > 8 * OUTLIER_SAMPLE else x
-        outliers = outlier_channels(torch.maximum(sample.amax(0), -sample.amin(0)))
+        few = self._use_few_rows and x.shape[0] <= FEW_ROWS and x.dtype == torch.float32
+        if few:
+            magnitude = torch.linalg.vector_norm(x, float("inf"), dim=0)  # one operation where rows are few
+        else:
+            sample = x[::OUTLIER_SAMPLE] if x.shape[0] > 8 * OUTLIER_SAMPLE else x
+            magnitude = torch.maximum(sample.amax(0), -sample.amin(0))
+        outliers = outlier_channels(magnitude)
+        int8 = self._few if few else self._int8
         if outliers is None:
-            y = self._int8(x, None, self.activation)
+            y = int8(x, None, self.activation)
         else:  # the outlier channels in fp32, the others in int8 with their own range, the activation after the sum
-            y = self._int8(x.index_fill(1, outliers, 0.0), None, "none")
-            y.addmm_(x.index_select(1, outliers),
-                     (self.weight_int8.index_select(1, outliers).float() * self.weight_scale[:, None]).t().to(x.dtype))
+            y = int8(x.index_fill(1, outliers, 0.0), None, "none")
+            y.addmm_(x.index_select(1, outliers), self._outlier_weights(outliers).to(x.dtype))
             if self.activation == "gelu":
                 y = F.gelu(y)
         return y.view(*shape[:-1], self.out_features)
+
+    def _outlier_weights(self, outliers: Tensor) -> Tensor:
+        """The dequantised weights of the outlier input channels, (outliers, out): gathered as rows of a transposed
+        copy of the int8 weights (made on first use), since gathering columns of (out, in) reads every row's line:
+        for a vocabulary projection most of a decoding step's time."""
+        if self._weight_t is None:
+            self._weight_t = self.weight_int8.t().contiguous()
+        return self._weight_t.index_select(0, outliers).float().mul_(self.weight_scale)
+
+    def _few(self, x: Tensor, value_range: None, activation: str) -> Tensor:
+        """FBGEMM's dynamic linear (few rows, fp32): the activations' range, quantisation, int8 product and
+        dequantisation in one operation; non-finite inputs are caught by outlier_channels before."""
+        if self._few_rows is None:  # packed on first use: a layer that only ever sees many rows keeps one copy
+            self._few_rows = _fbgemm_pack(self.weight_int8, self.weight_scale, self.bias)
+        y = torch.ops.quantized.linear_dynamic(x, self._few_rows, False)
+        return F.gelu(y) if activation == "gelu" else y
 
     def _int8(self, x: Tensor, value_range: tuple[float, float] | None, activation: str) -> Tensor:
         q, scale, zero_point = quantize_activations(x, value_range)
@@ -190,7 +254,8 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, activation={self.activation}, " \
-               f"onednn={self._packed is not None}, weight_range={int(self.weight_int8.abs().max())}"
+               f"onednn={self._packed is not None}, few_rows_fbgemm={self._use_few_rows}, " \
+               f"weight_range={int(self.weight_int8.abs().max())}"
 
 
 # A channel whose largest |value| passes OUTLIER_RATIO times the median channel's is multiplied in fp32. Trained
@@ -205,12 +270,16 @@ OUTLIER_SAMPLE = 4
 
 def outlier_channels(magnitude: Tensor) -> Tensor | None:
     """The input channels to compute in fp32, given each channel's largest |value| (None: no outliers)."""
-    threshold = OUTLIER_RATIO * float(magnitude.median())
-    if not (threshold > 0.0 and bool(torch.isfinite(magnitude).all())):  # a non-finite input: quantising reports it
+    median, largest = torch.stack((magnitude.median(), magnitude.max())).tolist()  # one read back, not three
+    threshold = OUTLIER_RATIO * median
+    if not (threshold > 0.0 and math.isfinite(largest)):  # a non-finite input (NaN propagates to the max)
+        if not math.isfinite(largest):
+            raise ValueError(f"int8: the input of a linear layer holds non-finite values (largest |value| {largest}); "
+                             "run in fp32 to see where they arise")
+        return None
+    if largest <= threshold:
         return None
     count = int((magnitude > threshold).sum())
-    if count == 0:
-        return None
     return magnitude.topk(min(count, MAX_OUTLIERS)).indices  # the largest first where there are more
 
 
