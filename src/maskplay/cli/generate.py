@@ -55,7 +55,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N, mps or auto (default: cpu)")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="auto (default): bf16 where this machine runs it faster than fp32, else fp32; bf16: a bf16 "
-                        "copy of the model; int8: the encoder's linear layers in int8 (CPU, only when asked)")
+                        "copy of the model; int8: the encoder's linear layers and the vocabulary projection in int8 "
+                        "(CPU, only when asked)")
     p.add_argument("--format", choices=["plain", "jsonl"], default="plain",
                    help="plain: one output per line; jsonl: one object per line with tokens, scores, flags")
     p.add_argument("--stream", choices=["auto", "always", "never"], default="auto",

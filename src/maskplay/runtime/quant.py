@@ -114,10 +114,12 @@ def kernel_weight_range() -> int:
     return _WEIGHT_RANGE
 
 
-# At most this many rows, a call runs FBGEMM's fused dynamic linear (module doc): at 1-8 rows it took 16-22 us
-# for a 1024 x 256 layer where the quantise-then-oneDNN path took 51-58 us (and fp32 33-67 us), and from 64 rows
-# on it is no faster than that path (benchmarks/probes/int8_matmul.py --few-rows).
-FEW_ROWS = 32
+# At most this many rows, a call runs FBGEMM's fused dynamic linear (module doc). Timed with the layers' weights
+# evicted between calls, as in a decoding step (benchmarks/probes/int8_few_rows.py, AMD EPYC,
+# results/probes/int8-few-rows/): at 1 row 123 against 156 us for a 1024 x 256 layer (371 against 380 for a
+# 16,384 x 256 vocabulary projection); at 8 rows the two are about even (104 against 110; 601 against 508); by 32
+# rows the quantise-then-oneDNN path is faster. A greedy step of the mini GPT at batch 1: 392 tokens/s against 292.
+FEW_ROWS = 8
 _FBGEMM_EXACT: dict[int, bool] = {}  # weight range -> whether FBGEMM's dynamic linear is exact with it
 
 
