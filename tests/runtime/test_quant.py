@@ -264,7 +264,7 @@ def test_outlier_channels_are_split_off_in_few_rows_too(activation, monkeypatch)
     split = rel(layer(x), want)
     monkeypatch.setattr(quant, "OUTLIER_RATIO", float("inf"))
     whole = rel(layer(x), want)
-    assert split < 0.012 and whole > 3 * split
+    assert split < 0.012 and whole > 2 * split  # 8 rows: about 3x with 8-bit weights, 2.9x with 7-bit ones
 
 
 def test_where_fbgemm_is_not_exact_few_rows_take_the_onednn_path(monkeypatch):
