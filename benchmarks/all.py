@@ -52,7 +52,7 @@ TRAIN_TWINS = {"bert": "HF BertForMaskedLM", "gpt": "HF GPT2LMHeadModel",
 REFERENCE = "HF BertForMaskedLM (reference: no twin in transformers)"
 
 
-def runs(rounds: int, work: Path) -> dict[str, list[str]]:
+def runs(rounds: int, work: Path, generate_dtypes: tuple[str, ...] = ("fp32", "bf16", "int8")) -> dict[str, list[str]]:
     """The sub-runs: name -> the script and its arguments (each writes work/NAME.json)."""
     train = ["benchmarks/train_speed.py", "--preset", "mini", "--data", "none", "--batch-size", "16",
              "--precisions", "fp32", "bf16", "--hf-precisions", "fp32", "bf16-autocast", "--rounds", str(rounds)]
@@ -65,7 +65,7 @@ def runs(rounds: int, work: Path) -> dict[str, list[str]]:
                   "--out", str(work / "score.json")],
         "generate": ["benchmarks/generate_speed.py", "--preset", "mini", "--batch-sizes", "1", "8",
                      "--prompt-lengths", "16", "--max-new-tokens", "32", "--rounds", str(rounds), "--no-uncached",
-                     "--dtypes", "fp32", "bf16", "int8", "--out", str(work / "generate")],
+                     "--dtypes", *generate_dtypes, "--out", str(work / "generate")],
     }
 
 
@@ -202,6 +202,14 @@ def markers(kind: str | None) -> tuple[str, str]:
     return f"<!-- bench-all:{slug}:start -->", f"<!-- bench-all:{slug}:end -->"
 
 
+def generation_dtypes(cpu: dict | None) -> tuple[str, ...]:
+    """What generation runs in: fp32, bf16 and int8, but no bf16 where oneDNN is held below bf16 on a CPU that has
+    it (an emulated kind): the compiled step's own C++ kernels take the CPU's instructions from the CPU itself, so
+    its bf16 would run natively where the kind emulated has none."""
+    emulated_without_bf16 = cpu is not None and cpu.get("emulated") and "bf16" not in str(cpu.get("kind"))
+    return ("fp32", "int8") if emulated_without_bf16 else ("fp32", "bf16", "int8")
+
+
 def kind_slug(kind: str) -> str:
     """A CPU kind as a name for files and markers: "slow bf16 + VNNI" -> "slow-bf16-vnni", "VNNI (emulated)" ->
     "vnni-emulated"."""
@@ -242,7 +250,7 @@ def main() -> None:
     if args.work is None:
         args.work = Path("results/bench-all") / kind_slug(str(here["kind"]))
     args.work.mkdir(parents=True, exist_ok=True)
-    plan = runs(args.rounds, args.work)
+    plan = runs(args.rounds, args.work, generation_dtypes(here))
     if not args.table_only:  # the CPU the sub-runs run on, kept beside their JSON
         (args.work / "cpu.json").write_text(json.dumps(here, indent=1) + "\n")
     unknown = sorted(set(args.only or ()) - set(plan))

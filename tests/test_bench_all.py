@@ -149,3 +149,16 @@ def test_cpu_kind_under_an_isa_cap():
     assert isa_cap({"ONEDNN_MAX_CPU_ISA": "nonsense"}) is None
     assert load_all().kind_slug("VNNI (emulated)") == "vnni-emulated"
     assert load_all().kind_slug("slow bf16 + VNNI") == "slow-bf16-vnni"
+
+
+def test_an_emulated_kind_without_bf16_generates_without_it():
+    """Inductor's kernels are not held by ONEDNN_MAX_CPU_ISA: an emulated VNNI-only kind must not time bf16."""
+    bench = load_all()
+    ice_lake = {"kind": "VNNI (emulated)", "emulated": "ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI"}
+    assert bench.generation_dtypes(ice_lake) == ("fp32", "int8")
+    assert bench.generation_dtypes({"kind": "bf16 + VNNI"}) == ("fp32", "bf16", "int8")
+    assert bench.generation_dtypes({"kind": "slow bf16 + VNNI"}) == ("fp32", "bf16", "int8")
+    assert bench.generation_dtypes(None) == ("fp32", "bf16", "int8")
+    plan = bench.runs(3, Path("w"), bench.generation_dtypes(ice_lake))
+    dtypes = plan["generate"][plan["generate"].index("--dtypes") + 1:plan["generate"].index("--out")]
+    assert dtypes == ["fp32", "int8"]

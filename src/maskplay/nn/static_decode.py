@@ -23,6 +23,12 @@ from torch import Tensor
 from .cache import KVCache, StaticKVCache
 
 CAPACITY_STEP = 64
+# A decoding step's matmuls have one row per sequence, where a library call's fixed cost is most of the work:
+# inductor's own C++ GEMM kernels, generated for these shapes and frozen weights, ran the mini GPT's compiled greedy
+# step 3.3x (batch 1) and 1.8x (batch 8) as fast in bf16 and 2.5x / 2.2x in fp32 as oneDNN's calls (AMD EPYC,
+# 2 cores; benchmarks/generate_speed.py), for about a second more of compiling. Autotuning times both kernels for
+# each matmul and keeps the faster, so a CPU where oneDNN's call wins keeps it.
+GEMM_AUTOTUNE = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "CPP,ATEN"}
 _FUNCTIONS = 0  # step functions made so far (_own_step_function)
 _STEPS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()  # model -> its steps
 
@@ -70,10 +76,11 @@ class StaticStep:
                 # freezing: the weights become constants of the compiled program, prepacked for the CPU's matmul
                 # kernels (2.0x the unfrozen step's tokens/s at batch 1 on the mini GPT in bf16); static_step makes
                 # a new step when they change. Set in inductor's config while Dynamo traces: compile(options=...)
-                # reaches inductor only after Dynamo has lifted the weights to graph inputs, leaving nothing to freeze
+                # reaches inductor only after Dynamo has lifted the weights to graph inputs, leaving nothing to freeze.
+                # GEMM_AUTOTUNE: each matmul timed as oneDNN's call and as inductor's own C++ kernel, the faster kept
                 import torch._inductor.config as inductor_config
 
-                with inductor_config.patch(freezing=True):
+                with inductor_config.patch(freezing=True, **GEMM_AUTOTUNE):
                     return self.compiled(self.model, self.cache, self.tokens, self.alive)
             # the guards of a compiled step check every weight and cache tensor (~0.7 ms a token on a CPU). Here the
             # function is this step's own (_own_step_function) and its inputs the same objects at every call, so
