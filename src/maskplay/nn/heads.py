@@ -111,6 +111,10 @@ def make_lm_head(config: ModelConfig) -> nn.Module:
 # ~920 in 256-row blocks; the (864 x 512) @ (512 x 29530) of a tta-paper scoring batch at 530 vs 780
 # (benchmarks/probes/head_blocks.py). A block's logits are also still in cache for the softmax that reads them.
 ROW_BLOCK = 256
+# In fp32 the blocks are larger: there oneDNN ran the mini T-TA's (2048 x 256) @ (256 x 16384) product with its
+# softmax at 147 ms in 1024-row blocks against 174 ms in 256-row ones (AMD EPYC, 2 cores; a block of fp32 logits is
+# twice a bf16 one's bytes, so cache holds less of it anyway).
+ROW_BLOCK_FP32 = 1024
 
 
 @dataclass(frozen=True)
@@ -122,12 +126,13 @@ class Blocking:
     rows: int | None
     chunk_bytes: int
     block_bytes: int = 2**30
+    rows_fp32: int | None = None  # rows per matmul where the logits are fp32 (None: `rows`)
 
 
 # A CPU wants blocks that stay in cache (above). A GPU wants few, large kernels: each launch costs about as much
 # host time as a small kernel takes, and the CPU's blocking launched ~12 kernels per 64 rows, some 6,000 a step
 # for a 12 x 384 GPT at 32 k tokens, more than all of its layers (docs/results/training-speed.md).
-CPU_BLOCKING = Blocking(rows=ROW_BLOCK, chunk_bytes=4 * 2**20)
+CPU_BLOCKING = Blocking(rows=ROW_BLOCK, chunk_bytes=4 * 2**20, rows_fp32=ROW_BLOCK_FP32)
 GPU_BLOCKING = Blocking(rows=None, chunk_bytes=256 * 2**20)
 
 
@@ -152,16 +157,26 @@ def _product(weight: Tensor, buffer: Tensor | None = None) -> Projection:
 
 def _logit_chunks(x: Tensor, vocab: int, project: Projection, bias32: Tensor | None,
                   chunk: int) -> Iterator[tuple[int, Tensor, Tensor]]:
-    """(first row, bias-free logits rows, their fp32 logits with the bias) for chunks of `chunk` rows, the
-    logits computed blocking(device)'s rows per `project` call. bias32 None: the projection adds its own bias
-    (int8 scoring's, tasks.score.int8_head), and its fp32 rows are the logits."""
+    """(first row, the logits rows as projected, their fp32 logits with the bias) for chunks of `chunk` rows, the
+    logits computed blocking(device)'s rows per `project` call (the projection's rows are this loop's to change:
+    fp32 rows get the bias in place, so both are then the same tensor). bias32 None: the projection adds its own
+    bias (int8 scoring's, tasks.score.int8_head), and its fp32 rows are the logits."""
     policy = blocking(x.device)
-    step = policy.rows or max(1, policy.block_bytes // (vocab * x.element_size()))
+    # fp32 rows: larger blocks, but not for a projection of its own (bias32 None: int8's, whose activations are
+    # quantised per block of `rows`, tasks.score.int8_head)
+    fp32 = policy.rows_fp32 is not None and x.dtype == torch.float32 and bias32 is not None
+    block_rows = policy.rows_fp32 if fp32 else policy.rows
+    step = block_rows or max(1, policy.block_bytes // (vocab * x.element_size()))
     for block_start in range(0, x.shape[0], step):
         block = project(block_start, x[block_start:block_start + step])
         for offset in range(0, block.shape[0], chunk):
             rows = block[offset:offset + chunk]
-            yield block_start + offset, rows, rows if bias32 is None else torch.add(rows, bias32)  # fp32 bias
+            if bias32 is None:
+                yield block_start + offset, rows, rows
+            elif rows.dtype == torch.float32:  # the block is this loop's own: the bias goes in place
+                yield block_start + offset, rows, rows.add_(bias32)
+            else:
+                yield block_start + offset, rows, torch.add(rows, bias32)  # bf16 logits, the bias added in fp32
 
 
 _SCRATCH = threading.local()  # per thread: two threads' losses must not share one buffer
@@ -245,14 +260,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
         # the bias is added in fp32 on the way into the softmax: no separate pass over the logits
         for start, rows, logits in _logit_chunks(x, weight.shape[0], _product(weight, buffer), bias.float(), chunk):
             ts = targets[start:start + rows.shape[0], None]
-            probs = torch.softmax(logits, dim=-1)
+            # fp32: the softmax over the logits in place (they are `rows`, the buffer's), so no copy back below
+            probs = torch.ops.aten._softmax.out(logits, -1, False, out=logits) if logits is rows else \
+                torch.softmax(logits, dim=-1)
             if uniforms is not None:
                 samples[start:start + rows.shape[0]] = sample_rows(probs, uniforms[start:start + rows.shape[0]])
             total -= probs.gather(1, ts).clamp_min_(torch.finfo(torch.float32).tiny).log_().sum()
             if need_grad:
                 probs.scatter_add_(1, ts, torch.full_like(ts, -1, dtype=probs.dtype))  # softmax - one-hot
                 grad_b += probs.sum(0)
-                rows.copy_(probs)
+                if probs is not rows:
+                    rows.copy_(probs)
         grads = (None, None, None)
         if need_grad:
             grad_x = (buffer @ weight).div_(n) if ctx.needs_input_grad[0] else None
