@@ -29,6 +29,10 @@ class LMHead(nn.Module):
                                      elementwise_affine=config.norm_affine) if config.head_norm else None
         self.approximate = "tanh" if config.head_gelu_tanh else "none"  # ALBERT's gelu_new head
 
+    def weight(self, embedding_weight: Tensor) -> Tensor:
+        """The vocabulary projection's weight: BERT's head is tied to the word embeddings."""
+        return embedding_weight
+
     def transform(self, hidden: Tensor) -> Tensor:
         if self.pre_norm is not None:
             hidden = self.pre_norm(hidden)

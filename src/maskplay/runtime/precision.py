@@ -72,8 +72,7 @@ def quantize_int8(model: nn.Module) -> nn.Module:
                 setattr(module, name, Int8Linear.from_linear(child))
     head, embeddings = getattr(quantized, "head", None), getattr(quantized, "embeddings", None)
     if isinstance(head, (LMHead, PlainLMHead)) and embeddings is not None:
-        weight = head.weight(embeddings.word.weight) if hasattr(type(head), "weight") else embeddings.word.weight
-        head.int8_projection = Int8Linear.from_weight(weight, head.bias)
+        head.int8_projection = Int8Linear.from_weight(head.weight(embeddings.word.weight), head.bias)
     for p in quantized.parameters():
         p.requires_grad_(False)
     return quantized

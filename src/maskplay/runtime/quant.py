@@ -69,15 +69,21 @@ _WEIGHT_RANGE: int | None = None  # what this process's kernel computes exactly 
 _KERNEL_ERROR: str | None = None
 
 
+def _check_weights(weight_range: int, generator: torch.Generator) -> Tensor:
+    """(48, 256) int8 weights in -weight_range..weight_range, two rows at the ends of the range: what the kernel
+    checks (_kernel_error, fbgemm_exact) multiply."""
+    weight = torch.randint(-weight_range, weight_range + 1, (48, 256), generator=generator, dtype=torch.int8)
+    weight[0], weight[1] = weight_range, -weight_range
+    return weight
+
+
 def _kernel_error(weight_range: int) -> float:
     """Relative error of the oneDNN kernel against the exact integer arithmetic, with weights in
     -weight_range..weight_range and uint8 activations, on inputs that reach the ends of both ranges (full-scale
     activations times full-scale weights: the pair sums an int16 cannot hold) and on random ones."""
     g = torch.Generator().manual_seed(0)
-    out_features, in_features = 48, 256
-    weight = torch.randint(-weight_range, weight_range + 1, (out_features, in_features), generator=g,
-                           dtype=torch.int8)
-    weight[0], weight[1] = weight_range, -weight_range
+    weight = _check_weights(weight_range, g)
+    out_features, in_features = weight.shape
     q = torch.randint(0, 256, (16, in_features), generator=g, dtype=torch.uint8)
     q[0] = 255
     scale, zero_point, w_scale = 0.01, 3, 0.02
@@ -130,8 +136,7 @@ def fbgemm_exact(weight_range: int) -> bool:
     if weight_range not in _FBGEMM_EXACT:
         try:
             g = torch.Generator().manual_seed(0)
-            weight = torch.randint(-weight_range, weight_range + 1, (48, 256), generator=g, dtype=torch.int8)
-            weight[0], weight[1] = weight_range, -weight_range
+            weight = _check_weights(weight_range, g)
             q = torch.randint(0, 256, (4, 256), generator=g)
             q[0], q[1, 0] = 255, 0  # the full activation range: scale 1/128, zero point 0
             w_scale = torch.full((48,), 0.02, dtype=torch.double)
@@ -273,13 +278,11 @@ OUTLIER_SAMPLE = 4
 def outlier_channels(magnitude: Tensor) -> Tensor | None:
     """The input channels to compute in fp32, given each channel's largest |value| (None: no outliers)."""
     median, largest = torch.stack((magnitude.median(), magnitude.max())).tolist()  # one read back, not three
+    if not math.isfinite(largest):  # a non-finite input (NaN propagates to the max)
+        raise ValueError(f"int8: the input of a linear layer holds non-finite values (largest |value| {largest}); "
+                         "run in fp32 to see where they arise")
     threshold = OUTLIER_RATIO * median
-    if not (threshold > 0.0 and math.isfinite(largest)):  # a non-finite input (NaN propagates to the max)
-        if not math.isfinite(largest):
-            raise ValueError(f"int8: the input of a linear layer holds non-finite values (largest |value| {largest}); "
-                             "run in fp32 to see where they arise")
-        return None
-    if largest <= threshold:
+    if not threshold > 0.0 or largest <= threshold:
         return None
     count = int((magnitude > threshold).sum())
     return magnitude.topk(min(count, MAX_OUTLIERS)).indices  # the largest first where there are more

@@ -22,7 +22,7 @@ class Int8VocabularyHead:
 
     def __init__(self, head: nn.Module, embedding_weight: Tensor) -> None:
         self.head = head
-        weight = head.weight(embedding_weight) if hasattr(type(head), "weight") else embedding_weight
+        weight = head.weight(embedding_weight)
         self.projection = Int8Linear.from_weight(weight, head.bias)
         self.vocab_size = weight.shape[0]
 
