@@ -3,7 +3,7 @@ HuggingFace recipe a user would write from its documentation, on the same text, 
 
     python benchmarks/time_to_quality.py --data runs/data-wiki16k --minutes 20 --points 4 \\
         --recipe gpt=configs/mini-gpt.toml --recipe gpt-bert=configs/mini-gpt-bert.toml --hf bert --hf gpt2 \\
-        --blimp-limit 100 --out results/time-to-quality/mini-20min.json --plot docs/ttq-mini-20min.png
+        --blimp-limit 100 --out results/time-to-quality/mini-20min.json --plot docs/results/ttq-mini-20min.png
 
 Each maskplay recipe is a training config (`maskplay pretrain --config`): a short probe (not counted) measures its
 steps per minute so that optim.max_steps ends the learning-rate schedule at the budget; then it trains in --points
