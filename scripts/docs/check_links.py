@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(problem)
     if problems:
-        print(f"{len(problems)} broken link(s) in {len({p.split(':')[0] for p in problems})} file(s)", file=sys.stderr)
+        print(f"{len(problems)} broken link(s) or missing path(s) in {len({p.split(':')[0] for p in problems})} file(s)", file=sys.stderr)
     return 1 if problems else 0
 
 
