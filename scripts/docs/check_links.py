@@ -3,11 +3,12 @@
     python scripts/docs/check_links.py            # every tracked (or new, not ignored) .md file
     python scripts/docs/check_links.py FILE ...   # these files only
 
-A link is broken when its file or directory does not exist, or when its #anchor is not a heading (or an explicit
-`<a name>` / `id`) of the Markdown file it points to, by GitHub's rule for heading anchors: the heading's text as
+A link is broken when its file or directory does not exist, or when its #anchor is not a heading (or an explicit `<a
+name>` / `id`) of the Markdown file it points to, by GitHub's rule for heading anchors: the heading's text as
 rendered, lower-cased, every character that is not a letter, a digit, a space, `-` or `_` removed, spaces made
-hyphens; a repeated heading gets -1, -2, ... Links to other sites (http:, https:, mailto:) are not fetched. Every
-broken link is listed, one per line (`file:line: target: why`), and the exit status is 1 if there is one.
+hyphens; a repeated heading gets -1, -2, ... A link to a file outside the repository is broken too (a clone lacks
+it). Links to other sites (http:, https:, mailto:) are not fetched. Every broken link is listed, one per line
+(`file:line: target: why`), and the exit status is 1 if there is one.
 
 A repository path written as code (in a `code span` or a fenced or indented code block) is checked too: a word that
 begins with benchmarks/, configs/, docs/, results/, scripts/ or src/ and ends in .py, .sh, .json, .jsonl, .md, .png,
@@ -172,6 +173,9 @@ def check_file(path: Path, root: Path = ROOT) -> list[str]:
         if not resolved.exists():
             problems.append(f"{where}:{number}: {target}: no such file or directory")
             continue
+        if path.is_relative_to(root) and not resolved.is_relative_to(root):
+            problems.append(f"{where}:{number}: {target}: outside the repository (not in a clone of it)")
+            continue
         if anchor and resolved.suffix.lower() == ".md" and resolved.is_file():
             if unquote(anchor).lower() not in anchors(resolved) and unquote(anchor) not in anchors(resolved):
                 problems.append(f"{where}:{number}: {target}: no heading with anchor #{anchor} in "
@@ -189,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(problem)
     if problems:
-        print(f"{len(problems)} broken link(s) or missing path(s) in {len({p.split(':')[0] for p in problems})} file(s)", file=sys.stderr)
+        files = len({p.split(":")[0] for p in problems})
+        print(f"{len(problems)} broken link(s) or missing path(s) in {files} file(s)", file=sys.stderr)
     return 1 if problems else 0
 
 
