@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -44,6 +45,7 @@ from common import cpu_info, machine, matmul_peak  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- bench-all:start -->", "<!-- bench-all:end -->"
+ANY_END = re.compile(r"<!-- bench-all:(?:[^:>]+:)?end -->")
 FAMILIES = ("tta", "bert", "gpt", "electra", "xlnet", "unilm", "gpt-bert")
 NAMES = {"tta": "T-TA", "bert": "BERT", "gpt": "GPT", "electra": "ELECTRA", "xlnet": "XLNet", "unilm": "UniLM",
          "gpt-bert": "GPT-BERT"}
@@ -217,7 +219,9 @@ def kind_slug(kind: str) -> str:
 
 
 def write_docs(path: Path, block: str, kind: str | None = None) -> None:
-    """Replace the block of this CPU kind in the Markdown file at path (appended with a heading where absent)."""
+    """Replace the block of this CPU kind in the Markdown file at path. A kind not yet there goes with the others:
+    after the last kind's block and the text that follows it, before the next heading of level 1-3 (or at the end
+    of the file when there is no block yet, or no heading after the last one)."""
     start, end = markers(kind)
     text = path.read_text(encoding="utf-8")
     body = f"{start}\n{block}\n{end}"
@@ -225,8 +229,26 @@ def write_docs(path: Path, block: str, kind: str | None = None) -> None:
         text = text[:text.index(start)] + body + text[text.index(end) + len(end):]
     else:
         heading = f"### CPU kind: {kind}" if kind else "## Every family against its HuggingFace twin (`benchmarks/all.py`)"
-        text = text.rstrip("\n") + f"\n\n{heading}\n\n" + body + "\n"
+        ends = list(ANY_END.finditer(text))
+        at = next_heading(text, ends[-1].end()) if ends else len(text)
+        before, after = text[:at].rstrip("\n"), text[at:]
+        text = before + f"\n\n{heading}\n\n" + body + "\n" + ("\n" + after if after else "")
     path.write_text(text, encoding="utf-8")
+
+
+def next_heading(text: str, offset: int) -> int:
+    """Where the first Markdown heading of level 1-3 after offset starts (outside fenced code); len(text) if none."""
+    fence = ""
+    position = 0
+    for line in text.splitlines(keepends=True):
+        here, position = position, position + len(line)
+        stripped = line.lstrip(" ")
+        if stripped.startswith(("```", "~~~")):
+            marker = stripped[:3]
+            fence = "" if fence == marker else (fence or marker)
+        elif not fence and here >= offset and re.match(r"#{1,3}\s", stripped):
+            return here
+    return len(text)
 
 
 def main() -> None:

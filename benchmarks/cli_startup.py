@@ -4,7 +4,7 @@ and scoring one sentence with a bundled model. With --base SRC, the same command
 older commit's src/, from `git archive COMMIT src | tar -x -C DIR`) run in the same invocation, alternating with
 this tree's, so that both see the same machine load; the JSON gives each tree's numbers and base / this ratios.
 
-    python benchmarks/cli_startup.py --base /tmp/base/src --base-name 02e57e0 --runs 10
+    python benchmarks/cli_startup.py --base ../base/src --base-name 02e57e0 --runs 10
 
 Each process runs the tree's package (PYTHONPATH=SRC) with bytecode cached in a temporary directory (as an
 installed package has it); the first runs of each command are warm-ups and not counted. The --precision auto probe

@@ -13,7 +13,7 @@
 # a machine and a time limit that allow it). run.max_minutes stops a run that is slower than planned (it still
 # exports its model).
 #
-# Across two commands on a machine kept warm (the full budget where one command's minutes do not reach it): the
+# Across two jobs on the same machine (the full budget where a job's time limit is shorter than the run): the
 # first with STOP_AT_STEP=N (run.stop_at_step: the run checkpoints and stops there) and SKIP_EVAL=1, the second with
 # RESUME=1 (the data and the run in $WORK as they are; `pretrain --resume` continues it exactly) and the same words
 # budget (BABYLM_WORDS), so that both plan the same schedule.

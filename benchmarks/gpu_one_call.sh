@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One strict-small recipe as far toward the 100 M-word budget as one 10-minute GPU command allows
+# One strict-small recipe as far toward the 100 M-word budget as a deadline on one GPU allows
 # (docs/results/babylm.md). Inside a deadline (DEADLINE seconds of this script, 540):
 #   0. a short profile of the recipe's step (benchmarks/probes/gpu_profile_step.py: the disentangled bias's two kernels,
 #      and FlexAttention);
@@ -16,12 +16,12 @@
 #   3. with what is left: the GPU tests of the recipes' step (loss and gradients equal the CPU's), then GPT at GPT-2
 #      small's shape against HuggingFace (benchmarks/gpu_train_speed.py), each under a timeout that ends by the deadline.
 # Results in one archive, $OUT/results.tgz (babylm.json, profile.json, compile.json, train-speed.json, gpt2-small.json,
-# pytest-gpu.log, the logs and the run's metrics; PACK=0 leaves them as files): a device call that returned them loose brought
-# back only the first 8. Do not tee the call's own output into $OUT.
-#   bash benchmarks/gpu_stage.sh in      # here; then, as the device call:
-#   OUT=$OUT DATA_ROOT=shared/data bash benchmarks/gpu_one_call.sh
-# The full budget where one command's minutes do not reach it: two commands on a machine kept warm (the next within
-# its idle window), the same run continued exactly, both with BABYLM_WORDS=100000000:
+# pytest-gpu.log, the logs and the run's metrics; PACK=0 leaves them as files): one file to copy back from a remote
+# machine. Do not tee the script's own output into $OUT (it is packed and emptied at the end).
+#   OUT=DIR DATA_ROOT=../shared/data bash benchmarks/gpu_one_call.sh
+#   bash benchmarks/gpu_stage.sh in      # first, for a remote GPU machine that receives a copy of the tree (DATA_ROOT=shared/data there)
+# The full budget where a job's time limit is shorter than the run: two jobs on the same machine and WORK, the same
+# run continued exactly, both with BABYLM_WORDS=100000000:
 #   PART=1 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # trains, checkpoints, stops
 #   PART=2 PROFILE=0 BABYLM_WORDS=100000000 ... bash benchmarks/gpu_one_call.sh   # resumes, finishes, scores
 # Knobs: OUT, WORK, FAMILY (gpt-bert), PART (1 or 2), PART_STEPS (the steps a part trains: default what fits),
@@ -46,7 +46,7 @@ mkdir -p "$OUT" "$WORK"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 left() { echo $((DEADLINE - SECONDS)); }
 
-# results: one archive at the end (a device call brings back only a few files), $OUT/results.tgz
+# results: one archive at the end (one file to copy back), $OUT/results.tgz
 pack() {
   tar czf "$WORK/results.tgz" -C "$OUT" --exclude '.*.lock' . \
     && mv "$WORK/results.tgz" "$OUT/results.tgz" \

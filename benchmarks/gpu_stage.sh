@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
-# Stage this working tree for a call to a GPU machine that carries the tree's tracked and untracked-not-ignored files
-# up to a size limit (64 MiB for this project's device tool), and put it back after
-# (docs/results/benchmarks.md,
-# "Training on a GPU"). The bundled models' weights (about 84 MB, read by no GPU benchmark) leave the index for the
+# Stage this working tree for a remote GPU machine that receives a copy of its tracked and untracked-not-ignored
+# files, small enough to send (LIMIT_MB, 64 MiB by default), and put it back after (docs/results/babylm.md). The bundled models' weights (about 84 MB, read by no GPU benchmark) leave the index for the
 # call; the shared data the scripts read is copied into shared/data (all of the Wikipedia extract and BLiMP-dev, as
-# many Gutenberg books as GUTENBERG_MB allows); litgpt's wheels are fetched into .whl when missing (name .whl in the
-# call's carry list).
-#   bash benchmarks/gpu_stage.sh in      # then the device call(s), e.g. OUT=$OUT bash benchmarks/gpu_babylm.sh
+# many Gutenberg books as GUTENBERG_MB allows); litgpt's wheels are fetched into .whl when missing (.whl is
+# git-ignored: send it with the copy).
+#   bash benchmarks/gpu_stage.sh in      # then, on the GPU machine, e.g. OUT=DIR bash benchmarks/gpu_babylm.sh
 #   bash benchmarks/gpu_stage.sh out     # always, before committing: the weights return to the index
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +14,7 @@ GUTENBERG_MB=${GUTENBERG_MB:-22}
 EXCLUDE=.git/info/exclude
 BEGIN="# gpu_stage.sh: begin" END="# gpu_stage.sh: end"
 
-carried_bytes() {  # what the call carries: tracked files, untracked files git does not ignore, and shared/ (ignored)
+carried_bytes() {  # what the copy holds: tracked files, untracked files git does not ignore, and shared/ (ignored)
   git ls-files -z --cached --others --exclude-standard -- . ':!shared' | xargs -0 -r stat -c %s 2>/dev/null \
     | awk -v shared="$(du -sb shared | cut -f1)" '{s += $1} END {print s + shared}'
 }
@@ -37,8 +35,8 @@ case "${1:-}" in
     done
     [ -d .whl ] || bash benchmarks/gpu_wheels.sh > /dev/null
     bytes=$(( $(carried_bytes) + $(du -sb .whl | cut -f1) ))
-    echo "staged: $books Gutenberg books ($((used / 1048576)) MiB); the call carries $((bytes / 1048576)) MiB" \
-      "with .whl (git-ignored: name it in the call's carry list); limit $LIMIT_MB MiB"
+    echo "staged: $books Gutenberg books ($((used / 1048576)) MiB); the copy holds $((bytes / 1048576)) MiB" \
+      "with .whl (git-ignored: send it with the copy); limit $LIMIT_MB MiB"
     if [ "$bytes" -gt $((LIMIT_MB * 1048576)) ]; then
       echo "gpu_stage.sh: over the limit: lower GUTENBERG_MB or leave out more ('out' undoes this)" >&2; exit 1
     fi

@@ -24,7 +24,7 @@ bf16 dense peak: 989 TFLOP/s for an H100 or H200 SXM, else this device's measure
 case so that a time limit leaves the cases done. --tiny shrinks every shape for a dry run on a CPU.
 
     python benchmarks/gpu_train_speed.py --device cuda --out gpu-train-speed.json
-    python benchmarks/gpu_train_speed.py --device cpu --tiny --steps 2 --out /tmp/tiny.json
+    python benchmarks/gpu_train_speed.py --device cpu --tiny --steps 2 --out runs/tiny.json
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The wheels a GPU machine lacks for benchmarks/gpu_train_speed.py's litgpt baseline, fetched
-# here, where PyPI can be reached, into WHEELS (default .whl, which .gitignore ignores); a call to the
-# device names that folder in its carry list, and benchmarks/gpu_babylm.sh installs what it finds there into
+# here, where PyPI can be reached, into WHEELS (default .whl, which .gitignore ignores); send that folder with the
+# tree to a GPU machine without internet access, and benchmarks/gpu_babylm.sh installs what it finds there into
 # $WORK/site (no index, no dependencies: torch, lightning, huggingface-hub, psutil and the rest are on the machine
 # already; docs/results/training-speed.md lists its packages). About 1.3 MB.
 #   benchmarks/gpu_wheels.sh          (benchmarks/gpu_stage.sh in runs it when .whl is missing)

@@ -3,7 +3,7 @@ HuggingFace recipe a user would write from its documentation, on the same text, 
 
     python benchmarks/time_to_quality.py --data runs/data-wiki16k --minutes 20 --points 4 \\
         --recipe gpt=configs/mini-gpt.toml --recipe gpt-bert=configs/mini-gpt-bert.toml --hf bert --hf gpt2 \\
-        --blimp-limit 100 --out results/time-to-quality/mini-20min.json --plot docs/ttq-mini-20min.png
+        --blimp-limit 100 --out results/time-to-quality/mini-20min.json --plot docs/results/ttq-mini-20min.png
 
 Each maskplay recipe is a training config (`maskplay pretrain --config`): a short probe (not counted) measures its
 steps per minute so that optim.max_steps ends the learning-rate schedule at the budget; then it trains in --points
@@ -20,9 +20,9 @@ the BLiMP paper's reference points as lines). The HuggingFace models are left in
 maskplay model directory) for the same `maskplay eval` commands as the recipes' WORK/NAME/run/final.
 
 An ablation is one config and a change per name: `--recipe no-gate=C.toml --recipe-set no-gate:model.value_gate=false`.
-A long budget survives the end of a session: each recipe keeps its plan and points in WORK/NAME/plan.json and its
-trainer checkpoints (run.save_every), a signal stops it after a checkpoint, and `--resume` with the same arguments
-goes on from there (run.max_minutes counts training time across resumes)."""
+A long budget survives a stopped job (a signal, a job's time limit): each recipe keeps its plan and points in
+WORK/NAME/plan.json and its trainer checkpoints (run.save_every), a signal stops it after a checkpoint, and
+`--resume` with the same arguments goes on from there (run.max_minutes counts training time across resumes)."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def maskplay_curve(name: str, config_path: str, args: argparse.Namespace, pairs:
         if config.optim.warmup_steps > steps:
             config = replace(config, optim=replace(config.optim, warmup_steps=steps // 10))
         result = train(config, resume=bool(list_checkpoints(work / "run")))
-        if result.status == "interrupted":  # a signal (the session's end): checkpointed; --resume goes on from here
+        if result.status == "interrupted":  # a signal (e.g. a job's time limit): checkpointed; --resume goes on from here
             raise SystemExit(f"{name}: stopped at step {result.step}; continue with --resume")
         model = MaskplayModel.from_pretrained(result.final_dir)
         tokenizer = load_tokenizer(result.final_dir / "tokenizer.json")

@@ -1,9 +1,9 @@
 """The official BabyLM evaluation pipeline (babylm-org/babylm-eval, `strict/`, its sentence_zero_shot
 runner) on maskplay exports, its decisions compared with maskplay's own, pair by pair (docs/guides/babylm.md).
 
-    git clone https://github.com/babylm-org/babylm-eval /tmp/babylm-eval        # the pipeline: not copied here
-    python scripts/babylm_pipeline.py --pipeline /tmp/babylm-eval/strict --data DIR \\
-        --model gpt-two-hour:causal --model tta-two-hour:mlm --model GPT_BERT_DIR:mntp:pll --work /tmp/babylm-work
+    git clone https://github.com/babylm-org/babylm-eval ../babylm-eval        # the pipeline: not copied here
+    python scripts/babylm_pipeline.py --pipeline ../babylm-eval/strict --data DIR \\
+        --model gpt-two-hour:causal --model tta-two-hour:mlm --model GPT_BERT_DIR:mntp:pll --work runs/babylm-work
 
 DIR holds BLiMP-format *.jsonl files (sentence_good, sentence_bad, UID, field, linguistics_term), the pipeline's
 format; `--blimp-dev N` writes the first N pairs of --paradigm files of the shared blimp-dev set there instead.

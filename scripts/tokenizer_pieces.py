@@ -2,11 +2,11 @@
 the first paragraphs of a corpus, e.g. a byte-level BPE against a WordPiece of the same size:
 
     maskplay tokenizer train --model bpe --vocab-size 8192 --limit-lines 20000 \
-        --corpus ../shared/data/enwiki-wikiextractor/wiki_00.gz --out /tmp/tok-bpe
+        --corpus ../shared/data/enwiki-wikiextractor/wiki_00.gz --out runs/tok-bpe
     maskplay tokenizer train --model wordpiece --vocab-size 8192 --limit-lines 20000 \
-        --corpus ../shared/data/enwiki-wikiextractor/wiki_00.gz --out /tmp/tok-wordpiece
+        --corpus ../shared/data/enwiki-wikiextractor/wiki_00.gz --out runs/tok-wordpiece
     python scripts/tokenizer_pieces.py --corpus ../shared/data/enwiki-wikiextractor/wiki_01.gz \
-        --paragraphs 3000 /tmp/tok-bpe /tmp/tok-wordpiece"""
+        --paragraphs 3000 runs/tok-bpe runs/tok-wordpiece"""
 
 from __future__ import annotations
 

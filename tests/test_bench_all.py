@@ -105,6 +105,27 @@ def test_docs_keep_one_block_per_cpu_kind(tmp_path):
     assert text.count("### CPU kind: bf16 + VNNI") == 1 and text.count("### CPU kind: AMX + bf16 + VNNI") == 1
 
 
+def test_docs_put_a_new_cpu_kind_with_the_others(tmp_path):
+    """A kind not yet in the page goes after the last kind's block and its notes, before the next section - not at
+    the end of the file, below sections about other things."""
+    bench = load_all()
+    doc = tmp_path / "BENCH.md"
+    doc.write_text("# Benchmarks\n\n## Every family\n\n### CPU kind: bf16 + VNNI\n\n"
+                   "<!-- bench-all:bf16-vnni:start -->\nzen4\n<!-- bench-all:bf16-vnni:end -->\n\nnotes on zen4\n\n"
+                   "```bash\n# a comment, not a heading\nmake bench\n```\n\n## Start-up\n\nother things\n")
+    bench.write_docs(doc, "ice lake", "VNNI")
+    bench.write_docs(doc, "sapphire rapids", "AMX + bf16 + VNNI")
+    text = doc.read_text()
+    order = ["zen4", "notes on zen4", "make bench\n```", "### CPU kind: VNNI", "ice lake",
+             "### CPU kind: AMX + bf16 + VNNI", "sapphire rapids", "## Start-up", "other things"]
+    assert [text.index(s) for s in order] == sorted(text.index(s) for s in order), text
+    assert "```\n\n### CPU kind: VNNI\n\n<!-- bench-all:vnni:start -->\nice lake\n<!-- bench-all:vnni:end -->\n\n" \
+        "### CPU kind: AMX + bf16 + VNNI\n\n" in text
+    assert text.endswith("-->\n\n## Start-up\n\nother things\n")
+    bench.write_docs(doc, "ice lake again", "VNNI")  # a kind already there: replaced in place
+    assert doc.read_text() == text.replace("ice lake", "ice lake again")
+
+
 def test_cpu_kind_from_flags():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from common import cpu_info, cpu_kind

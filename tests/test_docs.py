@@ -123,6 +123,38 @@ def test_link_checker_finds_what_is_broken(tmp_path: Path) -> None:
     assert all(p.startswith(f"{page}:") for p in problems)
 
 
+def test_link_checker_finds_missing_repository_paths_in_code(tmp_path: Path) -> None:
+    """A repository path written as code must name a file; outputs of a command and placeholders are left alone.
+    A link out of the repository is broken too."""
+    root = tmp_path / "repo"
+    for name in ("scripts/real.py", "results/study/real.json", "docs/results/real.png", "README.md", "../outside.md"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("")
+    page = root / "docs" / "page.md"
+    page.write_text("\n".join([
+        "# Title",  # 1
+        "Run `scripts/real.py` and read `results/study/real.json`, `README.md`, `docs/results/real.png`.",
+        "The made-up `results/no-such-study/made-up.json` and `benchmarks/probes/gone.py` are missing.",  # 3
+        "Prose results/not-code.json is not checked; a folder `results/study/` and `src/maskplay` have no extension.",
+        "",
+        "```bash",
+        "python scripts/real.py --out results/new/out.json --plot docs/results/new.png -o results/o.json",  # 7
+        "python scripts/missing.py --out=results/new2.json > results/new.log >>results/new2.log",  # 8
+        "python scripts/real.py results/NAME.json results/*.json results/<name>.json results/x-$p.json",  # 9
+        "cat runs/results/x.json $OUT/results/y.json configs/missing.toml",  # 10
+        "```",
+        "",
+        "    python benchmarks/indented-missing.py",  # 13
+        "",
+        "[a design note](../../outside.md) [inside](../README.md)",  # 15
+    ]) + "\n")
+    problems = check_links.check_file(page, root=root)
+    assert [p.split(": ", 1)[0].rsplit(":", 1)[1] + " " + p.split(": ", 2)[1] for p in problems] == [
+        "15 ../../outside.md", "3 results/no-such-study/made-up.json", "3 benchmarks/probes/gone.py",
+        "8 scripts/missing.py", "10 configs/missing.toml", "13 benchmarks/indented-missing.py"], problems
+    assert "outside the repository" in problems[0] and "no such file in the repository" in problems[1]
+
+
 def test_every_markdown_link_resolves() -> None:
     """All broken links at once, one per line (python scripts/docs/check_links.py lists the same)."""
     problems = [p for f in check_links.markdown_files() for p in check_links.check_file(f)]

@@ -39,7 +39,7 @@ def test_gpu_one_call_script_dry_run_on_the_cpu(tmp_path):
                             env={**dry_run_env(tmp_path), "OUT": str(out)}, capture_output=True, text=True, timeout=300)
     log = result.stdout[-3000:] + result.stderr[-3000:]
     assert result.returncode == 0, log
-    assert [p.name for p in out.iterdir()] == ["results.tgz"], log  # one file comes back from a device call
+    assert [p.name for p in out.iterdir()] == ["results.tgz"], log  # one file to copy back from a remote machine
     with tarfile.open(out / "results.tgz") as tar:
         files = {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
     profile = json.loads(files["profile.json"])

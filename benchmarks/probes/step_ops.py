@@ -4,8 +4,8 @@ to HuggingFace's BertForMaskedLM / GPT2LMHeadModel of the same 12 x 384 size, co
 kernel on a GPU; views and other operators that launch no kernel left out).
 
 On a GPU a step of a small model is bound by launching its kernels, not by computing them: the recipes ran at 3 %
-MFU on an H200 (docs/results/training-speed.md). The count is the same on any machine, so this is how that
-cost is tracked where no GPU is lent.
+MFU on an H200 (docs/results/training-speed.md). The count is the same on any machine, so this tracks that cost
+on a machine without a GPU.
 
     python benchmarks/probes/step_ops.py                  # every recipe and both HuggingFace twins
     python benchmarks/probes/step_ops.py --families gpt-bert --set denseformer=false
