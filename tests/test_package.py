@@ -163,13 +163,15 @@ def test_pretrain_a_shipped_recipe_by_name_then_export_it(installed):
     words = "the cat sat on a mat dog ran in park river flows into sea near old town people live there".split()
     lines = [" ".join(words[(7 * i + 3 * j) % len(words)] for j in range(5 + i % 9)) + " ." for i in range(300)]
     (work / "corpus.txt").write_text("\n".join(lines) + "\n")
-    small = ["optim.warmup_steps=1", "data.max_length=32", "run.eval_every=2", "run.eval_batches=1",
+    small = ["data.max_length=32", "run.eval_every=2", "run.eval_batches=1",
              "run.save_every=2", "run.progress=false", "run.tensorboard=false", "run.threads=1", "run.device=cpu"]
     args = [maskplay, "pretrain", "--config", "mini-tta", "--corpus", "corpus.txt", "--tokenizer", "tta-mini-wiki",
             "--out", "run", "--max-steps", "2", "--batch-size", "4"]
     for override in small:
         args += ["--set", override]
-    out = _run(args, cwd=work, env=env).stdout
-    assert "final model:" in out and (work / "run" / "final" / "model.safetensors").is_file()
+    result = _run(args, cwd=work, env=env)
+    assert "final model:" in result.stdout and (work / "run" / "final" / "model.safetensors").is_file()
+    # the recipe's warmup (700 of 7,000 steps) follows --max-steps
+    assert "optim.warmup_steps=700 does not fit optim.max_steps=2: scaled with the steps to 1" in result.stderr
     _run([maskplay, "export", "--to-hf", "run/final", "--out", "hf"], cwd=work, env=env)
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (work / "hf").iterdir()}

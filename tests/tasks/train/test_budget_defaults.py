@@ -83,6 +83,38 @@ def test_an_explicit_warmup_is_kept(data, tmp_path, capsys):
     assert saved(run)["optim"]["warmup_steps"] == 3 and saved(run)["data"]["max_length"] == 32
 
 
+def test_max_steps_scales_a_recipes_warmup(data, tmp_path, capsys):
+    """--max-steps on the command line scales a warmup that comes from the --config file (a shipped recipe's 700
+    of 7,000 steps) as it does the default config's."""
+    run = tmp_path / "run"
+    assert main(["pretrain", "--config", "mini-tta", "--preset", "tiny", "--data", str(data), "--out", str(run),
+                 "--max-steps", "60", "--set", "run.stop_at_step=1",
+                 "--set", "data.max_length=32", *QUIET]) == 0
+    err = capsys.readouterr().err
+    assert "optim.warmup_steps=700 does not fit optim.max_steps=60: scaled with the steps to 6" in err
+    assert [line for line in err.splitlines() if "does not fit" in line] == \
+        [line for line in err.splitlines() if "scaled" in line]  # one line
+    optim = saved(run)["optim"]
+    assert (optim["max_steps"], optim["warmup_steps"]) == (60, 6)
+
+
+def test_a_warmup_chosen_on_the_command_line_is_not_scaled(data, tmp_path, capsys):
+    assert main(["pretrain", "--config", "mini-tta", "--preset", "tiny", "--data", str(data), "--out", str(tmp_path),
+                 "--max-steps", "60", "--set", "optim.warmup_steps=100", *QUIET]) == 2
+    err = capsys.readouterr().err
+    assert "error: optim.warmup_steps=100 exceeds optim.max_steps=60" in err and "scaled" not in err
+
+
+def test_a_config_file_whose_warmup_does_not_fit_its_steps_is_refused(data, tmp_path, capsys):
+    """max_steps and warmup_steps both from the file: the file contradicts itself, nothing is scaled."""
+    config = tmp_path / "short.toml"
+    config.write_text('[model]\nfamily = "tta"\npreset = "tiny"\n\n[optim]\nwarmup_steps = 100\nmax_steps = 60\n')
+    assert main(["pretrain", "--config", str(config), "--data", str(data), "--out", str(tmp_path / "run"),
+                 *QUIET]) == 2
+    err = capsys.readouterr().err
+    assert "error: optim.warmup_steps=100 exceeds optim.max_steps=60" in err and "scaled" not in err
+
+
 def test_a_run_that_ends_in_its_warmup_says_so(data, tmp_path):
     run = tmp_path / "run"
     assert main(["pretrain", "--family", "tta", "--preset", "tiny", "--data", str(data), "--out", str(run),
@@ -122,5 +154,6 @@ def test_a_recipe_by_name_sets_what_its_file_sets():
     by_path = argparse.Namespace(resume=False, resume_from=None, overrides=[], max_steps=None, max_minutes=1.0,
                                  config=str(shipped_recipes()["mini-tta"]))
     by_name = argparse.Namespace(**{**vars(by_path), "config": "mini-tta"})
-    assert "optim.max_steps" in set_by_user(by_path)
+    assert "optim.max_steps" in set_by_user(by_path).config_file
+    assert "optim.max_steps" not in set_by_user(by_path).command_line
     assert set_by_user(by_name) == set_by_user(by_path)
