@@ -123,6 +123,19 @@ def test_a_run_that_ends_in_its_warmup_says_so(data, tmp_path):
     assert "WARNING: the run ended at step 2, still in its warmup of optim.warmup_steps=4" in log
 
 
+def test_a_run_whose_loss_did_not_move_says_so(data, tmp_path, capsys):
+    """A learning rate too small to train (1e-12): the run ends with one line saying its loss did not move."""
+    run = tmp_path / "run"
+    assert main(["pretrain", "--family", "tta", "--preset", "tiny", "--data", str(data), "--out", str(run),
+                 "--max-steps", "6", "--lr", "1e-12", "--set", "optim.warmup_steps=1", "--set", "run.log_every=1",
+                 *QUIET]) == 0
+    console = capsys.readouterr()
+    flat = [line for line in (run / "train.log").read_text().splitlines() if "WARNING" in line]
+    assert len(flat) == 1 and "WARNING: the training loss did not move (" in flat[0], flat
+    assert "check optim.lr, the schedule and the data" in flat[0]
+    assert flat[0].split("] ", 1)[1] in console.out + console.err
+
+
 def test_max_minutes_plans_the_schedule_and_the_run_resumes_exactly(data, tmp_path, capsys):
     run = tmp_path / "run"
     common = ["pretrain", "--family", "tta", "--preset", "tiny", "--data", str(data), "--max-minutes", "0.5", *QUIET]
