@@ -104,7 +104,11 @@ def test_the_wheel_carries_the_mini_models_the_recipes_and_the_manifests(dist):
     for family in ("T-TA", "BERT", "GPT", "UniLM", "XLNet", "ELECTRA", "GPT-BERT"):
         assert family in metadata.split("Summary:")[1].splitlines()[0]
     extras = {line.split(": ")[1] for line in metadata.splitlines() if line.startswith("Provides-Extra:")}
-    assert extras == {"serve", "lm-eval", "hf", "test"}
+    assert extras == {"serve", "lm-eval", "hf", "docs", "test"}
+    # the test suite regenerates and checks the docs (tests/test_docs.py, the page's screenshot): test holds docs
+    wanted = {extra: {line.split(": ", 1)[1].split(";")[0].strip() for line in metadata.splitlines()
+                      if line.startswith("Requires-Dist:") and f'extra == "{extra}"' in line} for extra in ("docs", "test")}
+    assert wanted["docs"] and wanted["docs"] - {"matplotlib"} <= wanted["test"], wanted
     serve = [line for line in metadata.splitlines() if "extra == \"serve\"" in line]
     assert serve and not any(tool in line for line in serve for tool in ("playwright", "httpx", "openai", "pytest"))
 
