@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test test-heavy test-avx2 test-gpu test-torch fuzz lint demo bench bundle-tta bundle-gpt bundle-unilm clean
+.PHONY: venv test test-heavy test-avx2 test-gpu test-torch fuzz lint dist demo bench bundle-tta bundle-gpt bundle-unilm clean
 
 # PyTorch's own index of CPU builds (a few hundred MB; on Linux the default index's torch is a CUDA build, GBs of
 # CUDA packages): the venvs below take torch from it, or from the default index where it cannot be reached within
@@ -80,6 +80,14 @@ test-torch: $(OTHER)/bin/maskplay
 # `make test`'s budget, so a target of their own. `make test` runs the quick runs (150 examples each).
 fuzz: venv
 	MASKPLAY_FUZZ_LONG=1 $(BIN)/python -m pytest -q -m slow tests/test_fuzz.py tests/families/hf/test_hf_config_fuzz.py
+
+# The sdist and the wheel in dist/, built as pip builds them for a user (isolated: setuptools from the package
+# index), then checked as the package index checks them (twine check --strict); CI (.ci/run) runs it after `make test`.
+# tests/test_package.py installs the wheel into a clean venv and runs it.
+dist: venv
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
 
 demo: $(DEMO_VENV)/bin/maskplay
 	$(DEMO_VENV)/bin/python -m maskplay.tasks.demo

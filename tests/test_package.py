@@ -78,7 +78,7 @@ def dist(tmp_path_factory) -> Path:
         pytest.skip("needs a git checkout to know the package's files")
     root = tmp_path_factory.mktemp("package")
     source = _copy_checkout(root / "source")
-    # --no-isolation: this environment's setuptools (no download); CI's `.ci/run` builds isolated as well
+    # --no-isolation: this environment's setuptools (no download); CI's `.ci/run` builds isolated as well (`make dist`)
     _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(root / "dist"), str(source)], cwd=root)
     return root / "dist"
 
