@@ -3,15 +3,23 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test test-heavy test-avx2 test-gpu test-torch fuzz lint demo bench bundle-tta bundle-gpt bundle-unilm clean
+.PHONY: venv test test-heavy test-avx2 test-gpu test-torch fuzz lint dist demo bench bundle-tta bundle-gpt bundle-unilm clean
 
-# a virtual environment $(1) with torch==$(2) and maskplay in it, torch first (for 2.13.0 here the CPU build: a plain
-# `torch` requirement would pull GBs of CUDA packages), then pinned so that maskplay's requirements keep it
+# PyTorch's own index of CPU builds (a few hundred MB; on Linux the default index's torch is a CUDA build, GBs of
+# CUDA packages): the venvs below take torch from it, or from the default index where it cannot be reached within
+# 10 seconds (the CUDA build there on Linux). For a CUDA build from PyTorch, set TORCH_INDEX to another of its
+# indexes (docs/guides/models.md).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
+# a virtual environment $(1) with torch==$(2) and maskplay in it, torch first (TORCH_INDEX, else the default index),
+# then pinned so that maskplay's requirements keep it: torch==$(2) is satisfied by the build installed (2.13.0+cpu
+# is a 2.13.0), so pip installs no other
 # $(3): the extras ('[test]': the test stack, which holds the serve extra's server; '': the core alone)
 define make_venv
 	$(PY) -m venv $(1)
 	$(1)/bin/pip install -q --upgrade pip
-	$(1)/bin/pip install -q torch==$(2)
+	$(1)/bin/pip install -q --retries 0 --timeout 10 --index-url $(TORCH_INDEX) torch==$(2) \
+		|| $(1)/bin/pip install -q torch==$(2)
 	$(1)/bin/pip install -q -e '.$(3)' torch==$(2)
 	touch $(1)/bin/maskplay
 endef
@@ -55,8 +63,9 @@ test-gpu: venv
 
 # The compile-sensitive tests under another torch, by default 2.11.0, the GPU benchmarks' (the CPU's is 2.13.0): graph
 # counts are facts of torch's version as well as of the code: at commit 87ca7a9 (2026-12-03) the nested scope was one
-# graph under 2.13 and 4-11 under 2.11 (CONTRIBUTING.md). Its own venv, .venv-torch$(OTHER_TORCH); PyPI's wheel
-# of an older torch is a CUDA build (about 3 GB with its libraries, a few minutes to install), which runs on a CPU.
+# graph under 2.13 and 4-11 under 2.11 (CONTRIBUTING.md). Its own venv, .venv-torch$(OTHER_TORCH), torch from
+# TORCH_INDEX as above; where only PyPI can be reached, its wheel is a CUDA build (about 3 GB with its libraries, a
+# few minutes to install), which runs on a CPU.
 OTHER_TORCH ?= 2.11.0
 OTHER := .venv-torch$(OTHER_TORCH)
 COMPILE_TESTS := tests/nn/test_regional.py tests/nn/test_flex_attention.py tests/nn/test_denseformer.py \
@@ -71,6 +80,14 @@ test-torch: $(OTHER)/bin/maskplay
 # `make test`'s budget, so a target of their own. `make test` runs the quick runs (150 examples each).
 fuzz: venv
 	MASKPLAY_FUZZ_LONG=1 $(BIN)/python -m pytest -q -m slow tests/test_fuzz.py tests/families/hf/test_hf_config_fuzz.py
+
+# The sdist and the wheel in dist/, built as pip builds them for a user (isolated: setuptools from the package
+# index), then checked as the package index checks them (twine check --strict); CI (.ci/run) runs it after `make test`.
+# tests/test_package.py installs the wheel into a clean venv and runs it.
+dist: venv
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
 
 demo: $(DEMO_VENV)/bin/maskplay
 	$(DEMO_VENV)/bin/python -m maskplay.tasks.demo

@@ -5,10 +5,11 @@ outside the repository: score with a bundled model, `models list`, `pretrain --c
 for a few steps, `export --to-hf` of that run, and the one-line errors for a model to fetch and data to fetch
 while offline.
 
-The clean environment: a venv made without pip, maskplay's wheel installed into it with --no-deps (by this
-interpreter's pip), its dependencies (torch, ...) linked from this interpreter's site-packages into a directory
-that a .pth line adds, less the extras' packages and this checkout's maskplay (whose editable install is a .pth
-file, left out too), so `import maskplay` can only find the wheel and `import transformers` fails."""
+The clean environment is a new venv (no system site-packages) with torch installed first, this environment's build
+(a +cpu or +cuXXX build from PyTorch's index for it where that can be reached, else from the package index), then
+the wheel, pip resolving its declared dependencies from the package index: a dependency missing from
+pyproject.toml fails here, `import maskplay` can only find the wheel, and `import transformers` (an extra's) fails.
+Making it takes about 50 s on 2 cores with pip's cache warm (the whole file about 75 s); it needs the package index."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -26,25 +27,7 @@ pytestmark = [pytest.mark.heavy, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 900
-# the extras' packages (pyproject.toml) and the test tools, by their import and distribution names: left out of the
-# clean venv's view of this environment's site-packages
-EXTRAS = {"fastapi", "uvicorn", "uvloop", "httptools", "lm_eval", "transformers", "minicons", "sentence_transformers",
-          "pytest", "_pytest", "xdist", "pytest_xdist", "hypothesis", "playwright", "httpx", "openai", "torch_optimizer",
-          "datasets", "build", "twine", "ruff", "importlinter", "import_linter", "grimp"}
-
-
-def _core_view(target: Path) -> Path:
-    """This environment's site-packages as links, less the extras (EXTRAS) and this checkout's maskplay (its
-    dist-info and the editable install's .pth): what a plain `pip install maskplay` would have given."""
-    target.mkdir()
-    for directory in dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]):
-        for entry in Path(directory).iterdir():
-            top = entry.name.split("-")[0].split(".")[0].lower()
-            if top in EXTRAS or top == "maskplay" or entry.name.startswith("__editable__") or entry.suffix == ".pth" \
-                    or (target / entry.name).exists():
-                continue
-            os.symlink(entry, target / entry.name)
-    return target
+TORCH_INDEX = "https://download.pytorch.org/whl/{}"  # PyTorch's index of one build (cpu, cu126, ...; Makefile)
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -78,7 +61,7 @@ def dist(tmp_path_factory) -> Path:
         pytest.skip("needs a git checkout to know the package's files")
     root = tmp_path_factory.mktemp("package")
     source = _copy_checkout(root / "source")
-    # --no-isolation: this environment's setuptools (no download); CI's `.ci/run` builds isolated as well
+    # --no-isolation: this environment's setuptools (no download); CI's `.ci/run` builds isolated as well (`make dist`)
     _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(root / "dist"), str(source)], cwd=root)
     return root / "dist"
 
@@ -104,32 +87,49 @@ def test_the_wheel_carries_the_mini_models_the_recipes_and_the_manifests(dist):
     for family in ("T-TA", "BERT", "GPT", "UniLM", "XLNet", "ELECTRA", "GPT-BERT"):
         assert family in metadata.split("Summary:")[1].splitlines()[0]
     extras = {line.split(": ")[1] for line in metadata.splitlines() if line.startswith("Provides-Extra:")}
-    assert extras == {"serve", "lm-eval", "hf", "test"}
+    assert extras == {"serve", "lm-eval", "hf", "docs", "test"}
+    # the test suite regenerates and checks the docs (tests/test_docs.py, the page's screenshot): test holds docs
+    wanted = {extra: {line.split(": ", 1)[1].split(";")[0].strip() for line in metadata.splitlines()
+                      if line.startswith("Requires-Dist:") and f'extra == "{extra}"' in line} for extra in ("docs", "test")}
+    assert wanted["docs"] and wanted["docs"] - {"matplotlib"} <= wanted["test"], wanted
     serve = [line for line in metadata.splitlines() if "extra == \"serve\"" in line]
     assert serve and not any(tool in line for line in serve for tool in ("playwright", "httpx", "openai", "pytest"))
+
+
+def _install_torch(pip: list[str], root: Path, env: dict[str, str]) -> None:
+    """This environment's torch into the clean venv: its build's own index first (2.13.0+cpu: PyTorch's CPU index,
+    not a CUDA build's GBs), the package index where that cannot be reached."""
+    wanted = f"torch=={version('torch')}"
+    build = version("torch").partition("+")[2]
+    if build and _run([*pip, "install", "-q", "--retries", "0", "--timeout", "10", "--index-url",
+                       TORCH_INDEX.format(build), wanted], cwd=root, env=env, check=False).returncode == 0:
+        return
+    _run([*pip, "install", "-q", wanted], cwd=root, env=env)
 
 
 @pytest.fixture(scope="module")
 def installed(dist, tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
     root = tmp_path_factory.mktemp("installed")
     venv = root / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=root)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "MASKPLAY_DATA", "MASKPLAY_MODELS_URL")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=root, env=env)  # with pip, without system site-packages
     python = venv / "bin" / "python"
+    pip = [str(python), "-m", "pip"]
+    _install_torch(pip, root, env)
+    # the wheel: its declared dependencies from the package index (torch==the one above satisfies torch>=2.4)
+    _run([*pip, "install", "-q", str(dist / "maskplay-0.2.0-py3-none-any.whl")], cwd=root, env=env)
+    _run([*pip, "check"], cwd=root, env=env)
     site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                     cwd=root).stdout.strip())
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MASKPLAY_DATA", "MASKPLAY_MODELS_URL")}
-    # the wheel first, into a venv that sees nothing else: pip must not find (and uninstall) this checkout's
-    # editable maskplay in the site-packages added next
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
-          str(dist / "maskplay-0.2.0-py3-none-any.whl")], cwd=root, env=env)
-    # the dependencies: the core's alone (the extras are not importable there), so the commands below show that
-    # `pip install maskplay` is enough for them
-    (site / "maskplay_test_deps.pth").write_text(f"{_core_view(root / 'core-deps')}\n")
+                     cwd=root, env=env).stdout.strip())
     env.update(MASKPLAY_CACHE=str(root / "cache"), MASKPLAY_OFFLINE="1", HF_HUB_OFFLINE="1")
     work = root / "user" / "work"  # outside the repository; no ../shared/data beside it
     work.mkdir(parents=True)
     where = _run([str(python), "-c", "import maskplay; print(maskplay.__file__)"], cwd=work, env=env).stdout.strip()
     assert Path(where).is_relative_to(site), f"maskplay imported from {where}, not the wheel's {site}"
+    torch = _run([str(python), "-c", "import torch; print(torch.__version__)"], cwd=work, env=env).stdout.strip()
+    assert torch == version("torch"), f"the clean venv has torch {torch}, this environment {version('torch')}"
     blocked = _run([str(python), "-c", "import transformers"], cwd=work, env=env, check=False)
     assert blocked.returncode == 1 and "No module named 'transformers'" in blocked.stderr
     return venv, env, work
@@ -163,13 +163,15 @@ def test_pretrain_a_shipped_recipe_by_name_then_export_it(installed):
     words = "the cat sat on a mat dog ran in park river flows into sea near old town people live there".split()
     lines = [" ".join(words[(7 * i + 3 * j) % len(words)] for j in range(5 + i % 9)) + " ." for i in range(300)]
     (work / "corpus.txt").write_text("\n".join(lines) + "\n")
-    small = ["optim.warmup_steps=1", "data.max_length=32", "run.eval_every=2", "run.eval_batches=1",
+    small = ["data.max_length=32", "run.eval_every=2", "run.eval_batches=1",
              "run.save_every=2", "run.progress=false", "run.tensorboard=false", "run.threads=1", "run.device=cpu"]
     args = [maskplay, "pretrain", "--config", "mini-tta", "--corpus", "corpus.txt", "--tokenizer", "tta-mini-wiki",
             "--out", "run", "--max-steps", "2", "--batch-size", "4"]
     for override in small:
         args += ["--set", override]
-    out = _run(args, cwd=work, env=env).stdout
-    assert "final model:" in out and (work / "run" / "final" / "model.safetensors").is_file()
+    result = _run(args, cwd=work, env=env)
+    assert "final model:" in result.stdout and (work / "run" / "final" / "model.safetensors").is_file()
+    # the recipe's warmup (700 of 7,000 steps) follows --max-steps
+    assert "optim.warmup_steps=700 does not fit optim.max_steps=2: scaled with the steps to 1" in result.stderr
     _run([maskplay, "export", "--to-hf", "run/final", "--out", "hf"], cwd=work, env=env)
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (work / "hf").iterdir()}

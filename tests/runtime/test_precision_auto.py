@@ -173,10 +173,26 @@ def test_a_damaged_or_unwritable_cache_only_means_measuring_again(monkeypatch, c
 
 def test_the_default_cache_is_under_the_user_cache_dir(monkeypatch, tmp_path):
     monkeypatch.delenv(pp.CACHE_ENV)
+    monkeypatch.delenv("MASKPLAY_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert pp.cache_path() == tmp_path / "xdg" / "maskplay" / pp.CACHE_FILE
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert pp.cache_path() == Path.home() / ".cache" / "maskplay" / pp.CACHE_FILE
+
+
+def test_the_probe_measures_into_the_cache_the_models_are_fetched_into(monkeypatch, tmp_path):
+    """$MASKPLAY_CACHE moves the probe's file with the models and data (download.cache_root); $MASKPLAY_CACHE_DIR,
+    its older name, still does where $MASKPLAY_CACHE is not set."""
+    from maskplay.runtime.download import cache_root
+
+    stub_timings(monkeypatch, 3.0, 1.0)
+    monkeypatch.setenv("MASKPLAY_CACHE_DIR", str(tmp_path / "old"))
+    monkeypatch.setenv("MASKPLAY_CACHE", str(tmp_path / "mine"))
+    assert pp.resolve("auto", "cpu", MINI).source == "probe"
+    assert pp.cache_path() == cache_root() / pp.CACHE_FILE == tmp_path / "mine" / pp.CACHE_FILE
+    assert (tmp_path / "mine" / pp.CACHE_FILE).is_file() and not (tmp_path / "old").exists()
+    monkeypatch.delenv("MASKPLAY_CACHE")
+    assert pp.cache_path() == tmp_path / "old" / pp.CACHE_FILE
 
 
 # ---- a real probe where bf16 is emulated ----------------------------------------------------------------------------

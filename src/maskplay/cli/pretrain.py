@@ -7,6 +7,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from ..config import PRESETS, apply_overrides
 from ..families import family_class
@@ -44,7 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="data.corpus: text files to prepare into RUN_DIR/data first (needs --tokenizer)")
     p.add_argument("--tokenizer", metavar="PATH", help="data.tokenizer, for --corpus")
     p.add_argument("--out", metavar="RUN_DIR", help="run.out_dir: checkpoints, metrics, the final model")
-    p.add_argument("--max-steps", type=positive_int, help="optim.max_steps")
+    p.add_argument("--max-steps", type=positive_int,
+                   help="optim.max_steps (a warmup that does not fit them is scaled with them, in one line)")
     p.add_argument("--max-minutes", type=positive_float, help="run.max_minutes: wall-clock budget of the training loop")
     p.add_argument("--batch-size", type=positive_int, help="data.batch_size (global: sequences per optimizer step)")
     p.add_argument("--lr", type=positive_float, help="optim.lr (peak learning rate)")
@@ -100,18 +102,31 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     return follow_budget(config, base_optim, set_by_user(args), getattr(args, "command", "pretrain")).validate()
 
 
-def set_by_user(args: argparse.Namespace) -> set[str]:
-    """The dotted fields the user chose: by a flag, a --set, or in the --config file; with --resume (the run's
-    saved config.toml) every field is the run's own."""
+class Chosen(NamedTuple):
+    """The dotted fields the user chose: on the command line (a flag or a --set) and in the --config file. A
+    resumed run (the run's saved config.toml) chose every field, "*"."""
+
+    command_line: frozenset[str]
+    config_file: frozenset[str]
+
+    @property
+    def anywhere(self) -> frozenset[str]:
+        return self.command_line | self.config_file
+
+
+def set_by_user(args: argparse.Namespace) -> Chosen:
+    """What the user chose on the command line and in the --config file (Chosen); with --resume (the run's saved
+    config.toml) every field is the run's own."""
     if args.resume or args.resume_from:
-        return {"*"}
-    chosen = {key.split("=", 1)[0].strip() for key in args.overrides}
-    chosen |= {field for field, flag in (("optim.max_steps", args.max_steps), ("run.max_minutes", args.max_minutes))
-               if flag is not None}
+        return Chosen(frozenset({"*"}), frozenset({"*"}))
+    command_line = {key.split("=", 1)[0].strip() for key in args.overrides}
+    command_line |= {field for field, flag in (("optim.max_steps", args.max_steps),
+                                               ("run.max_minutes", args.max_minutes)) if flag is not None}
+    config_file: set[str] = set()
     if args.config:
         raw = _raw_config(args.config)
-        chosen |= {f"{section}.{key}" for section, table in raw.items() if isinstance(table, dict) for key in table}
-    return chosen
+        config_file = {f"{section}.{key}" for section, table in raw.items() if isinstance(table, dict) for key in table}
+    return Chosen(frozenset(command_line), frozenset(config_file))
 
 
 def _raw_config(path: str | Path) -> dict:
@@ -130,14 +145,18 @@ def _raw_config(path: str | Path) -> dict:
         return {}
 
 
-def follow_budget(config: TrainConfig, base_optim, chosen: set[str],  # type: ignore[no-untyped-def]
+def follow_budget(config: TrainConfig, base_optim, chosen: Chosen,  # type: ignore[no-untyped-def]
                   command: str = "pretrain") -> TrainConfig:
-    """Defaults that follow what the user chose: a warmup that does not fit the steps given is scaled with them
-    (one line says so), and data.max_length, unless set, is at most the model's max_position (`--preset tiny`)."""
-    if "*" in chosen:
+    """Defaults that follow what the user chose: a warmup (and cooldown) that does not fit the steps given on the
+    command line is scaled with them, one line says so, unless the command line chose the warmup or the cooldown
+    as well (validate refuses it then; so does a --config file whose own max_steps its warmup does not fit); and
+    data.max_length, unless set on the command line or in the file, is at most the model's max_position
+    (`--preset tiny`)."""
+    if "*" in chosen.anywhere:
         return config
     optim = config.optim
-    if "optim.max_steps" in chosen and not {"optim.warmup_steps", "optim.cooldown_steps"} & chosen and \
+    if "optim.max_steps" in chosen.command_line and \
+            not {"optim.warmup_steps", "optim.cooldown_steps"} & chosen.command_line and \
             optim.warmup_steps + optim.cooldown_steps > optim.max_steps:
         from ..tasks.train.budget import fit_steps
 
@@ -147,17 +166,19 @@ def follow_budget(config: TrainConfig, base_optim, chosen: set[str],  # type: ig
                                                      if optim.cooldown_steps else "")
             + "; set optim.warmup_steps to choose", command)
         config = dataclasses.replace(config, optim=fitted)
-    if "data.max_length" not in chosen and not config.model.init:
+    if "data.max_length" not in chosen.anywhere and not config.model.init:
         max_position = config.model.max_position or PRESETS[config.model.preset].get("max_position")
         if max_position and config.data.max_length > max_position:
             config = _replace(config, "data", max_length=max_position)
     return config
 
 
-def plans_for_minutes(config: TrainConfig, chosen: set[str]) -> bool:
-    """--max-minutes without steps chosen: the schedule is planned for the steps that fit (plan.plan_for_minutes)."""
-    return (config.run.max_minutes is not None and "*" not in chosen and "optim.max_steps" not in chosen
-            and config.run.max_words is None)  # a words budget plans its steps from the words (docs/TRAINING.md)
+def plans_for_minutes(config: TrainConfig, chosen: Chosen) -> bool:
+    """--max-minutes without steps chosen (on the command line or in the --config file): the schedule is planned
+    for the steps that fit (plan.plan_for_minutes). A words budget plans its steps from the words
+    (docs/guides/training.md)."""
+    return (config.run.max_minutes is not None and "*" not in chosen.anywhere
+            and "optim.max_steps" not in chosen.anywhere and config.run.max_words is None)
 
 
 def say(line: str, command: str = "pretrain") -> None:
@@ -187,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
                          f"model.family = {config.model.family!r}")
     chosen = set_by_user(args)
     if plans_for_minutes(config, chosen):
-        config = plan_schedule(config, keep_warmup=bool({"optim.warmup_steps", "optim.cooldown_steps"} & chosen))
+        warmup_chosen = bool({"optim.warmup_steps", "optim.cooldown_steps"} & chosen.anywhere)
+        config = plan_schedule(config, keep_warmup=warmup_chosen)
     result = train(config, resume=args.resume, resume_from=args.resume_from)
     if int(os.environ.get("RANK", "0")) == 0:
         if result.final_dir is not None:

@@ -38,8 +38,8 @@ def offline() -> bool:
 
 
 def cache_root() -> Path:
-    """maskplay's cache: $MASKPLAY_CACHE (or $MASKPLAY_CACHE_DIR, the precision probe's), else
-    $XDG_CACHE_HOME/maskplay, else ~/.cache/maskplay."""
+    """maskplay's cache (fetched models and data, the precision probe's measurements): $MASKPLAY_CACHE (or
+    $MASKPLAY_CACHE_DIR, its older name), else $XDG_CACHE_HOME/maskplay, else ~/.cache/maskplay."""
     for name in ("MASKPLAY_CACHE", "MASKPLAY_CACHE_DIR"):
         if os.environ.get(name):
             return Path(os.environ[name]).expanduser()

@@ -2,14 +2,15 @@
 
 CPUs differ by three orders of magnitude in bf16: with AVX-512 BF16 or AMX a bf16 matmul runs 4-6x faster than
 fp32, with AVX-512 alone about half as fast, and with AVX2 only it is emulated (~1 GFLOP/s, hundreds of times
-slower). The probe times a few matmuls of the model's own shapes (the FFN, the attention projections, the LM
-head) in fp32 and bf16, well under a second, and caches the measured speed ratio on disk
-(`~/.cache/maskplay/precision-probe.json`, or `$MASKPLAY_CACHE_DIR`, or `$XDG_CACHE_HOME/maskplay`), keyed by
-the CPU model and flags, the torch version, the oneDNN/ATen ISA settings and the shapes;
-`MASKPLAY_REPROBE=1` measures again; `MASKPLAY_AUTO_PRECISION=fp32|bf16` sets what auto means without
-measuring (the test suite pins fp32 so). `auto` is bf16 when bf16 measured at least `MIN_SPEEDUP` times faster than
-fp32, else fp32; on CUDA it is bf16 when the GPU supports it. int8 is never chosen by `auto` (ask for it). An
-explicit bf16 on a CPU where it measured more than 2x slower than fp32 (emulated) warns with the slowdown."""
+slower). The probe times a few matmuls of the model's own shapes (the FFN, the attention projections, the LM head)
+in fp32 and bf16, well under a second, and caches the measured speed ratio on disk in precision-probe.json, in
+maskplay's cache as the fetched models and data are (`~/.cache/maskplay`, or `$XDG_CACHE_HOME/maskplay`, or
+`$MASKPLAY_CACHE`: download.cache_root), keyed by the CPU model and flags, the torch version, the oneDNN/ATen ISA
+settings and the shapes; `MASKPLAY_REPROBE=1` measures again; `MASKPLAY_AUTO_PRECISION=fp32|bf16` sets what auto
+means without measuring (the test suite pins fp32 so). `auto` is bf16 when bf16 measured at least `MIN_SPEEDUP`
+times faster than fp32, else fp32; on CUDA it is bf16 when the GPU supports it. int8 is never chosen by `auto` (ask
+for it). An explicit bf16 on a CPU where it measured more than 2x slower than fp32 (emulated) warns with the
+slowdown."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from .precision import Precision
 AUTO = "auto"
 MIN_SPEEDUP = 1.25  # auto picks bf16 when its matmuls measure at least this many times fp32's speed
 EMULATED_BELOW = 0.5  # an explicit bf16 (or bf16-autocast) warns when its matmuls measure below this ratio
-CACHE_ENV, REPROBE_ENV = "MASKPLAY_CACHE_DIR", "MASKPLAY_REPROBE"
+CACHE_ENV, REPROBE_ENV = "MASKPLAY_CACHE", "MASKPLAY_REPROBE"  # the cache's directory (download.cache_root)
 AUTO_ENV = "MASKPLAY_AUTO_PRECISION"  # fp32 or bf16: what auto means here, without measuring (CI, clusters)
 CACHE_FILE = "precision-probe.json"
 EMULATED_STOP = 8  # a bf16 product this many times slower than fp32: emulated, the probe stops there
@@ -124,10 +125,10 @@ def _measure(shapes: list[tuple[int, int, int]], rows: int) -> float:
 
 
 def cache_path() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]) / CACHE_FILE
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "maskplay" / CACHE_FILE
+    """The probe's file in maskplay's cache, the directory the models and data are fetched into."""
+    from .download import cache_root  # urllib and http.client: imported only when the probe runs
+
+    return cache_root() / CACHE_FILE
 
 
 def machine_key(shapes: list[tuple[int, int, int]], rows: int) -> str:

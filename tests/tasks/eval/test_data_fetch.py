@@ -98,7 +98,12 @@ def test_eval_without_its_data_names_the_places_searched_and_the_command(env, ca
     assert main(["eval", "sts", "gpt-mini-wiki", "--datasets", "sick"]) == 2
     assert "sick/SICK_train_trial.txt not found" in capsys.readouterr().err
     assert main(["eval", "nbest", "gpt-mini-wiki"]) == 2
-    assert "no command fetches it" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"maskplay eval: error: librispeech-nbest-espnet-hubert30 not found (searched {searched[0]}, "
+                          f"{searched[1]}): no command fetches it; download ")
+    for where in ("github.com/awslabs/mlm-scoring", "dev-clean.am.json", "--file", "--data", "$MASKPLAY_DATA"):
+        assert where in err, err
 
 
 def test_the_search_order(env, monkeypatch):

@@ -83,12 +83,57 @@ def test_an_explicit_warmup_is_kept(data, tmp_path, capsys):
     assert saved(run)["optim"]["warmup_steps"] == 3 and saved(run)["data"]["max_length"] == 32
 
 
+def test_max_steps_scales_a_recipes_warmup(data, tmp_path, capsys):
+    """--max-steps on the command line scales a warmup that comes from the --config file (a shipped recipe's 700
+    of 7,000 steps) as it does the default config's."""
+    run = tmp_path / "run"
+    assert main(["pretrain", "--config", "mini-tta", "--preset", "tiny", "--data", str(data), "--out", str(run),
+                 "--max-steps", "60", "--set", "run.stop_at_step=1",
+                 "--set", "data.max_length=32", *QUIET]) == 0
+    err = capsys.readouterr().err
+    assert "optim.warmup_steps=700 does not fit optim.max_steps=60: scaled with the steps to 6" in err
+    assert [line for line in err.splitlines() if "does not fit" in line] == \
+        [line for line in err.splitlines() if "scaled" in line]  # one line
+    optim = saved(run)["optim"]
+    assert (optim["max_steps"], optim["warmup_steps"]) == (60, 6)
+
+
+def test_a_warmup_chosen_on_the_command_line_is_not_scaled(data, tmp_path, capsys):
+    assert main(["pretrain", "--config", "mini-tta", "--preset", "tiny", "--data", str(data), "--out", str(tmp_path),
+                 "--max-steps", "60", "--set", "optim.warmup_steps=100", *QUIET]) == 2
+    err = capsys.readouterr().err
+    assert "error: optim.warmup_steps=100 exceeds optim.max_steps=60" in err and "scaled" not in err
+
+
+def test_a_config_file_whose_warmup_does_not_fit_its_steps_is_refused(data, tmp_path, capsys):
+    """max_steps and warmup_steps both from the file: the file contradicts itself, nothing is scaled."""
+    config = tmp_path / "short.toml"
+    config.write_text('[model]\nfamily = "tta"\npreset = "tiny"\n\n[optim]\nwarmup_steps = 100\nmax_steps = 60\n')
+    assert main(["pretrain", "--config", str(config), "--data", str(data), "--out", str(tmp_path / "run"),
+                 *QUIET]) == 2
+    err = capsys.readouterr().err
+    assert "error: optim.warmup_steps=100 exceeds optim.max_steps=60" in err and "scaled" not in err
+
+
 def test_a_run_that_ends_in_its_warmup_says_so(data, tmp_path):
     run = tmp_path / "run"
     assert main(["pretrain", "--family", "tta", "--preset", "tiny", "--data", str(data), "--out", str(run),
                  "--max-steps", "4", "--set", "optim.warmup_steps=4", "--set", "run.stop_at_step=2", *QUIET]) == 0
     log = (run / "train.log").read_text()
     assert "WARNING: the run ended at step 2, still in its warmup of optim.warmup_steps=4" in log
+
+
+def test_a_run_whose_loss_did_not_move_says_so(data, tmp_path, capsys):
+    """A learning rate too small to train (1e-12): the run ends with one line saying its loss did not move."""
+    run = tmp_path / "run"
+    assert main(["pretrain", "--family", "tta", "--preset", "tiny", "--data", str(data), "--out", str(run),
+                 "--max-steps", "6", "--lr", "1e-12", "--set", "optim.warmup_steps=1", "--set", "run.log_every=1",
+                 *QUIET]) == 0
+    console = capsys.readouterr()
+    flat = [line for line in (run / "train.log").read_text().splitlines() if "WARNING" in line]
+    assert len(flat) == 1 and "WARNING: the training loss did not move (" in flat[0], flat
+    assert "check optim.lr, the schedule and the data" in flat[0]
+    assert flat[0].split("] ", 1)[1] in console.out + console.err
 
 
 def test_max_minutes_plans_the_schedule_and_the_run_resumes_exactly(data, tmp_path, capsys):
@@ -122,5 +167,6 @@ def test_a_recipe_by_name_sets_what_its_file_sets():
     by_path = argparse.Namespace(resume=False, resume_from=None, overrides=[], max_steps=None, max_minutes=1.0,
                                  config=str(shipped_recipes()["mini-tta"]))
     by_name = argparse.Namespace(**{**vars(by_path), "config": "mini-tta"})
-    assert "optim.max_steps" in set_by_user(by_path)
+    assert "optim.max_steps" in set_by_user(by_path).config_file
+    assert "optim.max_steps" not in set_by_user(by_path).command_line
     assert set_by_user(by_name) == set_by_user(by_path)

@@ -40,16 +40,18 @@ def data_roots() -> list[Path]:
 def find_data(*default: str) -> Path:
     """The first data_roots()/default that exists; else one FileNotFoundError naming the places searched and the
     command that fetches the set."""
-    from .fetch import fetch_command
+    from .fetch import ELSEWHERE, fetch_command
 
     roots = data_roots()
     for root in roots:
         if root.joinpath(*default).exists():
             return root.joinpath(*default)
+    missing = f"{'/'.join(default)} not found (searched {', '.join(map(str, roots))})"
+    if default and default[0] in ELSEWHERE:  # a set no command fetches: where it comes from
+        raise FileNotFoundError(f"{missing}: no command fetches it; {ELSEWHERE[default[0]]} (docs/guides/models.md)")
     command = fetch_command(default[0]) if default else None
     how = f"get it with `{command}`" if command else "no command fetches it (docs/guides/models.md)"
-    raise FileNotFoundError(f"{'/'.join(default)} not found (searched {', '.join(map(str, roots))}): {how}, or give "
-                            f"its path (--data / --file), or set ${DATA_ENV}")
+    raise FileNotFoundError(f"{missing}: {how}, or give its path (--data / --file), or set ${DATA_ENV}")
 
 
 def data_root() -> Path:

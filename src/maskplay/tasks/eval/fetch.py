@@ -42,6 +42,15 @@ def set_for_folder(folder: str) -> str | None:
     return next((name for name, entry in manifest()["sets"].items() if entry["folder"] == folder), None)
 
 
+# the folders no set provides: where to get them and how to give them to `maskplay eval` (docs/guides/models.md)
+ELSEWHERE = {
+    "librispeech-nbest-espnet-hubert30": (
+        "download the T-TA paper's LibriSpeech lists from github.com/awslabs/mlm-scoring "
+        "(examples/asr-librispeech-espnet/data/dev-clean.am.json and dev-other.am.json) and give both with --file, "
+        "or give a folder of dev_clean.jsonl.gz and dev_other.jsonl.gz with --data (its parent with $MASKPLAY_DATA)"),
+}
+
+
 def fetch_command(folder: str) -> str | None:
     name = set_for_folder(folder)
     return f"maskplay data fetch {name}" if name else None
