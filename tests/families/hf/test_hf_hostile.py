@@ -370,6 +370,22 @@ def test_a_pickle_with_code_is_refused_and_never_run(made, tmp_path, how):
     assert not marker.exists()
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_the_command_line_prints_a_refused_pickle_without_terminal_escapes(made, tmp_path, capsys):
+    """torch's weights_only message marks words bold (ESC [1m ... ESC [0m): the printed line is plain text."""
+    from maskplay.cli import main
+
+    directory = copy_of(made, "bert", tmp_path / "m")
+    (directory / "model.safetensors").unlink()
+    torch.save({"w": _Payload(tmp_path / "ran")}, directory / "pytorch_model.bin")
+    capsys.readouterr()
+    assert main(["score", str(directory), "a cat"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "weights_only=True" in err, err
+    assert not any(c < " " or "\x7f" <= c <= "\x9f" for c in err.rstrip("\n")), repr(err)
+    assert not (tmp_path / "ran").exists()
+
+
 # ---- item 3: tokenizers ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind,mask", [("roberta", "<mask>"), ("bert", "[MASK]")])
