@@ -12,6 +12,7 @@ back as the causal converter's config does (families/hf/causal.py): start <-> en
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,6 +232,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         raise FileNotFoundError(f"{path}: no tokenizer.json or vocab.txt in this directory")
     if not path.is_file():
         raise FileNotFoundError(f"tokenizer {path} not found")
+    note_tokenizer_class(path)
     if path.suffix == ".json":
         try:
             backend = HFTokenizer.from_file(str(path))
@@ -242,6 +244,31 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
             raise ValueError(f"{path}: not a tokenizers JSON file: {err}") from None
         return Tokenizer(backend, source=str(path), roles=hf_roles(path.parent, backend.get_vocab()))
     return Tokenizer(wordpiece_from_vocab(path), source=str(path))
+
+
+# tokenizer_config.json's tokenizer_class values of the architectures maskplay reads (each also with "Fast"), and
+# transformers' generic ones: maskplay reads tokenizer.json (else vocab.txt) as it is for each of them
+KNOWN_TOKENIZER_CLASSES = frozenset({
+    "PreTrainedTokenizer", "PreTrainedTokenizerFast", "TokenizersBackend", "BertTokenizer", "ElectraTokenizer",
+    "DistilBertTokenizer", "AlbertTokenizer", "RobertaTokenizer", "XLMRobertaTokenizer", "DebertaTokenizer",
+    "DebertaV2Tokenizer", "XLNetTokenizer", "GPT2Tokenizer", "GPTNeoXTokenizer", "LlamaTokenizer",
+    "CodeLlamaTokenizer", "Qwen2Tokenizer", "MPNetTokenizer"})
+_NOTED: set[str] = set()
+
+
+def note_tokenizer_class(path: Path) -> None:
+    """One line on stderr (once a file) when the tokenizer_config.json beside a tokenizer file names a
+    tokenizer_class maskplay does not know (a custom one, say): its code is never run, the file is read as it is."""
+    config = path.parent / "tokenizer_config.json"
+    data = _json_object(config) if config.name != path.name else None
+    named = data.get("tokenizer_class") if data is not None else None
+    if named is None or str(config) in _NOTED:
+        return
+    if isinstance(named, str) and named.removesuffix("Fast") in KNOWN_TOKENIZER_CLASSES:
+        return
+    _NOTED.add(str(config))
+    print(f"maskplay: {config}: tokenizer_class {named!r} is not one maskplay knows; reading {path.name} as it is",
+          file=sys.stderr)
 
 
 # maskplay role -> HuggingFace's name for it (tokenizer_config.json's `{name}_token`, config.json's `{name}_token_id`)

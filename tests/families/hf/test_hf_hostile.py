@@ -400,6 +400,21 @@ def test_pll_without_a_mask_token_is_refused(made, tmp_path, kind, mask):
     assert Embedder.from_pretrained(directory).encode(["a cat"]).shape == (1, 32)  # embedding needs no mask
 
 
+@pytest.mark.parametrize("named,noted", [("NoSuchTokenizer", True), (5, True), ("BertTokenizerFast", False),
+                                         ("BertTokenizer", False), ("TokenizersBackend", False),
+                                         ("LlamaTokenizerFast", False), ("PreTrainedTokenizerFast", False)])
+def test_an_unknown_tokenizer_class_is_said_once_at_load(made, tmp_path, capfd, named, noted):
+    """The class is never looked up (its code would run); a name maskplay does not know is one notice line."""
+    directory = copy_of(made, "bert", tmp_path / "m")
+    (directory / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": named, "mask_token": "[MASK]"}))
+    capfd.readouterr()
+    assert load(directory).score(["a cat"])[0].log_prob < 0
+    notes = [line for line in capfd.readouterr().err.splitlines() if "tokenizer_class" in line]
+    expected = (f"maskplay: {directory / 'tokenizer_config.json'}: tokenizer_class {named!r} is not one maskplay "
+                "knows; reading tokenizer.json as it is")
+    assert notes == ([expected] if noted else []), notes
+
+
 def test_a_causal_lm_without_bos_says_what_it_starts_with(made, tmp_path, capfd):
     """The documented fallback (maskplay.data.tokenizer): the end token starts each sentence; the load line says so."""
     capfd.readouterr()
