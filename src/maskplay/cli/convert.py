@@ -109,7 +109,7 @@ def convert_to_hf(model_dir: str | Path, out: str | Path, generator_out: str | P
     """Write the HuggingFace model(s) of the maskplay directory (or bundled model name) `model_dir`: one to `out`, an
     ELECTRA generator to `generator_out`; all or nothing. Each gets the complete tokenizer and a model card
     (maskplay.tasks.export). Returns what to tell the user."""
-    from ..data.tokenizer import load_tokenizer
+    from ..data.tokenizer import check_covers, load_tokenizer
     from ..families import MaskplayModel
     from ..families.hf import to_hf
     from ..runtime.model_dir import local_model_dir
@@ -129,6 +129,8 @@ def convert_to_hf(model_dir: str | Path, out: str | Path, generator_out: str | P
     if len(exports) == 1 and generator_out is not None:
         raise ValueError(f"{model_dir} has no generator to write to --generator-out")
     tokenizer = load_tokenizer(model_dir) if (model_dir / TOKENIZER).is_file() else None
+    if tokenizer is not None:  # the export would ship another model's tokenizer with these weights
+        check_covers(tokenizer, model.config.vocab_size, str(model_dir))
     _write_dirs([(target, _hf_writer(export_files(model_dir, model, tokenizer, config, False, target.name, {}), state))
                  for target, (config, state) in zip(targets, exports, strict=True)])
     lines = [f"wrote {target}: {config['architectures'][0]}" for target, (config, _) in zip(targets, exports, strict=True)]

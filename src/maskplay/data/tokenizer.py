@@ -143,6 +143,16 @@ class Tokenizer:
         Path(path).write_text("".join(t + "\n" for t, _ in by_id), encoding="utf-8")
 
 
+def check_covers(tokenizer: Tokenizer, rows: int, model: str = "the model") -> None:
+    """A tokenizer must cover at least half of the embedding rows of the model it is given with. Checkpoints pad
+    their tables beyond their tokenizers, by a little (GPT-2-style rounding to a multiple of 64 or 128, Qwen2's
+    151,936 rows for 151,665 pieces, Phi-2's 51,200 for 50,295, T5's 32,128 for 32,100), and that stays allowed;
+    a tokenizer of under half the rows is another model's (every word of a text would be its unknown piece)."""
+    if 2 * tokenizer.vocab_size < rows:
+        raise ValueError(f"{tokenizer.source or 'the tokenizer (in memory)'} has {tokenizer.vocab_size:,} pieces for "
+                         f"the {rows:,} embedding rows of {model}: not this model's tokenizer")
+
+
 def wordpiece_from_vocab(vocab_file: str | Path) -> HFTokenizer:
     """An uncased BERT-style WordPiece tokenizer over an existing vocab.txt."""
     vocab_file = Path(vocab_file)

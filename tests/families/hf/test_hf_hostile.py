@@ -175,6 +175,46 @@ def test_a_vocabulary_smaller_than_the_tokenizers_is_one_line(made, tmp_path):
     one_line(found.value, "vocab_size: model 120 vs tokenizer 160")
 
 
+LOW_SPECIALS = {0: "[PAD]", 1: "[UNK]", 2: "[CLS]", 3: "[SEP]", 4: "[MASK]"}
+
+
+@pytest.mark.parametrize("pieces,refused", [(5, True), (79, True), (80, False), (159, False)])
+def test_a_tokenizer_of_under_half_the_embedding_rows_is_refused(made, tmp_path, pieces, refused):
+    """A padded table stays allowed (checkpoints pad theirs a little); a tokenizer of under half its rows is another
+    model's. Before, a 160-row BERT with a 5-piece tokenizer.json scored, every word [UNK]."""
+    from maskplay.tasks.export import export_to_hf
+
+    directory = copy_of(made, "bert", tmp_path / "m")
+    write_tokenizer(directory, LOW_SPECIALS, pieces)
+    tokenizer = directory / "tokenizer.json"
+    users = [lambda: load(directory), lambda: Embedder.from_pretrained(directory),
+             lambda: MaskplayModel.from_pretrained(directory), lambda: export_to_hf(directory, tmp_path / "hf")]
+    if not refused:
+        assert load(directory).score(["a cat"])[0].log_prob < 0
+        return
+    for use in users:
+        with pytest.raises(ValueError) as found:
+            use()
+        one_line(found.value, f"{tokenizer} has {pieces} pieces for the 160 embedding rows of {directory}: not this "
+                              "model's tokenizer")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_a_model_object_with_a_tokenizer_of_under_half_its_rows_is_refused(made):
+    """The Python API's check (score.passes.check_compatible) where a model and a tokenizer are given apart."""
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import models, pre_tokenizers
+
+    from maskplay.data.tokenizer import Tokenizer
+
+    backend = Backend(models.WordPiece({t: i for i, t in LOW_SPECIALS.items()}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    model = MaskplayModel.from_pretrained(made["bert"])
+    with pytest.raises(ValueError) as found:
+        Scorer(model, Tokenizer(backend, roles={}))
+    one_line(found.value, "has 5 pieces for the 160 embedding rows of the model: not this model's tokenizer")
+
+
 # ---- a config.json that never ends, is not a file, or nests without end -----------------------------------------
 
 @pytest.mark.parametrize("kind", ["dev-zero", "directory", "sparse-40mb", "deep", "binary"])

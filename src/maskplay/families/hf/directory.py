@@ -118,7 +118,7 @@ def special_ids(hf_dir: Path, vocab_size: int, padded: bool = False) -> tuple[di
     """The special-token ids of the HuggingFace directory's own tokenizer (tokenizer.json, else vocab.txt), so that
     the model's [MASK], [PAD], ... are the tokenizer's; without one, the converter's layout stays. `padded`: a
     tokenizer smaller than the embedding table is fine (the model read in memory, MaskplayModel.vocabulary_padded)."""
-    from ...data.tokenizer import load_tokenizer
+    from ...data.tokenizer import check_covers, load_tokenizer
 
     if not any((hf_dir / name).is_file() for name in (TOKENIZER, "vocab.txt")):
         return {}, None
@@ -126,6 +126,7 @@ def special_ids(hf_dir: Path, vocab_size: int, padded: bool = False) -> tuple[di
         tokenizer = load_tokenizer(hf_dir)
     except ValueError as err:
         return {}, f"note: special-token ids left in the converter's layout ({err})"
+    check_covers(tokenizer, vocab_size, str(hf_dir))  # another model's tokenizer would give the model its ids
     ids = tokenizer.model_config_ids()
     size = ids.pop("vocab_size")
     if any(not 0 <= ids[k] < vocab_size for k in ids if k != "special_token_ids"):

@@ -27,12 +27,14 @@ POOLINGS = {"mean": "mean", "first": "cls", "last": "lasttoken"}  # maskplay emb
 
 
 def _load(model_dir: str | Path) -> tuple[Path, MaskplayModel, Tokenizer | None]:
-    from ...data.tokenizer import load_tokenizer
+    from ...data.tokenizer import check_covers, load_tokenizer
     from ...families import MaskplayModel
 
     source = local_model_dir(model_dir)
     model = MaskplayModel.from_pretrained(source).eval()
     tokenizer = load_tokenizer(source) if (source / "tokenizer.json").is_file() else None
+    if tokenizer is not None:  # the export would ship another model's tokenizer with these weights
+        check_covers(tokenizer, model.config.vocab_size, str(source))
     return source, model, tokenizer
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...data.tokenizer import Tokenizer, load_tokenizer
+from ...data.tokenizer import Tokenizer, check_covers, load_tokenizer
 from ...families import MaskplayModel
 from ...runtime.model_dir import HEAD_CONFIG_NAME, resolve_model_dir
 from .model import FineTuned
@@ -28,4 +28,6 @@ def load_finetuned(directory: str | Path) -> tuple[FineTuned, Tokenizer]:
     model = FineTuned.from_pretrained(directory)
     if not (directory / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{directory / 'tokenizer.json'} not found: a fine-tuned model directory needs it")
-    return model, load_tokenizer(directory / "tokenizer.json")
+    tokenizer = load_tokenizer(directory / "tokenizer.json")
+    check_covers(tokenizer, model.config.vocab_size, str(directory))
+    return model, tokenizer

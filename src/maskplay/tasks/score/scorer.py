@@ -145,7 +145,7 @@ def load_model_dir(directory: str | Path) -> tuple[MaskplayModel, Tokenizer]:
                                 "model.safetensors and tokenizer.json (a HuggingFace one: tokenizer.json or vocab.txt)")
     model = MaskplayModel.from_pretrained(directory).eval()
     tokenizer = load_tokenizer(directory)  # tokenizer.json, else (a HuggingFace BERT's) vocab.txt
-    check_compatible(model, tokenizer)
+    check_compatible(model, tokenizer, directory)
     return model, tokenizer
 
 
