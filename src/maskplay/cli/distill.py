@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -123,13 +122,13 @@ def maskplay_teacher(teacher: str, converted: Path, in_use: Callable[[], bool]) 
     """A HuggingFace directory converted through `maskplay convert`'s entry point into `converted` (reused while it
     is this teacher's: tasks/distill/converted.py); a maskplay model directory (or bundled name) as it is.
     `in_use()`: targets or checkpoints were made with the conversion in `converted`."""
-    config = Path(teacher) / "config.json"
-    if not config.is_file():
-        return teacher
+    from ..runtime.files import model_file
+    from ..runtime.json_files import read_json_file
+
     try:
-        data = json.loads(config.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return teacher  # the model loader names the damage
+        data = read_json_file(model_file(teacher, "config.json"))  # size-capped, and not a link out of the directory
+    except (OSError, ValueError):
+        return teacher  # the model loader names the damage (or the missing file, or a bundled name)
     if not isinstance(data, dict) or "family" in data or "architectures" not in data:
         return teacher
     from ..tasks.distill.converted import converted_teacher

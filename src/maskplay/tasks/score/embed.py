@@ -109,11 +109,12 @@ class Embedder:
                         **kwargs: Any) -> Embedder:
         """piece_counts, unless given: from `frequencies` (read_piece_counts, checked against the model's own
         vocabulary), else the model directory's piece_counts.npy when it has one."""
+        from ...runtime.files import model_file
         from ...runtime.model_dir import resolve_model_dir
 
         model, tokenizer = load_model_dir(directory)
         if kwargs.get("piece_counts") is None:
-            local = resolve_model_dir(directory) / PIECE_COUNTS
+            local = model_file(resolve_model_dir(directory), PIECE_COUNTS)
             if frequencies is not None or local.is_file():
                 source = local if frequencies is None else frequencies
                 kwargs["piece_counts"] = read_piece_counts(source, model.config.vocab_size, tokenizer)
