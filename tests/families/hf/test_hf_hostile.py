@@ -167,6 +167,27 @@ def test_sizes_no_width_shows_are_checked_before_building(tmp_path, changes, nee
     one_line(found.value, str(tmp_path), needle)
 
 
+def test_the_size_check_builds_its_meta_model_without_random_initialisers(made):
+    """The model built on the meta device is only looked at (its parameters counted, its buffers sized): filling it
+    with random numbers was most of the check's time (BERT-base: about three quarters)."""
+    from maskplay.families.hf.common import check_hf_sizes
+    from maskplay.families.hf.directory import read_hf_dir
+    from maskplay.families.hf.registry import converter_for_architecture
+
+    architecture, hf_config, state = read_hf_dir(made["bert"])
+    config = converter_for_architecture(architecture).config_from_hf(hf_config)
+    called: list[str] = []
+
+    class Count(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            called.append(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        check_hf_sizes(config, state)
+    assert not [name for name in called if name in ("normal_", "uniform_", "trunc_normal_")], sorted(set(called))
+
+
 def test_a_vocabulary_smaller_than_the_tokenizers_is_one_line(made, tmp_path):
     torch.manual_seed(0)
     transformers.BertForMaskedLM(transformers.BertConfig(**{**SIZES, "vocab_size": 120})).save_pretrained(tmp_path)
