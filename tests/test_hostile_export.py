@@ -225,6 +225,16 @@ def test_a_words_directory_is_named_for_its_count(run_dir, tmp_path, name, words
                                        f"directory is words/{name}")
 
 
+def test_a_words_json_linked_in_from_outside_is_refused(run_dir, tmp_path):
+    info = run_dir / "words" / "100" / "words.json"
+    outside = tmp_path / "outside.json"
+    info.rename(outside)
+    info.symlink_to(outside)
+    with pytest.raises(ValueError, match=f"{info} is a symbolic link to {outside}, out of"):
+        export_revisions(run_dir, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+
 def test_a_words_directory_without_words_json_is_named(run_dir, tmp_path):
     (run_dir / "words" / "100" / "words.json").unlink()
     with pytest.raises(ValueError, match=r"words/100 has no words.json"):

@@ -361,6 +361,23 @@ def _maskplay(directory: Path) -> None:
     (directory / "manifest.json").unlink()  # its weights' sha256 would be checked first
 
 
+def _counted(directory: Path) -> None:
+    """A maskplay model with the piece counts `embed --pooling sif` reads by default."""
+    import numpy as np
+
+    from maskplay.tasks.score.embed import PIECE_COUNTS
+
+    _maskplay(directory)
+    vocab = json.loads((directory / "config.json").read_text())["vocab_size"]
+    np.save(directory / PIECE_COUNTS, np.ones(vocab))
+
+
+def _frequencies(directory: Path):
+    from maskplay.tasks.score.embed import read_piece_counts
+
+    return read_piece_counts(directory, json.loads((directory / "config.json").read_text())["vocab_size"])
+
+
 def _embed(directory: Path):
     return Embedder.from_pretrained(directory)
 
@@ -380,6 +397,7 @@ LINKED_OUT = [
     ("st", None, "1_Pooling/config.json", _embed), ("bert", None, "config.json", _export),
     ("maskplay", _maskplay, "config.json", load), ("maskplay", _maskplay, "model.safetensors", load),
     ("maskplay", _maskplay, "tokenizer.json", load), ("maskplay", _maskplay, "model.safetensors", _export),
+    ("maskplay", _counted, "piece_counts.npy", _embed), ("maskplay", _counted, "piece_counts.npy", _frequencies),
 ]
 
 

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ...runtime.files import read_json_object, replace_directory
+from ...runtime.files import model_file, read_json_object, replace_directory
 from ..train.export import words_name
 from .hf import _check_out, _load, model_export, write_into
 from .to_hf import SUBFOLDER, tower_exports, write_towers
@@ -36,7 +36,7 @@ def word_checkpoints(run_dir: Path) -> list[tuple[str, Path, dict[str, Any]]]:
         if not re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z_-]*", directory.name):
             raise ValueError(f"{directory}: chck_{directory.name} cannot be a branch name; words/ holds the "
                              "directories run.checkpoint_at_words names (1M, 500K, ...)")
-        info = directory / WORDS_INFO
+        info = model_file(directory, WORDS_INFO)  # the model directory's own file, not a link out of it
         if not info.is_file():
             raise ValueError(f"{directory} has no {WORDS_INFO}: not a checkpoint by words seen "
                              "(run.checkpoint_at_words writes one in each); remove the directory or restore the file")

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from ...data.tokenizer import Tokenizer
 from ...families import MaskplayModel
+from ...runtime.files import model_file
 from ...runtime.precision import Precision
 from .passes import (
     Overflow,
@@ -74,7 +75,7 @@ def read_piece_counts(path: str | Path, vocab_size: int, tokenizer: Tokenizer | 
                                  "(maskplay prepare --tokenizer MODEL_DIR)")
 
         counts = np.bincount(np.asarray(TokenDataset(path / "train").tokens), minlength=vocab_size)
-    elif path.is_dir() and (path / PIECE_COUNTS).is_file():
+    elif path.is_dir() and model_file(path, PIECE_COUNTS).is_file():  # a model directory's: not a link out of it
         counts = np.load(path / PIECE_COUNTS, allow_pickle=False)
     elif path.is_file() and path.suffix == ".npy":
         counts = np.load(path, allow_pickle=False)
@@ -109,7 +110,6 @@ class Embedder:
                         **kwargs: Any) -> Embedder:
         """piece_counts, unless given: from `frequencies` (read_piece_counts, checked against the model's own
         vocabulary), else the model directory's piece_counts.npy when it has one."""
-        from ...runtime.files import model_file
         from ...runtime.model_dir import resolve_model_dir
 
         model, tokenizer = load_model_dir(directory)
