@@ -1,10 +1,12 @@
 """What the checks on a HuggingFace directory cost at load time: MaskplayModel.from_pretrained of a BERT-base-sized
 BertForMaskedLM directory (random weights, 110 M parameters, written with transformers' save_pretrained, sharded
-as the hub shards it), with the checks (config.json read with a size cap and checked field by field:
-families/hf/validate.py; the sharded index's names followed without leaving the directory: runtime.files.file_inside)
-the sizes checked against the weights on a model built on the meta device: families/hf/common.check_hf_sizes)
-and with them replaced by what ran before (json.loads of the whole file, no field checks, Path.resolve, the widths
-against the largest dimension only), rounds interleaved; the median of each, and the checks alone timed apart.
+as the hub shards it, or in one model.safetensors when it fits --shard), with the checks (config.json read with a
+size cap and checked field by field: families/hf/validate.py; the sharded index's names followed without leaving
+the directory: runtime.files.file_inside; each file read by its fixed name not a symbolic link out of the
+directory: runtime.files.model_file; the sizes checked against the weights on a model built on the meta device:
+families/hf/common.check_hf_sizes) and with them replaced by what ran before (json.loads of the whole file, no
+field checks, plain paths, the widths against the largest dimension only), rounds interleaved; the median of each,
+and the checks alone timed apart.
 
     python benchmarks/hf_load_checks.py --rounds 10 --out results/hf-load-checks/bert-base-5-shards.json
 """
@@ -25,6 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved, machine  # noqa: E402
 
+import maskplay.families.base as base_module  # noqa: E402
 import maskplay.families.hf.directory as directory_module  # noqa: E402
 import maskplay.families.hf.registry as registry_module  # noqa: E402
 import maskplay.runtime.files as files_module  # noqa: E402
@@ -54,20 +57,29 @@ def without_checks():
     def plain_inside(directory, name, source):
         return Path(directory) / name
 
+    def plain_file(directory, name):
+        return Path(directory) / name
+
     def coarse_sizes(config, state):  # the widths against the weights' largest dimension, no meta-device model
         check_sizes_fit(config, {k: tuple(v.shape) for k, v in state.items()}, "config.json", "its weights")
 
+    modules = (directory_module, model_dir_module, base_module, files_module)  # each calls model_file by its name
     saved = (directory_module.read_json_dict, directory_module.read_json_file, directory_module.check_hf_config,
-             directory_module.file_inside, model_dir_module.read_json_file, registry_module.check_hf_sizes)
+             directory_module.file_inside, model_dir_module.read_json_file, registry_module.check_hf_sizes,
+             [m.model_file for m in modules])
     directory_module.read_json_dict = directory_module.read_json_file = model_dir_module.read_json_file = plain_json
     directory_module.check_hf_config = lambda data, source: None
     directory_module.file_inside = plain_inside
     registry_module.check_hf_sizes = coarse_sizes
+    for module in modules:
+        module.model_file = plain_file
     try:
         yield
     finally:
         (directory_module.read_json_dict, directory_module.read_json_file, directory_module.check_hf_config,
-         directory_module.file_inside, model_dir_module.read_json_file, registry_module.check_hf_sizes) = saved
+         directory_module.file_inside, model_dir_module.read_json_file, registry_module.check_hf_sizes, files) = saved
+        for module, model_file in zip(modules, files, strict=True):
+            module.model_file = model_file
 
 
 def load(directory: Path) -> None:
@@ -92,13 +104,19 @@ def main() -> None:
                 load(directory)
 
         medians = interleaved({"with checks": lambda: load(directory), "without checks": unchecked}, args.rounds)
-        shards = sorted({v for v in json.loads((directory / "model.safetensors.index.json").read_text())
-                         ["weight_map"].values()})
+        index = directory / "model.safetensors.index.json"
+        sharded = index.is_file()  # a model smaller than --shard is written whole, without an index
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values())) if sharded else []
+        # the files a load reads by their fixed names
+        names = ["config.json", "head_config.json", "manifest.json", "tokenizer.json", "vocab.txt",
+                 index.name if sharded else "model.safetensors"]
         start = time.perf_counter()
         for _ in range(100):
             check_hf_config(read_json_dict(directory / "config.json"), "config.json")
+            for name in names:
+                files_module.model_file(directory, name)
             for shard in shards:
-                files_module.file_inside(directory, shard, directory / "model.safetensors.index.json")
+                files_module.file_inside(directory, shard, index)
         checks_alone = (time.perf_counter() - start) / 100
         architecture, hf_config, state = directory_module.read_hf_dir(directory)
         config = registry_module.converter_for_architecture(architecture).config_from_hf(hf_config)
@@ -106,7 +124,7 @@ def main() -> None:
         for _ in range(10):
             check_hf_sizes(config, state)
         sizes_alone = (time.perf_counter() - start) / 10
-    result = {"machine": machine(), "hidden": args.hidden, "layers": args.layers, "shards": len(shards),
+    result = {"machine": machine(), "hidden": args.hidden, "layers": args.layers, "shards": len(shards) or 1,
               "rounds": args.rounds, "median_s": medians, "checks_alone_s": checks_alone,
               "sizes_check_alone_s": sizes_alone,
               "ratio": medians["with checks"] / medians["without checks"]}

@@ -20,7 +20,7 @@ import torch
 from maskplay.cli import main as cli_main
 from maskplay.data.dataset import write_split
 from maskplay.data.tokenizer import load_tokenizer
-from maskplay.tasks.distill import DistillConfig, StoredTargets, distill, load_teacher, prepare_targets
+from maskplay.tasks.distill import DistillConfig, StoredTargets, TeacherPass, distill, load_teacher, prepare_targets
 from maskplay.tasks.distill.store import teacher_identity
 from tests.tasks.distill.test_distill import save_teacher
 from tests.tasks.train.test_train import make_data, small_config
@@ -228,8 +228,10 @@ def test_a_refused_huggingface_teacher_leaves_no_conversion_behind(world, tmp_pa
 def test_another_huggingface_teacher_is_never_given_the_old_ones_conversion(world, tmp_path, capsys):
     first, second = (_hf(tmp_path / name, world["data"], "bert", seed) for name, seed in (("b1", 0), ("b2", 1)))
     store = tmp_path / "store"
-    # a conversion left without targets (refused after it: no such split): the next teacher is converted anew
-    assert _prepare(first, world["data"], store, "--splits", "test") == 2
+    # a conversion left without targets (refused after it: a top-k over its vocabulary of 100): the next teacher is
+    # converted anew
+    assert _prepare(first, world["data"], store, "--top-k", "1000") == 2
+    assert "--top-k 1000 is more than the teacher's vocabulary of 100 ids" in capsys.readouterr().err
     assert (store / "teacher" / "config.json").is_file() and not (store / "meta.json").exists()
     capsys.readouterr()
     assert _prepare(second, world["data"], store) == 0
@@ -245,6 +247,42 @@ def test_another_huggingface_teacher_is_never_given_the_old_ones_conversion(worl
     assert sorted(p.name for p in store.iterdir()) == before
     assert teacher_identity(load_teacher(store / "teacher")) == teacher_identity(converted)
     assert _prepare(second, world["data"], store) == 0  # the same teacher again: resumed, nothing converted
+
+
+def test_a_refusal_that_needs_no_teacher_comes_before_its_conversion(world, tmp_path, capsys):
+    """A HuggingFace teacher is converted into the store or run directory: what needs no teacher refuses first."""
+    bert = _hf(tmp_path / "bert", world["data"], "bert", 0)
+    store, run = tmp_path / "store", tmp_path / "run"
+    capsys.readouterr()
+    for extra, message in ((["--splits", "test"], "has none of them"), (["--splits", "../x"], "a split is a"),
+                           (["--data", str(tmp_path / "nowhere")], "nowhere/train not found")):
+        assert _prepare(bert, world["data"], store, *extra) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+        assert not store.exists()
+    assert cli_main(["distill", str(bert), "--data", str(world["data"]), "--out", str(run), "--targets",
+                     str(world["s1"]), "--set", "data.pack=true", "--max-steps", "2", "--set", "optim.warmup_steps=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "data.pack" in err and not run.exists(), err
+
+
+def test_a_top_k_over_the_vocabulary_is_refused_before_any_work(world, tmp_path, capsys):
+    """Before, --top-k 1000 with a vocabulary of 100 was cut to 100 without a word."""
+    vocab = load_teacher(world["t1"]).config.vocab_size
+    message = f"--top-k 1000 is more than the teacher's vocabulary of {vocab} ids"
+    assert cli_main(["distill", "prepare", str(world["t1"]), "--data", str(world["data"]), "--out",
+                     str(tmp_path / "store"), "--top-k", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and not (tmp_path / "store").exists(), err
+    run = tmp_path / "run"
+    assert cli_main(["distill", str(world["t1"]), "--data", str(world["data"]), "--out", str(run), "--top-k", "1000",
+                     "--max-steps", "2", "--set", "optim.warmup_steps=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"distill top_k 1000 is more than the teacher's vocabulary of {vocab}" in err, err
+    assert not run.exists()
+    with pytest.raises(ValueError, match=f"top_k {vocab + 1} is more than"):
+        TeacherPass(load_teacher(world["t1"]), vocab + 1)
+    assert TeacherPass(load_teacher(world["t1"]), vocab).top_k == vocab  # the whole vocabulary is fine
 
 
 @pytest.mark.parametrize("damage,message", [

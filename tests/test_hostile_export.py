@@ -195,6 +195,8 @@ def run_dir(gpt_dir, tmp_path) -> Path:
     ('{"checkpoint_at_words": true}', "checkpoint_at_words must be a positive whole number, not True"),
     ('{"checkpoint_at_words": -5}', "checkpoint_at_words must be a positive whole number, not -5"),
     ('{"checkpoint_at_words": 100, "step": "two"}', "step must be a whole number >= 0, not 'two'"),
+    ('{"checkpoint_at_words": 200}', "says checkpoint_at_words 200, but its directory is words/100"),
+    ('{"checkpoint_at_words": 100000}', "says checkpoint_at_words 100,000, but its directory is words/100"),
 ])
 def test_a_damaged_words_json_is_named_in_one_line(run_dir, tmp_path, capsys, content, message):
     info = run_dir / "words" / "100" / "words.json"
@@ -202,6 +204,34 @@ def test_a_damaged_words_json_is_named_in_one_line(run_dir, tmp_path, capsys, co
     assert main(["export", "--to-hf", str(run_dir), "--revisions", "--out", str(tmp_path / "hf")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(info) in err and message in err
+    assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("name,words,agrees", [("1M", 1_000_000, True), ("500K", 500_000, True), ("1000K", 1_000_000, True),
+                                               ("1500", 1500, True), ("1M", 1000, False), ("2K", 200, False),
+                                               ("v1", 1, False), ("01", 1, True)])
+def test_a_words_directory_is_named_for_its_count(run_dir, tmp_path, name, words, agrees):
+    """The branch chck_NAME is named for the directory, so its name must count the words words.json records."""
+    from maskplay.tasks.export.revisions import word_checkpoints
+
+    directory = (run_dir / "words" / "100").rename(run_dir / "words" / name)
+    (directory / "words.json").write_text(json.dumps({"checkpoint_at_words": words}))
+    if agrees:
+        assert [branch for branch, _, _ in word_checkpoints(run_dir)] == [f"chck_{name}"]
+        return
+    with pytest.raises(ValueError) as found:
+        word_checkpoints(run_dir)
+    assert str(found.value).startswith(f"{directory / 'words.json'} says checkpoint_at_words {words:,}, but its "
+                                       f"directory is words/{name}")
+
+
+def test_a_words_json_linked_in_from_outside_is_refused(run_dir, tmp_path):
+    info = run_dir / "words" / "100" / "words.json"
+    outside = tmp_path / "outside.json"
+    info.rename(outside)
+    info.symlink_to(outside)
+    with pytest.raises(ValueError, match=f"{info} is a symbolic link to {outside}, out of"):
+        export_revisions(run_dir, tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
 
 

@@ -128,3 +128,13 @@ def test_no_results_json_holds_an_absolute_path():
                                          (["/", "a/b"], 0)])
 def test_the_path_check(value, hits):
     assert len(list(absolute_paths(value))) == hits
+
+
+def test_an_error_message_is_printed_as_one_plain_line():
+    """What a library's exception says may carry terminal escapes and line breaks; the printed line has none."""
+    from maskplay.cli.common import plain_line
+
+    text = ("load failed, \x1b[1mdo those steps only if you trust it\x1b[0m. \n\t(1) re-save \x1b]8;;http://x\x07it"
+            "\x1b]8;;\x07\r\n\x07\x1bc\x9b31m done")
+    assert plain_line(text) == "load failed, do those steps only if you trust it. (1) re-save it done"
+    assert plain_line("ünï a  b") == "ünï a  b"  # printable text, spaces included, is left as it is

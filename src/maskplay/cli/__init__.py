@@ -104,13 +104,21 @@ def main(argv: list[str] | None = None) -> int:
         _announcer()(verbose=args.verbose)
         return code
     except (ValueError, FileNotFoundError) as err:
-        print(f"maskplay {args.command}: error: {err}", file=sys.stderr)
+        _error(args.command, str(err))
         return 2
     except (FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError) as err:
         # a path the user gave that cannot be used as such (a file where a directory must be, ...): name it
         where = f"{err.filename}: " if err.filename else ""
-        print(f"maskplay {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
+        _error(args.command, f"{where}{err.strerror or err}")
         return 2
+
+
+def _error(command: str, message: str) -> None:
+    """`maskplay CMD: error: MESSAGE` on stderr, one plain line: a message built from a library's exception may
+    carry terminal escapes (torch's bold) or line breaks."""
+    from .common import plain_line
+
+    print(f"maskplay {command}: error: {plain_line(message)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

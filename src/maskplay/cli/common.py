@@ -192,6 +192,18 @@ def layer_index(value: str) -> int:
     return _number(value, int)  # type: ignore[return-value]
 
 
+# a terminal's escape sequences: CSI (ESC [ ... final byte: colours, bold), OSC (ESC ] ... BEL or ESC backslash: titles,
+# links) and the short ones (ESC, intermediate bytes, one final character)
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x9b[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -/]*[0-~]?")
+_CONTROLS = re.compile(r" *[\x00-\x1f\x7f-\x9f]+ *")
+
+
+def plain_line(text: str) -> str:
+    """An error's text as one plain line: a library's terminal escapes (torch marks words bold) removed, and each
+    run of other control characters (line breaks, tabs, ...) made one space."""
+    return _CONTROLS.sub(" ", _ESCAPES.sub("", text)).strip()
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr, `maskplay CMD: error: ...` with a pointer to
     --help, and exit code 2, as the errors of the command handlers are (docs/reference/errors.md)."""

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from ..families.hf import ARCHITECTURES, converted_families, describe_conversion
 from ..families.hf.directory import TOKENIZER, read_hf_dir, special_ids
+from ..runtime.files import model_file
 from .summaries import summary
 
 __all__ = ["add_parser", "convert_from_hf", "convert_to_hf", "run"]
@@ -81,20 +82,21 @@ def convert_from_hf(hf_dir: str | Path, out: str | Path, generator_dir: str | Pa
     ids, note = special_ids(hf_dir, hf_config.vocab_size)
     model = from_hf(architecture, (hf_config, state), generator, special_ids=ids)
     notes = [note] if note else []
-    tokenizer = hf_dir / TOKENIZER
+    # copied as they are: each one of the directory's own (a symbolic link out of it is refused, not read)
+    tokenizer, tokenizer_config = model_file(hf_dir, TOKENIZER), model_file(hf_dir, TOKENIZER_CONFIG)
 
     def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
         if tokenizer.is_file():
             shutil.copy2(tokenizer, tmp / TOKENIZER)
-            if (hf_dir / TOKENIZER_CONFIG).is_file():  # a causal LM's roles (bos, ...: maskplay.data.tokenizer.hf_roles)
-                shutil.copy2(hf_dir / TOKENIZER_CONFIG, tmp / TOKENIZER_CONFIG)
+            if tokenizer_config.is_file():  # a causal LM's roles (bos, ...: maskplay.data.tokenizer.hf_roles)
+                shutil.copy2(tokenizer_config, tmp / TOKENIZER_CONFIG)
 
     _write_dirs([(out, write)])
     what = describe_conversion(architecture, model, paired=generator is not None)
     lines = [f"wrote {out}: {what}, {model.num_parameters():,} parameters"]
     if tokenizer.is_file():
-        copied = [TOKENIZER] + ([TOKENIZER_CONFIG] if (hf_dir / TOKENIZER_CONFIG).is_file() else [])
+        copied = [TOKENIZER] + ([TOKENIZER_CONFIG] if tokenizer_config.is_file() else [])
         lines.append(f"copied {', '.join(copied)}")
     else:
         lines.append(f"{hf_dir} has no {TOKENIZER}: add one to {out} before scoring with it (maskplay tokenizer "
@@ -109,7 +111,7 @@ def convert_to_hf(model_dir: str | Path, out: str | Path, generator_out: str | P
     """Write the HuggingFace model(s) of the maskplay directory (or bundled model name) `model_dir`: one to `out`, an
     ELECTRA generator to `generator_out`; all or nothing. Each gets the complete tokenizer and a model card
     (maskplay.tasks.export). Returns what to tell the user."""
-    from ..data.tokenizer import load_tokenizer
+    from ..data.tokenizer import check_covers, load_tokenizer
     from ..families import MaskplayModel
     from ..families.hf import to_hf
     from ..runtime.model_dir import local_model_dir
@@ -128,7 +130,9 @@ def convert_to_hf(model_dir: str | Path, out: str | Path, generator_out: str | P
         raise ValueError(f"{model_dir} is an ELECTRA model with a generator: give --generator-out DIR for it")
     if len(exports) == 1 and generator_out is not None:
         raise ValueError(f"{model_dir} has no generator to write to --generator-out")
-    tokenizer = load_tokenizer(model_dir) if (model_dir / TOKENIZER).is_file() else None
+    tokenizer = load_tokenizer(model_dir) if model_file(model_dir, TOKENIZER).is_file() else None
+    if tokenizer is not None:  # the export would ship another model's tokenizer with these weights
+        check_covers(tokenizer, model.config.vocab_size, str(model_dir))
     _write_dirs([(target, _hf_writer(export_files(model_dir, model, tokenizer, config, False, target.name, {}), state))
                  for target, (config, state) in zip(targets, exports, strict=True)])
     lines = [f"wrote {target}: {config['architectures'][0]}" for target, (config, _) in zip(targets, exports, strict=True)]

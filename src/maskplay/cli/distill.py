@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -123,13 +122,13 @@ def maskplay_teacher(teacher: str, converted: Path, in_use: Callable[[], bool]) 
     """A HuggingFace directory converted through `maskplay convert`'s entry point into `converted` (reused while it
     is this teacher's: tasks/distill/converted.py); a maskplay model directory (or bundled name) as it is.
     `in_use()`: targets or checkpoints were made with the conversion in `converted`."""
-    config = Path(teacher) / "config.json"
-    if not config.is_file():
-        return teacher
+    from ..runtime.files import model_file
+    from ..runtime.json_files import read_json_file
+
     try:
-        data = json.loads(config.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return teacher  # the model loader names the damage
+        data = read_json_file(model_file(teacher, "config.json"))  # size-capped, and not a link out of the directory
+    except (OSError, ValueError):
+        return teacher  # the model loader names the damage (or the missing file, or a bundled name)
     if not isinstance(data, dict) or "family" in data or "architectures" not in data:
         return teacher
     from ..tasks.distill.converted import converted_teacher
@@ -144,10 +143,11 @@ def maskplay_teacher(teacher: str, converted: Path, in_use: Callable[[], bool]) 
 
 def run_prepare(args: argparse.Namespace) -> int:
     from ..tasks.distill import prepare_targets
-    from ..tasks.distill.store import META, check_store_dir
+    from ..tasks.distill.store import META, check_prepare
 
     out = Path(args.out)
-    check_store_dir(out)  # before a HuggingFace teacher is converted into it
+    # what needs no teacher is refused before a HuggingFace one is converted into the store
+    check_prepare(args.data, out, tuple(args.splits))
     teacher = maskplay_teacher(args.teacher, out / "teacher", lambda: (out / META).is_file())
     summary = prepare_targets(teacher, args.data, args.out, top_k=args.top_k, max_length=args.max_length,
                               shard_sequences=args.shard_sequences, splits=tuple(args.splits), rows=args.teacher_rows,
@@ -161,6 +161,7 @@ def run_prepare(args: argparse.Namespace) -> int:
 def run_train(args: argparse.Namespace) -> int:
     from ..tasks.distill import DistillConfig, distill
     from ..tasks.distill.config import load_distill_config
+    from ..tasks.distill.loop import check_settings
     from .pretrain import resolve_config
 
     for name in ("family", "init", "corpus", "tokenizer", "grad_accum"):
@@ -169,6 +170,7 @@ def run_train(args: argparse.Namespace) -> int:
     from ..tasks.train.checkpoint_files import list_checkpoints
 
     run_dir = Path(config.run.out_dir)
+    check_settings(config, DistillConfig(targets=args.targets or ""))  # before a HuggingFace teacher is converted
     teacher = maskplay_teacher(args.teacher, run_dir / "teacher", lambda: bool(list_checkpoints(run_dir)))
     # a resumed run distils as it started: its saved switches, unless given again
     saved = load_distill_config(config.run.out_dir) if args.resume or args.resume_from else None

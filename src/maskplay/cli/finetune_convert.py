@@ -30,6 +30,7 @@ def run_convert(args: argparse.Namespace) -> int:
 
 def _to_hf(source: Path, out: Path) -> int:
     from ..families.hf.directory import CONFIG, TOKENIZER
+    from ..runtime.files import model_file
     from ..tasks.finetune import FineTuned
     from ..tasks.finetune.convert import finetuned_to_hf_sequence_classification
     from . import convert as cc
@@ -39,7 +40,7 @@ def _to_hf(source: Path, out: Path) -> int:
         raise FileNotFoundError(f"fine-tuned model directory {source} not found")
     config, state = finetuned_to_hf_sequence_classification(FineTuned.from_pretrained(source))
     files = {CONFIG: json.dumps(config, indent=2, sort_keys=True) + "\n"}
-    if (source / TOKENIZER).is_file():
+    if model_file(source, TOKENIZER).is_file():
         files[TOKENIZER] = (source / TOKENIZER).read_text(encoding="utf-8")
     cc._write_dirs([(out, cc._hf_writer(files, state))])
     print(f"wrote {out}: {config['architectures'][0]}")
@@ -50,12 +51,13 @@ def _from_hf(source: Path, out: Path) -> int:
     from ..families.hf import SEQUENCE_ARCHITECTURES, hf_config
     from ..families.hf.directory import CONFIG, TOKENIZER, read_weights, special_ids
     from ..families.hf.validate import check_hf_config
+    from ..runtime.files import model_file
     from ..runtime.json_files import read_json_dict
     from ..tasks.finetune.convert import finetuned_from_hf_sequence_classification
     from . import convert as cc
 
     cc._check_new(out, [source])
-    if not (source / CONFIG).exists():
+    if not model_file(source, CONFIG).exists():  # a symbolic link out of the directory is refused, not followed
         raise FileNotFoundError(f"{source / CONFIG} not found: a HuggingFace model directory needs config.json")
     data = read_json_dict(source / CONFIG)  # size-capped
     check_hf_config(data, str(source / CONFIG))  # every field, `architectures` first
@@ -67,7 +69,7 @@ def _from_hf(source: Path, out: Path) -> int:
     ids, note = special_ids(source, config.vocab_size)
     model = finetuned_from_hf_sequence_classification(named[0], config, read_weights(source), special_ids=ids,
                                                       source=str(source / CONFIG))
-    tokenizer = source / TOKENIZER
+    tokenizer = model_file(source, TOKENIZER)
 
     def write(tmp: Path) -> None:
         import shutil

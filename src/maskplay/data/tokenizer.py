@@ -12,6 +12,7 @@ back as the causal converter's config does (families/hf/causal.py): start <-> en
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +143,16 @@ class Tokenizer:
         Path(path).write_text("".join(t + "\n" for t, _ in by_id), encoding="utf-8")
 
 
+def check_covers(tokenizer: Tokenizer, rows: int, model: str = "the model") -> None:
+    """A tokenizer must cover at least half of the embedding rows of the model it is given with. Checkpoints pad
+    their tables beyond their tokenizers, by a little (GPT-2-style rounding to a multiple of 64 or 128, Qwen2's
+    151,936 rows for 151,665 pieces, Phi-2's 51,200 for 50,295, T5's 32,128 for 32,100), and that stays allowed;
+    a tokenizer of under half the rows is another model's (every word of a text would be its unknown piece)."""
+    if 2 * tokenizer.vocab_size < rows:
+        raise ValueError(f"{tokenizer.source or 'the tokenizer (in memory)'} has {tokenizer.vocab_size:,} pieces for "
+                         f"the {rows:,} embedding rows of {model}: not this model's tokenizer")
+
+
 def wordpiece_from_vocab(vocab_file: str | Path) -> HFTokenizer:
     """An uncased BERT-style WordPiece tokenizer over an existing vocab.txt."""
     vocab_file = Path(vocab_file)
@@ -215,7 +226,10 @@ def train_byte_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """Load from a directory (tokenizer.json or vocab.txt in it), a tokenizer.json, any vocab .txt, or a bundled
-    model's name (its tokenizer: `--tokenizer tta-mini-wiki`)."""
+    model's name (its tokenizer: `--tokenizer tta-mini-wiki`). A directory's file is one of its own: a symbolic
+    link out of it is refused before its target is looked at (runtime.files.model_file)."""
+    from ..runtime.files import model_file
+
     path = Path(path)
     if not path.exists():
         from ..runtime.models import bundled_model_dir
@@ -223,14 +237,15 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         path = bundled_model_dir(str(path)) or path
     if path.is_dir():
         for name in ("tokenizer.json", "vocab.txt"):
-            if (path / name).is_file():
+            if model_file(path, name).is_file():
                 return load_tokenizer(path / name)
         txts = sorted(path.glob("vocab*.txt"))
-        if len(txts) == 1:
+        if len(txts) == 1 and model_file(path, txts[0].name).is_file():
             return load_tokenizer(txts[0])
         raise FileNotFoundError(f"{path}: no tokenizer.json or vocab.txt in this directory")
     if not path.is_file():
         raise FileNotFoundError(f"tokenizer {path} not found")
+    note_tokenizer_class(path)
     if path.suffix == ".json":
         try:
             backend = HFTokenizer.from_file(str(path))
@@ -244,6 +259,31 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     return Tokenizer(wordpiece_from_vocab(path), source=str(path))
 
 
+# tokenizer_config.json's tokenizer_class values of the architectures maskplay reads (each also with "Fast"), and
+# transformers' generic ones: maskplay reads tokenizer.json (else vocab.txt) as it is for each of them
+KNOWN_TOKENIZER_CLASSES = frozenset({
+    "PreTrainedTokenizer", "PreTrainedTokenizerFast", "TokenizersBackend", "BertTokenizer", "ElectraTokenizer",
+    "DistilBertTokenizer", "AlbertTokenizer", "RobertaTokenizer", "XLMRobertaTokenizer", "DebertaTokenizer",
+    "DebertaV2Tokenizer", "XLNetTokenizer", "GPT2Tokenizer", "GPTNeoXTokenizer", "LlamaTokenizer",
+    "CodeLlamaTokenizer", "Qwen2Tokenizer", "MPNetTokenizer"})
+_NOTED: set[str] = set()
+
+
+def note_tokenizer_class(path: Path) -> None:
+    """One line on stderr (once a file) when the tokenizer_config.json beside a tokenizer file names a
+    tokenizer_class maskplay does not know (a custom one, say): its code is never run, the file is read as it is."""
+    config = path.parent / "tokenizer_config.json"
+    data = _json_object(path.parent, config.name) if config.name != path.name else None
+    named = data.get("tokenizer_class") if data is not None else None
+    if named is None or str(config) in _NOTED:
+        return
+    if isinstance(named, str) and named.removesuffix("Fast") in KNOWN_TOKENIZER_CLASSES:
+        return
+    _NOTED.add(str(config))
+    print(f"maskplay: {config}: tokenizer_class {named!r} is not one maskplay knows; reading {path.name} as it is",
+          file=sys.stderr)
+
+
 # maskplay role -> HuggingFace's name for it (tokenizer_config.json's `{name}_token`, config.json's `{name}_token_id`)
 HF_ROLES = {"sos": "bos", "eos": "eos", "pad": "pad", "unk": "unk", "mask": "mask"}
 
@@ -255,7 +295,7 @@ def hf_roles(directory: Path, vocab: dict[str, int]) -> dict[str, int] | None:
     None when neither file is HuggingFace's (a maskplay directory: its tokenizer keeps maskplay's names only)."""
     roles: dict[str, int] = {}
     hf = False
-    data = _json_object(directory / "tokenizer_config.json")
+    data = _json_object(directory, "tokenizer_config.json")
     if data is not None:
         hf = True
         for role, name in HF_ROLES.items():
@@ -263,7 +303,7 @@ def hf_roles(directory: Path, vocab: dict[str, int]) -> dict[str, int] | None:
             token = token.get("content") if isinstance(token, dict) else token
             if isinstance(token, str) and token in vocab:
                 roles[role] = vocab[token]
-    data = _json_object(directory / "config.json")
+    data = _json_object(directory, "config.json")
     hf_config = data is not None and ("model_type" in data or "architectures" in data)
     if data is not None and (hf or hf_config):  # maskplay's config.json (`convert --from-hf`'s): sos_token_id ...
         hf = True
@@ -275,13 +315,14 @@ def hf_roles(directory: Path, vocab: dict[str, int]) -> dict[str, int] | None:
     return roles if hf else None
 
 
-def _json_object(path: Path) -> dict | None:
-    """A JSON file's object, or None (absent, unreadable: the role files are optional, config.json is read and its
-    errors named by the model's loading)."""
+def _json_object(directory: Path, name: str) -> dict | None:
+    """The object of the JSON file `name` in `directory`, or None (absent, unreadable, a symbolic link out of the
+    directory: the role files are optional, config.json is read and its errors named by the model's loading)."""
+    from ..runtime.files import model_file
     from ..runtime.json_files import read_json_file
 
     try:
-        data = read_json_file(path)  # size-capped: a tokenizer_config.json that never ends is no MemoryError
+        data = read_json_file(model_file(directory, name))  # size-capped: one that never ends is no MemoryError
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -53,6 +53,7 @@ from ..nn.modeling import IGNORE_INDEX, ModelBase
 from ..nn.pass_modes import LastLayerRows
 from ..nn.score_rules import PLL_RULES, PassRunner, ScoreRule
 from ..registry import FAMILIES, family_names, register
+from ..runtime.files import model_file
 from ..runtime.model_dir import (
     CONFIG_NAME,
     WEIGHTS_NAME,
@@ -249,7 +250,7 @@ class MaskplayModel(ModelBase):
         if is_hf_directory(directory):
             return cls._from_hf_directory(directory, config_overrides)
         config = read_model_config(directory, **config_overrides)
-        weights_path = directory / WEIGHTS_NAME
+        weights_path = model_file(directory, WEIGHTS_NAME)  # not a symbolic link out of the directory
         if not weights_path.is_file():
             raise FileNotFoundError(f"{weights_path} not found: is {directory} a directory written by save_pretrained?")
         model_cls = cls if cls.family else family_class(config.family)

@@ -34,6 +34,25 @@ def file_inside(directory: Path, name: object, source: Path) -> Path:
     return directory / name
 
 
+def model_file(directory: str | Path, name: str) -> Path:
+    """directory / name for a file maskplay reads from a model directory by its fixed name (config.json,
+    model.safetensors, pytorch_model.bin, tokenizer.json, tokenizer_config.json, vocab.txt, modules.json, ...),
+    refused in one line when it is a symbolic link leading out of the directory: the link is followed by reading
+    its text (as for the names a manifest lists, file_inside), so nothing outside is opened or even stat-ed. Links
+    that stay inside are followed, and so are a HuggingFace cache snapshot's links into its repository's blobs/.
+    Call it before anything looks at the file (is_file() would stat the link's target)."""
+    directory = Path(directory)
+    path = directory / name
+    if not _stays_inside(directory, name):
+        try:
+            target = f" to {os.readlink(path)}"
+        except OSError:  # the link is a folder of `name` (a module's folder): its own message is enough
+            target = ""
+        raise ValueError(f"{path} is a symbolic link{target}, out of {directory}: not read (a model directory's "
+                         "files must be inside it)")
+    return path
+
+
 def _stays_inside(directory: Path, name: str) -> bool:
     """Whether `name`, followed from `directory` one component at a time, stays inside it. Symbolic links are
     read (readlink) and followed by their text, so that nothing outside the directory is ever stat-ed or opened

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from ..config import ModelConfig, from_dict
-from .files import atomic_path, file_inside, replace_directory, sha256
+from .files import atomic_path, file_inside, model_file, replace_directory, sha256
 from .json_files import read_json_dict, read_json_file
 
 WEIGHTS_NAME = "model.safetensors"
@@ -26,9 +26,10 @@ HEAD_CONFIG_NAME = "head_config.json"
 def read_model_config(directory: str | Path, **overrides: Any) -> ModelConfig:
     """The ModelConfig in a model directory (a bundled name or hub id resolved first); a missing or damaged
     config.json is one error naming it."""
-    config_path = resolve_model_dir(directory) / CONFIG_NAME
-    if (config_path.parent / "head_config.json").is_file():  # `maskplay finetune` wrote it: no LM head to load
-        raise ValueError(not_a_language_model(config_path.parent))
+    resolved = resolve_model_dir(directory)
+    config_path = model_file(resolved, CONFIG_NAME)  # a link out of the directory is refused before it is looked at
+    if model_file(resolved, HEAD_CONFIG_NAME).is_file():  # `maskplay finetune` wrote it: no LM head to load
+        raise ValueError(not_a_language_model(resolved))
     if not config_path.exists():
         raise FileNotFoundError(f"{config_path} not found: is {config_path.parent} a directory written by "
                                 "save_pretrained?")
@@ -44,7 +45,7 @@ def is_hf_directory(directory: str | Path) -> bool:
     """Whether `directory`'s config.json is a HuggingFace one (it names an architecture or model_type, and no
     maskplay family): MaskplayModel.from_pretrained then converts it in memory (families/hf/directory.py)."""
     try:
-        data = read_json_file(Path(directory) / CONFIG_NAME)
+        data = read_json_file(model_file(directory, CONFIG_NAME))
     except (OSError, ValueError):  # read_model_config or the HuggingFace reader names the problem
         return False
     return isinstance(data, dict) and "family" not in data and ("architectures" in data or "model_type" in data)
@@ -146,7 +147,7 @@ def verify_model_files(directory: str | Path) -> None:
     """Check the files a manifest.json lists (models written before manifests existed, or fetched from the hub,
     have none: their weights are still checked by read_weights). Raises ValueError naming the damaged file."""
     directory = Path(directory)
-    path = directory / MODEL_MANIFEST
+    path = model_file(directory, MODEL_MANIFEST)
     if not path.is_file():
         return
     try:
@@ -167,8 +168,9 @@ def verify_model_files(directory: str | Path) -> None:
 
 def read_weights(path: str | Path) -> dict[str, Tensor]:
     """A safetensors file's tensors, after the directory's manifest check; any damage is one ValueError that
-    names the file (safetensors' own errors are not meant for users and can span lines)."""
-    path = Path(path)
+    names the file (safetensors' own errors are not meant for users and can span lines). The file is one of its
+    directory's (model_file: not a symbolic link out of it)."""
+    path = model_file(Path(path).parent, Path(path).name)
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found")
     verify_model_files(path.parent)
@@ -190,7 +192,7 @@ BUFFER_BYTES = 1 << 30  # a model's computed buffers (position tables, ...) at m
 def read_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
     """The tensor shapes a safetensors file declares, from its header alone (8 bytes of length, then JSON): no
     tensor is read or allocated. A header that is not one is one ValueError naming the file."""
-    path = Path(path)
+    path = model_file(Path(path).parent, Path(path).name)
     size = path.stat().st_size
     try:
         with open(path, "rb") as f:
@@ -247,8 +249,8 @@ def not_a_language_model(directory: str | Path) -> str:
     directory = Path(directory)
     what = "model"
     try:
-        head = json.loads((directory / HEAD_CONFIG_NAME).read_text())
-        family = json.loads((directory / CONFIG_NAME).read_text()).get("family", "")
+        head = json.loads(model_file(directory, HEAD_CONFIG_NAME).read_text())
+        family = json.loads(model_file(directory, CONFIG_NAME).read_text()).get("family", "")
         labels = head.get("labels") or []
         kind = (f"classifier ({len(labels)} labels: {', '.join(map(str, labels[:5]))}{', ...' if len(labels) > 5 else ''})"
                 if head.get("objective") == "classify" else "regressor (one score)")
@@ -266,7 +268,7 @@ def write_model_dir(model: Any, out: Path, tokenizer_from: Path | None = None) -
     one, whole or not at all (files.replace_directory)."""
     def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
-        if tokenizer_from is not None and (tokenizer_from / "tokenizer.json").is_file():
+        if tokenizer_from is not None and model_file(tokenizer_from, "tokenizer.json").is_file():
             shutil.copy2(tokenizer_from / "tokenizer.json", tmp / "tokenizer.json")
 
     replace_directory(Path(out), write)

@@ -8,6 +8,7 @@ random models built with transformers' own classes, then damaged."""
 from __future__ import annotations
 
 import builtins
+import io
 import json
 import os
 import pickle
@@ -166,6 +167,27 @@ def test_sizes_no_width_shows_are_checked_before_building(tmp_path, changes, nee
     one_line(found.value, str(tmp_path), needle)
 
 
+def test_the_size_check_builds_its_meta_model_without_random_initialisers(made):
+    """The model built on the meta device is only looked at (its parameters counted, its buffers sized): filling it
+    with random numbers was most of the check's time (BERT-base: about three quarters)."""
+    from maskplay.families.hf.common import check_hf_sizes
+    from maskplay.families.hf.directory import read_hf_dir
+    from maskplay.families.hf.registry import converter_for_architecture
+
+    architecture, hf_config, state = read_hf_dir(made["bert"])
+    config = converter_for_architecture(architecture).config_from_hf(hf_config)
+    called: list[str] = []
+
+    class Count(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            called.append(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        check_hf_sizes(config, state)
+    assert not [name for name in called if name in ("normal_", "uniform_", "trunc_normal_")], sorted(set(called))
+
+
 def test_a_vocabulary_smaller_than_the_tokenizers_is_one_line(made, tmp_path):
     torch.manual_seed(0)
     transformers.BertForMaskedLM(transformers.BertConfig(**{**SIZES, "vocab_size": 120})).save_pretrained(tmp_path)
@@ -173,6 +195,46 @@ def test_a_vocabulary_smaller_than_the_tokenizers_is_one_line(made, tmp_path):
     with pytest.raises(ValueError) as found:
         load(tmp_path)
     one_line(found.value, "vocab_size: model 120 vs tokenizer 160")
+
+
+LOW_SPECIALS = {0: "[PAD]", 1: "[UNK]", 2: "[CLS]", 3: "[SEP]", 4: "[MASK]"}
+
+
+@pytest.mark.parametrize("pieces,refused", [(5, True), (79, True), (80, False), (159, False)])
+def test_a_tokenizer_of_under_half_the_embedding_rows_is_refused(made, tmp_path, pieces, refused):
+    """A padded table stays allowed (checkpoints pad theirs a little); a tokenizer of under half its rows is another
+    model's. Before, a 160-row BERT with a 5-piece tokenizer.json scored, every word [UNK]."""
+    from maskplay.tasks.export import export_to_hf
+
+    directory = copy_of(made, "bert", tmp_path / "m")
+    write_tokenizer(directory, LOW_SPECIALS, pieces)
+    tokenizer = directory / "tokenizer.json"
+    users = [lambda: load(directory), lambda: Embedder.from_pretrained(directory),
+             lambda: MaskplayModel.from_pretrained(directory), lambda: export_to_hf(directory, tmp_path / "hf")]
+    if not refused:
+        assert load(directory).score(["a cat"])[0].log_prob < 0
+        return
+    for use in users:
+        with pytest.raises(ValueError) as found:
+            use()
+        one_line(found.value, f"{tokenizer} has {pieces} pieces for the 160 embedding rows of {directory}: not this "
+                              "model's tokenizer")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_a_model_object_with_a_tokenizer_of_under_half_its_rows_is_refused(made):
+    """The Python API's check (score.passes.check_compatible) where a model and a tokenizer are given apart."""
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import models, pre_tokenizers
+
+    from maskplay.data.tokenizer import Tokenizer
+
+    backend = Backend(models.WordPiece({t: i for i, t in LOW_SPECIALS.items()}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    model = MaskplayModel.from_pretrained(made["bert"])
+    with pytest.raises(ValueError) as found:
+        Scorer(model, Tokenizer(backend, roles={}))
+    one_line(found.value, "has 5 pieces for the 160 embedding rows of the model: not this model's tokenizer")
 
 
 # ---- a config.json that never ends, is not a file, or nests without end -----------------------------------------
@@ -212,19 +274,27 @@ class Spy:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.paths: list[str] = []
-        for module, name in ((os, "stat"), (os, "lstat"), (os, "open"), (builtins, "open")):
+        self.followed: list[str] = []  # the paths of the calls that follow a symbolic link (stat, open)
+        for module, name in ((os, "stat"), (os, "lstat"), (os, "open"), (builtins, "open"), (io, "open")):
             real = getattr(module, name)
-            monkeypatch.setattr(module, name, self._wrap(real))
+            monkeypatch.setattr(module, name, self._wrap(real, follows=name != "lstat"))
 
-    def _wrap(self, real):
+    def _wrap(self, real, follows: bool):
         def spy(path, *args, **kwargs):
             if isinstance(path, (str, bytes, os.PathLike)):
                 self.paths.append(os.fsdecode(path))
+                if follows and kwargs.get("follow_symlinks", True):
+                    self.followed.append(os.fsdecode(path))
             return real(path, *args, **kwargs)
         return spy
 
     def touched(self, secret: Path) -> list[str]:
         return [p for p in self.paths if Path(p).name == secret.name]
+
+    def reached(self, secret: Path) -> list[str]:
+        """The calls that opened or stat-ed `secret`, by its own name or through a link."""
+        followed, target = list(self.followed), os.path.realpath(secret)
+        return [p for p in followed if os.path.realpath(p) == target]
 
 
 def _secret(tmp_path: Path) -> Path:
@@ -270,6 +340,195 @@ def test_a_sharded_index_naming_a_file_outside_is_refused_without_stat(made, tmp
     assert spy.touched(secret) == []
 
 
+def _vocab_txt(directory: Path) -> None:
+    """A BERT directory with vocab.txt as its only tokenizer (as older checkpoints ship)."""
+    vocab = json.loads((directory / "tokenizer.json").read_text())["model"]["vocab"]
+    (directory / "vocab.txt").write_text("".join(t + "\n" for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])))
+    (directory / "tokenizer.json").unlink()
+
+
+def _pickled(directory: Path) -> None:
+    from safetensors.torch import load_file
+
+    torch.save(load_file(str(directory / "model.safetensors")), directory / "pytorch_model.bin")
+    (directory / "model.safetensors").unlink()
+
+
+def _maskplay(directory: Path) -> None:
+    from tests.tasks.export.test_export_hf import saved, tiny
+
+    saved(tiny("bert"), directory)
+    (directory / "manifest.json").unlink()  # its weights' sha256 would be checked first
+
+
+def _counted(directory: Path) -> None:
+    """A maskplay model with the piece counts `embed --pooling sif` reads by default."""
+    import numpy as np
+
+    from maskplay.tasks.score.embed import PIECE_COUNTS
+
+    _maskplay(directory)
+    vocab = json.loads((directory / "config.json").read_text())["vocab_size"]
+    np.save(directory / PIECE_COUNTS, np.ones(vocab))
+
+
+def _frequencies(directory: Path):
+    from maskplay.tasks.score.embed import read_piece_counts
+
+    return read_piece_counts(directory, json.loads((directory / "config.json").read_text())["vocab_size"])
+
+
+def _embed(directory: Path):
+    return Embedder.from_pretrained(directory)
+
+
+def _export(directory: Path):
+    from maskplay.tasks.export import export_to_hf
+
+    return export_to_hf(directory, directory.parent / "hf-out")
+
+
+# (fixture, its preparation, the file made a link out, what reads the directory): each file is moved out of the
+# directory and linked back, so that before the fix the directory loaded (from the outside file) as if whole
+LINKED_OUT = [
+    ("bert", None, "config.json", load), ("bert", None, "model.safetensors", load),
+    ("bert", None, "tokenizer.json", load), ("bert", _vocab_txt, "vocab.txt", load),
+    ("bert", _pickled, "pytorch_model.bin", load), ("st", None, "modules.json", _embed),
+    ("st", None, "1_Pooling/config.json", _embed), ("bert", None, "config.json", _export),
+    ("maskplay", _maskplay, "config.json", load), ("maskplay", _maskplay, "model.safetensors", load),
+    ("maskplay", _maskplay, "tokenizer.json", load), ("maskplay", _maskplay, "model.safetensors", _export),
+    ("maskplay", _counted, "piece_counts.npy", _embed), ("maskplay", _counted, "piece_counts.npy", _frequencies),
+]
+
+
+@pytest.mark.parametrize("kind,prepare,name,use", LINKED_OUT,
+                         ids=[f"{k}-{n}-{u.__name__.strip('_')}" for k, _, n, u in LINKED_OUT])
+def test_a_file_that_is_a_symbolic_link_out_is_refused_without_stat(made, tmp_path, monkeypatch, kind, prepare,
+                                                                     name, use):
+    """config.json, the weights, the tokenizer, sentence-transformers' files: each read by its fixed name, each
+    refused when it is a link out of the directory, before its target is opened or stat-ed. Before, the outside
+    file was read as the model's (`ln -s /elsewhere/config.json DIR/config.json`; tokenizer.json -> /etc/passwd)."""
+    if kind == "maskplay":
+        directory = tmp_path / "m"
+        directory.mkdir()
+    else:
+        directory = copy_of(made, kind, tmp_path / "m")
+    if prepare is not None:
+        prepare(directory)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret-file"
+    (directory / name).rename(secret)
+    (directory / name).symlink_to(secret)
+    spy = Spy(monkeypatch)
+    with pytest.raises(ValueError) as found:
+        use(directory)
+    one_line(found.value, f"{directory / name} is a symbolic link to {secret}, out of ", "not read")
+    touched = spy.touched(secret)  # before reached(), whose realpath looks at the link itself
+    assert touched == [] and spy.reached(secret) == []
+    assert not (tmp_path / "hf-out").exists()
+
+
+@pytest.mark.parametrize("how", ["relative", "absolute", "chain"])
+def test_a_link_that_stays_inside_is_followed(made, tmp_path, how):
+    """Links inside the directory are the owner's business: followed (read by their text, then opened)."""
+    directory = copy_of(made, "bert", tmp_path / "m")
+    (directory / "real").mkdir()
+    (directory / "config.json").rename(directory / "real" / "config.json")
+    if how == "chain":  # config.json -> alias.json -> real/config.json
+        (directory / "alias.json").symlink_to("real/config.json")
+        (directory / "config.json").symlink_to("alias.json")
+    else:
+        (directory / "config.json").symlink_to(directory.resolve() / "real/config.json" if how == "absolute"
+                                               else "real/config.json")
+    assert load(directory).score(["a cat"])[0].log_prob < 0
+
+
+def test_a_tokenizer_config_linked_out_is_passed_over_unread(made, tmp_path, monkeypatch):
+    """tokenizer_config.json is optional (its roles fill what tokenizer.json's names do not): a link out is not
+    read, and the directory loads without it."""
+    directory = copy_of(made, "bert", tmp_path / "m")
+    secret = tmp_path / "outside-config.json"
+    secret.write_text(json.dumps({"tokenizer_class": "NoSuchTokenizer", "mask_token": "[CLS]"}))
+    (directory / "tokenizer_config.json").symlink_to(secret)
+    spy = Spy(monkeypatch)
+    scorer = load(directory)
+    assert spy.reached(secret) == [] and scorer.tokenizer.special.mask == 103
+
+
+def test_the_command_line_refuses_a_config_linked_out_in_one_line(made, tmp_path, capsys):
+    from maskplay.cli import main
+
+    directory = copy_of(made, "bert", tmp_path / "m")
+    other = copy_of(made, "bert", tmp_path / "other", num_hidden_layers=1)
+    (directory / "config.json").unlink()
+    (directory / "config.json").symlink_to(other / "config.json")
+    capsys.readouterr()
+    assert main(["score", str(directory), "a cat"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"maskplay score: error: {directory / 'config.json'} is a symbolic link to "
+                                f"{other / 'config.json'}, out of {directory}: not read (a model directory's files "
+                                "must be inside it)"], err
+
+
+def _classifier(directory: Path) -> None:
+    torch.manual_seed(0)
+    transformers.BertForSequenceClassification(transformers.BertConfig(**SIZES, num_labels=2)).save_pretrained(directory)
+    write_tokenizer(directory, BERT_SPECIALS, 160)
+
+
+@pytest.mark.parametrize("command,name", [
+    ("convert", "tokenizer.json"), ("convert", "tokenizer_config.json"), ("convert", "config.json"),
+    ("finetune-convert", "config.json"), ("finetune-convert", "tokenizer.json"), ("distill", "config.json"),
+])
+def test_the_commands_that_copy_or_convert_a_directory_refuse_a_link_out(made, tmp_path, capsys, monkeypatch,
+                                                                         command, name):
+    """`convert --from-hf` and `finetune-convert --from-hf` copy the tokenizer files as they are, `distill` converts
+    a HuggingFace teacher: none of them reads a file linked in from outside."""
+    if command == "finetune-convert":
+        directory = tmp_path / "m"
+        _classifier(directory)
+    else:
+        directory = copy_of(made, "gpt2" if name == "tokenizer_config.json" else "bert", tmp_path / "m")
+    secret = tmp_path / "outside" / "secret-file"
+    secret.parent.mkdir()
+    (directory / name).rename(secret)
+    (directory / name).symlink_to(secret)
+    out = tmp_path / "out"
+    argv = {"convert": ["convert", "--from-hf", str(directory), "--out", str(out)],
+            "finetune-convert": ["finetune-convert", "--from-hf", str(directory), "--out", str(out)],
+            "distill": ["distill", "prepare", str(directory), "--data", str(tmp_path), "--out", str(out)]}[command]
+    if command == "distill":  # a prepared directory's train split, so that the teacher is what is refused
+        from maskplay.data.dataset import write_split
+
+        write_split(tmp_path / "train", [[2, 5, 3]], 160)
+    from maskplay.cli import main
+
+    capsys.readouterr()
+    spy = Spy(monkeypatch)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{directory / name} is a symbolic link to {secret}, out of" in err, err
+    touched = spy.touched(secret)
+    assert touched == [] and spy.reached(secret) == [] and not out.exists()
+
+
+def test_a_teachers_identity_leaves_out_a_link_out(made, tmp_path, monkeypatch):
+    """The identity of a HuggingFace teacher (which conversion to reuse) reads the head of each file: not of one
+    linked in from outside."""
+    from maskplay.tasks.distill.converted import source_identity
+
+    directory = copy_of(made, "bert", tmp_path / "m")
+    before = source_identity(directory)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret")
+    (directory / "notes.txt").symlink_to(secret)
+    spy = Spy(monkeypatch)
+    assert source_identity(directory) == before
+    touched = spy.touched(secret)
+    assert touched == [] and spy.reached(secret) == []
+
+
 @pytest.mark.parametrize("kind", ["absolute", "dotdot", "symlink"])
 def test_a_pooling_path_outside_the_directory_is_refused_not_obeyed(made, tmp_path, kind, monkeypatch):
     """The outside folder's config says cls pooling: before the fix it was read and obeyed."""
@@ -305,7 +564,7 @@ def test_a_malformed_modules_json_is_one_line(made, tmp_path, content, field):
 @pytest.mark.parametrize("content,field", [
     ("[1]", "a JSON object was expected"), ('{"pooling_mode": 5}', '"pooling_mode"'), ("{", "not readable JSON"),
     ('{"pooling_mode_mean_tokens": "yes"}', '"pooling_mode_mean_tokens"'), (None, "has no config.json"),
-    ("/dev/zero", "not a regular file"),
+    ("/dev/zero", "is a symbolic link to /dev/zero, out of"), ("fifo", "not a regular file"),
 ])
 def test_a_malformed_pooling_config_is_one_line(made, tmp_path, content, field):
     directory = copy_of(made, "st", tmp_path / "m")
@@ -313,6 +572,8 @@ def test_a_malformed_pooling_config_is_one_line(made, tmp_path, content, field):
     config.unlink()
     if content == "/dev/zero":
         config.symlink_to(content)
+    elif content == "fifo":  # opening it would wait for a writer forever
+        os.mkfifo(config)
     elif content is not None:
         config.write_text(content)
     with pytest.raises((ValueError, FileNotFoundError)) as found:
@@ -370,6 +631,22 @@ def test_a_pickle_with_code_is_refused_and_never_run(made, tmp_path, how):
     assert not marker.exists()
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_the_command_line_prints_a_refused_pickle_without_terminal_escapes(made, tmp_path, capsys):
+    """torch's weights_only message marks words bold (ESC [1m ... ESC [0m): the printed line is plain text."""
+    from maskplay.cli import main
+
+    directory = copy_of(made, "bert", tmp_path / "m")
+    (directory / "model.safetensors").unlink()
+    torch.save({"w": _Payload(tmp_path / "ran")}, directory / "pytorch_model.bin")
+    capsys.readouterr()
+    assert main(["score", str(directory), "a cat"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "weights_only=True" in err, err
+    assert not any(c < " " or "\x7f" <= c <= "\x9f" for c in err.rstrip("\n")), repr(err)
+    assert not (tmp_path / "ran").exists()
+
+
 # ---- item 3: tokenizers ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind,mask", [("roberta", "<mask>"), ("bert", "[MASK]")])
@@ -382,6 +659,21 @@ def test_pll_without_a_mask_token_is_refused(made, tmp_path, kind, mask):
         load(directory)
     one_line(found.value, "has no mask token", "pll")
     assert Embedder.from_pretrained(directory).encode(["a cat"]).shape == (1, 32)  # embedding needs no mask
+
+
+@pytest.mark.parametrize("named,noted", [("NoSuchTokenizer", True), (5, True), ("BertTokenizerFast", False),
+                                         ("BertTokenizer", False), ("TokenizersBackend", False),
+                                         ("LlamaTokenizerFast", False), ("PreTrainedTokenizerFast", False)])
+def test_an_unknown_tokenizer_class_is_said_once_at_load(made, tmp_path, capfd, named, noted):
+    """The class is never looked up (its code would run); a name maskplay does not know is one notice line."""
+    directory = copy_of(made, "bert", tmp_path / "m")
+    (directory / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": named, "mask_token": "[MASK]"}))
+    capfd.readouterr()
+    assert load(directory).score(["a cat"])[0].log_prob < 0
+    notes = [line for line in capfd.readouterr().err.splitlines() if "tokenizer_class" in line]
+    expected = (f"maskplay: {directory / 'tokenizer_config.json'}: tokenizer_class {named!r} is not one maskplay "
+                "knows; reading tokenizer.json as it is")
+    assert notes == ([expected] if noted else []), notes
 
 
 def test_a_causal_lm_without_bos_says_what_it_starts_with(made, tmp_path, capfd):
@@ -470,3 +762,13 @@ def test_a_hub_cache_snapshot_links_its_shards_into_blobs(made, tmp_path):
         (snapshot / name).symlink_to(f"../../blobs/{name}")
     a, b = MaskplayModel.from_pretrained(made["bert"]), MaskplayModel.from_pretrained(snapshot)
     assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
+    assert load(snapshot).score(["a cat"])[0].log_prob < 0  # tokenizer.json too is a link into blobs/
+    # the blobs of another repository of the cache are outside
+    other = tmp_path / "models--org--other" / "blobs"
+    other.mkdir(parents=True)
+    (blobs / "config.json").rename(other / "config.json")
+    (snapshot / "config.json").unlink()
+    (snapshot / "config.json").symlink_to("../../../models--org--other/blobs/config.json")
+    with pytest.raises(ValueError) as found:
+        MaskplayModel.from_pretrained(snapshot)
+    one_line(found.value, f"{snapshot / 'config.json'} is a symbolic link to ../../../models--org--other/blobs")

@@ -196,15 +196,16 @@ def check_hf_sizes(config: ModelConfig, state: dict[str, Tensor]) -> None:
     """The sizes a HuggingFace config.json gives (`config`, converted) against its weights' shapes, before a
     model of them is built: a config.json of n_embd 1e9 is one line, not an allocation of terabytes."""
     from ...runtime.model_dir import check_buffers, check_sizes_fit
-    from ..base import family_class
+    from ..base import _NoRandomInitOnMeta, family_class
 
     source = "the HuggingFace config.json"
     check_sizes_fit(config, {k: tuple(v.shape) for k, v in state.items()}, source, "its weights")
     # then the model those sizes build, on the meta device (no memory): every maskplay weight is filled from one
     # HuggingFace weight (a headless encoder's zero head aside), so a model far larger than the weights, such as
-    # relative-position tables of 10^12 buckets that no width shows, is refused before it is built for real
+    # relative-position tables of 10^12 buckets that no width shows, is refused before it is built for real. The
+    # random initialisers are skipped on the meta device (nothing to fill): they were most of this check's time
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _NoRandomInitOnMeta():
             skeleton = family_class(config.family)(config)
     except (RuntimeError, TypeError, ValueError, OverflowError) as err:
         detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

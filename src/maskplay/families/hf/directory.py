@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ...runtime.files import file_inside
+from ...runtime.files import file_inside, model_file
 from ...runtime.json_files import read_json_dict, read_json_file
 from ...runtime.model_dir import is_hf_directory
 from .common import HF_DEFAULTS, HFConverter, check_hf_sizes
@@ -40,7 +40,7 @@ TOKENIZER = "tokenizer.json"
 def read_config(directory: Path) -> dict[str, Any]:
     if not directory.is_dir():
         raise FileNotFoundError(f"HuggingFace model directory {directory} not found")
-    path = directory / CONFIG
+    path = model_file(directory, CONFIG)
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: a HuggingFace model directory needs config.json")
     data = read_json_dict(path)  # size-capped: a config.json that never ends is one line
@@ -69,16 +69,17 @@ def _namespace(converter: HFConverter, data: dict[str, Any]) -> SimpleNamespace:
 
 def read_weights(directory: Path) -> dict[str, Tensor]:
     """model.safetensors, its shards, or pytorch_model.bin (torch.load with weights_only=True: tensors only,
-    nothing else unpickled); a damaged file is one ValueError naming it."""
+    nothing else unpickled); a damaged file is one ValueError naming it. Each is one of the directory's files
+    (model_file: a symbolic link out of it is refused before anything looks at its target)."""
     from ...runtime.model_dir import read_weights as read_safetensors
 
-    if (directory / WEIGHTS).is_file():
+    if model_file(directory, WEIGHTS).is_file():
         return read_safetensors(directory / WEIGHTS)
-    if (directory / WEIGHTS_INDEX).is_file():
+    if model_file(directory, WEIGHTS_INDEX).is_file():
         return _read_shards(directory, read_safetensors)
-    if (directory / PICKLED).is_file():
+    if model_file(directory, PICKLED).is_file():
         return _read_pickled(directory / PICKLED)
-    if (directory / f"{PICKLED}.index.json").is_file():
+    if model_file(directory, f"{PICKLED}.index.json").is_file():
         raise FileNotFoundError(f"{directory} has sharded {PICKLED} files: re-save the model with "
                                 "model.save_pretrained(dir, safe_serialization=True)")
     raise FileNotFoundError(f"{directory / WEIGHTS} not found")
@@ -87,7 +88,7 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
 def _read_shards(directory: Path, read: Any) -> dict[str, Tensor]:
     """The shards model.safetensors.index.json names: each a file inside `directory` (its name checked before
     anything of that name is looked at: no absolute path, no `..`, no symbolic link leading out)."""
-    index_path = directory / WEIGHTS_INDEX
+    index_path = model_file(directory, WEIGHTS_INDEX)
     index = read_json_file(index_path)  # size-capped
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
@@ -118,14 +119,15 @@ def special_ids(hf_dir: Path, vocab_size: int, padded: bool = False) -> tuple[di
     """The special-token ids of the HuggingFace directory's own tokenizer (tokenizer.json, else vocab.txt), so that
     the model's [MASK], [PAD], ... are the tokenizer's; without one, the converter's layout stays. `padded`: a
     tokenizer smaller than the embedding table is fine (the model read in memory, MaskplayModel.vocabulary_padded)."""
-    from ...data.tokenizer import load_tokenizer
+    from ...data.tokenizer import check_covers, load_tokenizer
 
-    if not any((hf_dir / name).is_file() for name in (TOKENIZER, "vocab.txt")):
+    if not any(model_file(hf_dir, name).is_file() for name in (TOKENIZER, "vocab.txt")):
         return {}, None
     try:
         tokenizer = load_tokenizer(hf_dir)
     except ValueError as err:
         return {}, f"note: special-token ids left in the converter's layout ({err})"
+    check_covers(tokenizer, vocab_size, str(hf_dir))  # another model's tokenizer would give the model its ids
     ids = tokenizer.model_config_ids()
     size = ids.pop("vocab_size")
     if any(not 0 <= ids[k] < vocab_size for k in ids if k != "special_token_ids"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...runtime.files import file_inside
+from ...runtime.files import file_inside, model_file
 from ...runtime.json_files import read_json_dict, read_json_file
 
 MODULES = "modules.json"
@@ -21,7 +21,7 @@ ST_POOLINGS = {"mean": "mean-tokens", "cls": "first", "lasttoken": "last"}
 
 def read_modules(directory: Path) -> list[dict[str, Any]]:
     """modules.json's modules (none without the file): a list of objects, each `type` and `path` a string."""
-    path = directory / MODULES
+    path = model_file(directory, MODULES)
     if not path.exists():
         return []
     modules = read_json_file(path)
@@ -48,8 +48,9 @@ def sentence_pooling(directory: Path) -> tuple[str | None, str | None]:
     if not found:
         return None, None
     where = found[0].get("path", "")
-    folder = file_inside(directory, where, directory / MODULES) if where else directory
-    config = folder / "config.json"
+    if where:
+        file_inside(directory, where, directory / MODULES)  # the module's folder: named in modules.json's terms
+    config = model_file(directory, str(Path(where) / "config.json") if where else "config.json")
     if not config.exists():
         raise FileNotFoundError(f"{directory / MODULES} names a Pooling module in {where or '.'}, which has no "
                                 "config.json")

@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from ...runtime.files import model_file
 from .teacher import load_teacher
 
 SOURCE = "source.json"
@@ -22,13 +23,24 @@ HEAD_BYTES = 1 << 20  # of each weights file: its header (safetensors: names, sh
 
 def source_identity(directory: Path) -> str:
     """A sha256 of what makes a HuggingFace directory's model: each file's name and size, and the first MiB of it
-    (config.json, the tokenizer and a safetensors header whole), read in a bounded time whatever the size."""
+    (config.json, the tokenizer and a safetensors header whole), read in a bounded time whatever the size. A
+    symbolic link out of the directory is left out, not looked at (the conversion refuses the files it reads so)."""
     h = hashlib.sha256()
-    for path in sorted(p for p in directory.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES):
+    names = sorted(p.name for p in directory.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+    inside = [directory / name for name in names if _inside(directory, name)]
+    for path in (p for p in inside if p.is_file()):
         h.update(f"{path.name}:{path.stat().st_size}:".encode())
         with open(path, "rb") as f:
             h.update(f.read(HEAD_BYTES))
     return h.hexdigest()
+
+
+def _inside(directory: Path, name: str) -> bool:
+    try:
+        model_file(directory, name)
+    except ValueError:
+        return False
+    return True
 
 
 def recorded_identity(converted: Path) -> str | None:

@@ -24,7 +24,7 @@ from .config import DistillConfig, check_resumable, load_distill_config, save_di
 from .loss import DistillForward, DistillObjective, TargetSource
 from .store import StoredTargets, teacher_identity
 from .student import student_config, warm_start
-from .teacher import TeacherPass, check_teacher_tokenizer, load_teacher
+from .teacher import TeacherPass, check_teacher_tokenizer, check_top_k, load_teacher
 
 
 class DistillTrainer(Trainer):
@@ -48,12 +48,8 @@ class DistillTrainer(Trainer):
         if d.enabled:
             raise ValueError("distillation runs in one process (the teacher's passes are not shared out): start it "
                              "without torchrun")
-        if not config.data.path:
-            raise ValueError("distillation reads a prepared data directory (--data DIR, prepared with the teacher's "
-                             "tokenizer.json); data.corpus is not supported here")
-        if self.distill.targets and (config.data.pack or config.data.length_at):
-            raise ValueError("stored targets belong to single sequences at one max_length: data.pack and "
-                             "data.length_at need targets computed on the fly (no --targets)")
+        check_settings(config, self.distill)
+        check_top_k(self.distill.top_k, self.teacher, "distill top_k")
         saved = load_distill_config(run_dir)
         # only a run with a checkpoint to continue must distil as it started (a start that stopped before its
         # first checkpoint holds nothing the new switches would mix with)
@@ -62,9 +58,6 @@ class DistillTrainer(Trainer):
         check_teacher_tokenizer(self.teacher, load_tokenizer(config.data.path),
                                 f"--data {config.data.path}")
         if self.distill.targets:
-            if not (Path(config.data.path) / "train").is_dir():
-                raise FileNotFoundError(f"{Path(config.data.path) / 'train'} not found: --data must be a directory "
-                                        "prepared by `maskplay prepare`")
             self.stored = StoredTargets(self.distill.targets, self.distill.top_k, config.data.max_length,
                                         teacher_identity(self.teacher), self.distill.teacher_precision)
             self.stored.check_data(Path(config.data.path))
@@ -109,6 +102,20 @@ class DistillTrainer(Trainer):
             return self.stored.batch
         self.log(f"teacher targets: computed at every step (top {cfg.top_k}; `maskplay distill prepare` stores them)")
         return TeacherPass(self.teacher, cfg.top_k, cfg.teacher_rows, cfg.teacher_precision).batch
+
+
+def check_settings(config: TrainConfig, distill: DistillConfig) -> None:
+    """What refuses a distillation without the teacher (so before a HuggingFace one is converted): the data must be
+    a prepared directory, and stored targets belong to single sequences of it."""
+    if not config.data.path:
+        raise ValueError("distillation reads a prepared data directory (--data DIR, prepared with the teacher's "
+                         "tokenizer.json); data.corpus is not supported here")
+    if distill.targets and (config.data.pack or config.data.length_at):
+        raise ValueError("stored targets belong to single sequences at one max_length: data.pack and "
+                         "data.length_at need targets computed on the fly (no --targets)")
+    if distill.targets and not (Path(config.data.path) / "train").is_dir():
+        raise FileNotFoundError(f"{Path(config.data.path) / 'train'} not found: --data must be a directory "
+                                "prepared by `maskplay prepare`")
 
 
 def distill(config: TrainConfig, distill_config: DistillConfig, resume: bool = False,

@@ -36,7 +36,7 @@ from ...data.dataset import TokenDataset
 from ...data.tokenizer import load_tokenizer
 from ...families import MaskplayModel
 from ...runtime.files import atomic_path, prepare_output_dir, read_json_object
-from .teacher import TeacherPass, check_teacher_tokenizer, describe, load_teacher
+from .teacher import TeacherPass, check_teacher_tokenizer, check_top_k, describe, load_teacher
 
 META = "meta.json"
 FORMAT = 2  # 2: every shard names its teacher (format 1's shards do not; such stores are still read)
@@ -88,17 +88,17 @@ def prepare_targets(teacher: str | Path, data: str | Path, out: str | Path, top_
         torch.set_num_threads(before)
 
 
-def _prepare(teacher: str | Path, data: Path, out: Path, top_k: int, max_length: int, shard_sequences: int,
-             splits: tuple[str, ...], rows: int, device: str, progress: bool, precision: str) -> PrepareSummary:
-    check_store_dir(out)
+def check_prepare(data: str | Path, out: str | Path, splits: tuple[str, ...], **sizes: int) -> dict[str, TokenDataset]:
+    """What refuses a `distill prepare` without the teacher (so before a HuggingFace one is converted): the targets
+    directory, the settings (`sizes`: option name -> value, each a whole number >= 1) and the prepared data's
+    splits. Returns the splits' datasets."""
+    data = Path(data)
+    check_store_dir(Path(out))
     if not (data / "train").is_dir():
         raise FileNotFoundError(f"{data / 'train'} not found: --data must be a directory prepared by `maskplay prepare`")
-    for name, value in (("--top-k", top_k), ("--max-length", max_length), ("--shard-sequences", shard_sequences),
-                        ("--teacher-rows", rows)):
+    for name, value in sizes.items():
         if type(value) is not int or value < 1:
             raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    model = load_teacher(teacher, device)
-    check_teacher_tokenizer(model, load_tokenizer(data), f"--data {data}")
     bad = [split for split in splits if not re.fullmatch(r"[A-Za-z0-9_-]+", split)]
     if bad:
         raise ValueError(f"--splits {bad[0]!r}: a split is a subdirectory's name (train, valid, ...)")
@@ -107,9 +107,19 @@ def _prepare(teacher: str | Path, data: Path, out: Path, top_k: int, max_length:
         raise ValueError(f"--splits {' '.join(splits)}: {data} has none of them")
     if "train" in datasets and not len(datasets["train"]):
         raise ValueError(f"{data / 'train'} holds no sequences: there is nothing to compute targets for")
+    return datasets
+
+
+def _prepare(teacher: str | Path, data: Path, out: Path, top_k: int, max_length: int, shard_sequences: int,
+             splits: tuple[str, ...], rows: int, device: str, progress: bool, precision: str) -> PrepareSummary:
+    datasets = check_prepare(data, out, splits, **{"--top-k": top_k, "--max-length": max_length,
+                                                   "--shard-sequences": shard_sequences, "--teacher-rows": rows})
+    model = load_teacher(teacher, device)
+    check_top_k(top_k, model)
+    check_teacher_tokenizer(model, load_tokenizer(data), f"--data {data}")
     identity = teacher_identity(model)
     meta = {"format": FORMAT, "teacher": {**describe(model), "weights_sha256": identity},
-            "top_k": min(top_k, model.config.vocab_size), "max_length": max_length, "shard_sequences": shard_sequences,
+            "top_k": top_k, "max_length": max_length, "shard_sequences": shard_sequences,
             "teacher_precision": precision,
             "splits": {s: {"sequences": len(d), "tokens": d.num_tokens} for s, d in datasets.items()}}
     _write_or_check_meta(out, meta)

@@ -39,6 +39,15 @@ def load_teacher(directory: str | Path, device: torch.device | str = "cpu") -> M
     return mlm
 
 
+def check_top_k(top_k: int, teacher: MaskplayModel, where: str = "--top-k") -> None:
+    """The teacher's ids kept per position must be a part of its vocabulary: a top-k over it is refused in one line
+    (before, it was silently cut to the vocabulary)."""
+    vocab = teacher.config.vocab_size
+    if top_k > vocab:
+        raise ValueError(f"{where} {top_k} is more than the teacher's vocabulary of {vocab} ids: keep at most {vocab} "
+                         "per position")
+
+
 def check_teacher_tokenizer(teacher: MaskplayModel, tokenizer: Tokenizer, where: str) -> None:
     """The student learns the teacher's vocabulary row for row: the data must be tokenized by the teacher's tokenizer."""
     try:
@@ -67,8 +76,9 @@ class TeacherPass:
         has bf16 matmuls; its targets differ from fp32's by bf16's rounding)."""
         if precision not in TEACHER_PRECISIONS:
             raise ValueError(f"teacher precision must be one of {TEACHER_PRECISIONS}, got {precision!r}")
+        check_top_k(top_k, teacher, "top_k")
         self.teacher = teacher
-        self.top_k = min(top_k, teacher.config.vocab_size)
+        self.top_k = top_k
         self.rows = rows
         self.runner = Runner(teacher, precision)
         # the model whose head reads the hidden states: the bf16 copy under bf16

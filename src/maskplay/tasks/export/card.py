@@ -8,6 +8,8 @@ import math
 import re
 from pathlib import Path
 
+from ...runtime.files import model_file
+
 PIPELINES = {"AutoModelForCausalLM": "text-generation", "AutoModelForMaskedLM": "fill-mask",
              "AutoModel": "feature-extraction"}
 # what a model card copied into an export loses: control characters but tab and newline
@@ -79,7 +81,7 @@ def metadata_block(name: str, family: str, kind: str, license: str, datasets: li
 def model_card(source: Path, name: str, family: str, kind: str, how: str, license: str = "other",
                datasets: list[str] | None = None, library: str = "transformers", custom: bool = True) -> str:
     """The whole README.md: metadata, how to load it (`how`: a code block), and maskplay's own card below."""
-    own = _own_card(source / "README.md")
+    own = _own_card(model_file(source, "README.md"))
     head = metadata_block(name, family, kind, license, datasets or [], dev_results(own), library, custom)
     body = [f"# {name}", "", f"A maskplay `{family}` model exported for HuggingFace (`maskplay export`).", "", how, ""]
     if own:

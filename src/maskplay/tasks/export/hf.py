@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from ...runtime.files import prepare_new_dir, replace_directory
+from ...runtime.files import model_file, prepare_new_dir, replace_directory
 from ...runtime.model_dir import local_model_dir
 from .card import loading_example, model_card
 from .custom import backbone_state, code_files, custom_config, custom_state
@@ -27,12 +27,14 @@ POOLINGS = {"mean": "mean", "first": "cls", "last": "lasttoken"}  # maskplay emb
 
 
 def _load(model_dir: str | Path) -> tuple[Path, MaskplayModel, Tokenizer | None]:
-    from ...data.tokenizer import load_tokenizer
+    from ...data.tokenizer import check_covers, load_tokenizer
     from ...families import MaskplayModel
 
     source = local_model_dir(model_dir)
     model = MaskplayModel.from_pretrained(source).eval()
-    tokenizer = load_tokenizer(source) if (source / "tokenizer.json").is_file() else None
+    tokenizer = load_tokenizer(source) if model_file(source, "tokenizer.json").is_file() else None
+    if tokenizer is not None:  # the export would ship another model's tokenizer with these weights
+        check_covers(tokenizer, model.config.vocab_size, str(source))
     return source, model, tokenizer
 
 

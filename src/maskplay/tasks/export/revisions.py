@@ -14,7 +14,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ...runtime.files import read_json_object, replace_directory
+from ...runtime.files import model_file, read_json_object, replace_directory
+from ..train.export import words_name
 from .hf import _check_out, _load, model_export, write_into
 from .to_hf import SUBFOLDER, tower_exports, write_towers
 
@@ -35,7 +36,7 @@ def word_checkpoints(run_dir: Path) -> list[tuple[str, Path, dict[str, Any]]]:
         if not re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z_-]*", directory.name):
             raise ValueError(f"{directory}: chck_{directory.name} cannot be a branch name; words/ holds the "
                              "directories run.checkpoint_at_words names (1M, 500K, ...)")
-        info = directory / WORDS_INFO
+        info = model_file(directory, WORDS_INFO)  # the model directory's own file, not a link out of it
         if not info.is_file():
             raise ValueError(f"{directory} has no {WORDS_INFO}: not a checkpoint by words seen "
                              "(run.checkpoint_at_words writes one in each); remove the directory or restore the file")
@@ -44,11 +45,22 @@ def word_checkpoints(run_dir: Path) -> list[tuple[str, Path, dict[str, Any]]]:
         if type(words) is not int or words <= 0:
             raise ValueError(f"{info} is damaged: checkpoint_at_words must be a positive whole number, "
                              f"not {words!r}")
+        if _words_of(directory.name) != words:  # the branch is named for the directory: they must agree
+            raise ValueError(f"{info} says checkpoint_at_words {words:,}, but its directory is {WORDS_DIR}/"
+                             f"{directory.name}: a branch chck_{directory.name} would name the wrong count (the "
+                             f"model at {words:,} words is written to {WORDS_DIR}/{words_name(words)})")
         step = data.get("step")
         if step is not None and (type(step) is not int or step < 0):
             raise ValueError(f"{info} is damaged: step must be a whole number >= 0, not {step!r}")
         found.append((f"chck_{directory.name}", directory, data))
     return sorted(found, key=lambda item: item[2]["checkpoint_at_words"])
+
+
+def _words_of(name: str) -> int | None:
+    """The words a words/ directory's name counts (train/export.py's words_name: 1M, 500K, 1500), None for a name
+    that is no count."""
+    found = re.fullmatch(r"([0-9]+)([KM]?)", name)
+    return None if found is None else int(found[1]) * {"": 1, "K": 1000, "M": 1_000_000}[found[2]]
 
 
 def _git(repo: Path, *args: str) -> str:

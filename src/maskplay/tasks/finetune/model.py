@@ -21,7 +21,7 @@ from ...config import ModelConfig, from_dict
 from ...data.tokenizer import Tokenizer
 from ...families import MaskplayModel, family_class
 from ...registry import family_names
-from ...runtime.files import atomic_path, read_json_object
+from ...runtime.files import atomic_path, model_file, read_json_object
 from ...runtime.model_dir import (
     CONFIG_NAME,
     HEAD_CONFIG_NAME,
@@ -178,7 +178,7 @@ class FineTuned(nn.Module):
     def from_pretrained(cls, directory: str | Path) -> FineTuned:
         """Load a directory written by save_pretrained; every weight must match (strict)."""
         directory = resolve_model_dir(directory)
-        paths = [directory / n for n in (CONFIG_NAME, HEAD_CONFIG_NAME, WEIGHTS_NAME)]
+        paths = [model_file(directory, n) for n in (CONFIG_NAME, HEAD_CONFIG_NAME, WEIGHTS_NAME)]
         for path in paths:
             if not path.is_file():
                 hint = " (a model that is not fine-tuned has no head_config.json)" if path.name == HEAD_CONFIG_NAME else ""

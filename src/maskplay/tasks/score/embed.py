@@ -32,6 +32,7 @@ from torch import Tensor
 
 from ...data.tokenizer import Tokenizer
 from ...families import MaskplayModel
+from ...runtime.files import model_file
 from ...runtime.precision import Precision
 from .passes import (
     Overflow,
@@ -74,7 +75,7 @@ def read_piece_counts(path: str | Path, vocab_size: int, tokenizer: Tokenizer | 
                                  "(maskplay prepare --tokenizer MODEL_DIR)")
 
         counts = np.bincount(np.asarray(TokenDataset(path / "train").tokens), minlength=vocab_size)
-    elif path.is_dir() and (path / PIECE_COUNTS).is_file():
+    elif path.is_dir() and model_file(path, PIECE_COUNTS).is_file():  # a model directory's: not a link out of it
         counts = np.load(path / PIECE_COUNTS, allow_pickle=False)
     elif path.is_file() and path.suffix == ".npy":
         counts = np.load(path, allow_pickle=False)
@@ -113,7 +114,7 @@ class Embedder:
 
         model, tokenizer = load_model_dir(directory)
         if kwargs.get("piece_counts") is None:
-            local = resolve_model_dir(directory) / PIECE_COUNTS
+            local = model_file(resolve_model_dir(directory), PIECE_COUNTS)
             if frequencies is not None or local.is_file():
                 source = local if frequencies is None else frequencies
                 kwargs["piece_counts"] = read_piece_counts(source, model.config.vocab_size, tokenizer)

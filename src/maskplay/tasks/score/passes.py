@@ -11,13 +11,14 @@ from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from ...config import ModelConfig
-from ...data.tokenizer import Tokenizer
+from ...data.tokenizer import Tokenizer, check_covers
 from ...families import MaskplayModel, families, family_class
 from ...nn.outputs import ModelOutput
 from ...nn.score_rules import PLL, PLL_WORD, SUM, ScoreRule
@@ -152,8 +153,12 @@ def make_segments(encoded: list[Encoded], sos: int, eos: int, max_position: int,
     return segments
 
 
-def check_compatible(model: MaskplayModel, tokenizer: Tokenizer) -> None:
+def check_compatible(model: MaskplayModel, tokenizer: Tokenizer, source: str | Path | None = None) -> None:
+    """The tokenizer is the model's: the same vocabulary size (a HuggingFace table may be padded beyond the
+    tokenizer, but the tokenizer must cover half of it at least: data.tokenizer.check_covers) and special ids.
+    `source`: the model's directory, named in the error."""
     cfg, sp = model.config, tokenizer.special
+    check_covers(tokenizer, cfg.vocab_size, str(source) if source is not None else "the model")
     pairs = {"vocab_size": (cfg.vocab_size, tokenizer.vocab_size), "pad": (cfg.pad_token_id, sp.pad),
              "sos": (cfg.sos_token_id, sp.sos), "eos": (cfg.eos_token_id, sp.eos),
              "mask": (cfg.mask_token_id, sp.mask)}

@@ -38,6 +38,7 @@ import torch
 from ...data.tokenizer import Tokenizer, load_tokenizer
 from ...families import MaskplayModel
 from ...nn.score_rules import PLL, PLL_WORD, SUM, ScoreRule
+from ...runtime.files import model_file
 from ...runtime.model_dir import resolve_model_dir
 from ...runtime.precision import Precision
 from .memory import check_memory, check_memory_options, memory_log_probs
@@ -140,12 +141,12 @@ def load_model_dir(directory: str | Path) -> tuple[MaskplayModel, Tokenizer]:
     directory = resolve_model_dir(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"model directory {directory} not found")
-    if not any((directory / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
+    if not any(model_file(directory, name).is_file() for name in ("tokenizer.json", "vocab.txt")):
         raise FileNotFoundError(f"{directory / 'tokenizer.json'} not found: a model directory needs config.json, "
                                 "model.safetensors and tokenizer.json (a HuggingFace one: tokenizer.json or vocab.txt)")
     model = MaskplayModel.from_pretrained(directory).eval()
     tokenizer = load_tokenizer(directory)  # tokenizer.json, else (a HuggingFace BERT's) vocab.txt
-    check_compatible(model, tokenizer)
+    check_compatible(model, tokenizer, directory)
     return model, tokenizer
 
 
