@@ -7,7 +7,7 @@ import torch
 from maskplay import preset
 from maskplay.families import build_model
 from maskplay.nn.cache import KVCache, StaticKVCache
-from maskplay.nn.static_decode import CAPACITY_STEP, static_step
+from maskplay.nn.static_decode import CAPACITY_STEP, _run_greedy_step, static_step
 from maskplay.tasks.decoding import generate, generating_families
 
 PROMPTS = [[3, 10, 11, 12, 13, 14], [3, 20, 21], [3, 40, 41, 42, 43, 44, 45, 46, 47]]
@@ -58,6 +58,31 @@ def test_sampling_with_a_seed_draws_the_same_tokens(eager_compile):
     model = tiny("gpt")
     options = dict(strategy="sample", seed=7, top_k=20, temperature=0.8, stop_ids=[])
     same_as_plain(model, **options)
+
+
+def test_the_steps_own_greedy_choice_gives_the_plain_paths_tokens_and_scores(eager_compile):
+    """Greedy without the logits kept: the compiled step returns its tokens and their log-probabilities itself."""
+    model = tiny("gpt")
+    stop = generate(model, PROMPTS, max_new_tokens=10, stop_ids=[])[1].token_ids[2]
+    for stops in ([], [stop]):
+        plain = generate(model, PROMPTS, max_new_tokens=10, stop_ids=stops)
+        fast = generate(model, PROMPTS, max_new_tokens=10, stop_ids=stops, compile=True)
+        assert [g.token_ids for g in fast] == [g.token_ids for g in plain]
+        assert [g.finish_reason for g in fast] == [g.finish_reason for g in plain]
+        assert [g.log_prob for g in fast] == pytest.approx([g.log_prob for g in plain], abs=1e-4)
+    assert static_step(model, len(PROMPTS), 9 + 10, torch.device("cpu"), torch.float32, greedy=True).greedy
+
+
+def test_the_greedy_choice_takes_the_first_of_equal_scores_as_argmax_does():
+    logits = torch.tensor([[0.0, 2.0, 1.0, 2.0], [3.0, 3.0, 3.0, 3.0], [-1.0, -5.0, 4.0, 4.0]])
+
+    class Fixed:
+        def step(self, tokens, cache, alive):
+            return logits
+
+    chosen, log_probs = _run_greedy_step(Fixed(), None, None, None)
+    assert chosen.tolist() == logits.argmax(-1).tolist() == [1, 0, 2]
+    torch.testing.assert_close(log_probs, logits.log_softmax(-1).gather(1, chosen[:, None])[:, 0])
 
 
 @pytest.mark.slow

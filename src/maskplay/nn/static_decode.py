@@ -37,37 +37,54 @@ def _run_step(model: Any, cache: StaticKVCache, tokens: Tensor, alive: Tensor) -
     return model.step(tokens, cache, alive)
 
 
-def _own_step_function() -> Any:
-    """_run_step under a code object of its own: torch.compile keeps its compiled entries per code object, so a
+def _run_greedy_step(model: Any, cache: StaticKVCache, tokens: Tensor, alive: Tensor) -> tuple[Tensor, Tensor]:
+    """The step and its greedy choice: each row's most likely token (the first of equals, as argmax) and that
+    token's log-probability. Compiled with the step, the cast to fp32 and the reductions run in the step's program,
+    where eager PyTorch makes a pass over the logits for each (mini GPT, bf16, AMD EPYC: 4,206 -> 4,671 tokens/s at
+    batch 8, 1,908 -> 2,049 at batch 1). The argmax is the lowest index holding the maximum: inductor vectorises that
+    min reduction, not an argmax (69 against 107 us over 8 x 16,384 logits). A NaN row gives the last token."""
+    scores = model.step(tokens, cache, alive).float()
+    best = scores.amax(-1, keepdim=True)
+    index = torch.arange(scores.shape[-1], device=scores.device)
+    chosen = torch.where(scores == best, index, scores.shape[-1] - 1).amin(-1)
+    return chosen, -(scores - best).exp().sum(-1).log()
+
+
+def _own_step_function(function: Any) -> Any:
+    """`function` under a code object of its own: torch.compile keeps its compiled entries per code object, so a
     StaticStep's compiled program (its shapes, its frozen weights) is then the only entry its calls can meet."""
     global _FUNCTIONS
     _FUNCTIONS += 1
-    code = _run_step.__code__.replace(co_name=f"_run_step_{_FUNCTIONS}")
-    return types.FunctionType(code, _run_step.__globals__, code.co_name)
+    code = function.__code__.replace(co_name=f"{function.__name__}_{_FUNCTIONS}")
+    return types.FunctionType(code, function.__globals__, code.co_name)
 
 
 class StaticStep:
     """One model's decode step over its own StaticKVCache (batch_size x capacity columns); see the module doc.
     `load(cache)` takes a prefilled KVCache; each call takes the chosen tokens and alive rows (B,) and returns
-    the next logits (B, V), a fresh tensor."""
+    the next logits (B, V), a fresh tensor, or with `greedy` (on a CPU) the greedy choice instead: the tokens (B,)
+    and their log-probabilities (B,) (_run_greedy_step)."""
 
-    def __init__(self, model: Any, batch_size: int, capacity: int, device: torch.device) -> None:
+    def __init__(self, model: Any, batch_size: int, capacity: int, device: torch.device,
+                 greedy: bool = False) -> None:
         self.model = model
         self.cache = StaticKVCache(model.config.num_layers, batch_size, capacity, device)
         self.tokens = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
         self.alive = torch.ones(batch_size, 1, dtype=torch.bool, device=device)
         self.cuda = device.type == "cuda"
+        self.greedy = greedy and not self.cuda  # a CUDA graph replays the step alone
         self.graph: torch.cuda.CUDAGraph | None = None
         self.logits: Tensor | None = None
         self.compiled = None
         self.calls = 0
         if not self.cuda:
-            self.compiled = torch.compile(_own_step_function(), dynamic=False)
+            self.compiled = torch.compile(_own_step_function(_run_greedy_step if self.greedy else _run_step),
+                                          dynamic=False)
 
     def load(self, cache: KVCache) -> None:
         self.cache.load(cache)
 
-    def __call__(self, tokens: Tensor, alive: Tensor) -> Tensor:
+    def __call__(self, tokens: Tensor, alive: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         self.tokens.copy_(tokens[:, None])
         self.alive.copy_(alive[:, None])
         if not self.cuda:
@@ -116,15 +133,17 @@ def weights_version(model: Any) -> int:
     return hash(tuple((id(p), p._version) for p in model.parameters()))
 
 
-def static_step(model: Any, batch_size: int, columns: int, device: torch.device, dtype: torch.dtype) -> StaticStep:
-    """The model's StaticStep for `batch_size` rows and at least `columns` cache columns (made on first use; all
-    made anew once the model's weights have changed, since a compiled step holds them as constants)."""
+def static_step(model: Any, batch_size: int, columns: int, device: torch.device, dtype: torch.dtype,
+                greedy: bool = False) -> StaticStep:
+    """The model's StaticStep for `batch_size` rows and at least `columns` cache columns, returning the greedy
+    choice where `greedy` (made on first use; all made anew once the model's weights have changed, since a compiled
+    step holds them as constants)."""
     capacity = -(-columns // CAPACITY_STEP) * CAPACITY_STEP
     version = weights_version(model)
     steps = _STEPS.get(model)
     if steps is None or steps.get("version") != version:
         steps = _STEPS[model] = {"version": version}
-    key = (batch_size, capacity, device, dtype)
+    key = (batch_size, capacity, device, dtype, greedy)
     if key not in steps:
-        steps[key] = StaticStep(model, batch_size, capacity, device)
+        steps[key] = StaticStep(model, batch_size, capacity, device, greedy)
     return steps[key]

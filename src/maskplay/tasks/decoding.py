@@ -162,15 +162,17 @@ class _Cached:
 
 
 class _Static:
-    """Prefill once, then the compiled (or graph-captured) step over a static cache (maskplay.nn.static_decode)."""
+    """Prefill once, then the compiled (or graph-captured) step over a static cache (maskplay.nn.static_decode).
+    With `greedy` (on a CPU) a step returns its greedy choice, (tokens, log-probabilities), not its logits."""
 
-    def __init__(self, model: Generative, ids: Tensor, mask: Tensor, types: Tensor | None, steps: int) -> None:
+    def __init__(self, model: Generative, ids: Tensor, mask: Tensor, types: Tensor | None, steps: int,
+                 greedy: bool = False) -> None:
         cache, self.first = model.prefill(ids, mask, types)
         self.step = static_step(model, ids.shape[0], cache.length + max(steps, 1), ids.device,
-                                cache.values[0].dtype)
+                                cache.values[0].dtype, greedy)
         self.step.load(cache)
 
-    def advance(self, tokens: Tensor, alive: Tensor) -> Tensor:
+    def advance(self, tokens: Tensor, alive: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         return self.step(tokens, alive)
 
 
@@ -215,8 +217,11 @@ def _decode_batch(model: Generative, prompts: list[list[int]], types: list[list[
     pad_id = model.config.pad_token_id
     ids, mask = _pad(prompts, pad_id, padding_side, device)
     type_ids = None if types is None else _pad(types, 0, padding_side, device)[0]
-    kind = _Static if cfg.compile else _Cached if cfg.use_cache else _Recomputed
-    decoder = kind(model, ids, mask, type_ids, cfg.max_new_tokens)
+    if cfg.compile:  # greedy without the logits kept: the compiled step chooses the tokens itself
+        decoder = _Static(model, ids, mask, type_ids, cfg.max_new_tokens,
+                          greedy=cfg.strategy == "greedy" and not output_logits)
+    else:
+        decoder = (_Cached if cfg.use_cache else _Recomputed)(model, ids, mask, type_ids, cfg.max_new_tokens)
     if cfg.strategy == "beam":
         return _beam_search(decoder, len(prompts), cfg, stop_ids, pad_id, device, output_logits)
     B = len(prompts)
@@ -224,17 +229,20 @@ def _decode_batch(model: Generative, prompts: list[list[int]], types: list[list[
     recorded: list[Tensor] = []
     alive = torch.ones(B, dtype=torch.bool, device=device)
     stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
-    logits = decoder.first
+    logits, choice = decoder.first, None
     for step in range(cfg.max_new_tokens):
-        scores = logits.float()  # argmax and reductions in fp32: bf16's are several times slower on a CPU
-        if output_logits:
-            recorded.append(scores)
-        if cfg.strategy == "sample":
-            probs = filter_logits(scores, cfg.temperature, cfg.top_k, cfg.top_p).softmax(-1)
-            tokens = sample_rows(probs, torch.rand(B, generator=generator, device=device))
+        if choice is not None:  # the step's own greedy choice (_Static with greedy)
+            tokens, chosen = choice[0], choice[1].tolist()
         else:
-            tokens = scores.argmax(-1)
-        chosen = scores.log_softmax(-1).gather(1, tokens[:, None])[:, 0].tolist()
+            scores = logits.float()  # argmax and reductions in fp32: bf16's are several times slower on a CPU
+            if output_logits:
+                recorded.append(scores)
+            if cfg.strategy == "sample":
+                probs = filter_logits(scores, cfg.temperature, cfg.top_k, cfg.top_p).softmax(-1)
+                tokens = sample_rows(probs, torch.rand(B, generator=generator, device=device))
+            else:
+                tokens = scores.argmax(-1)
+            chosen = scores.log_softmax(-1).gather(1, tokens[:, None])[:, 0].tolist()
         for row, (token, running) in enumerate(zip(tokens.tolist(), alive.tolist(), strict=True)):
             if not running:
                 continue
@@ -248,7 +256,8 @@ def _decode_batch(model: Generative, prompts: list[list[int]], types: list[list[
         alive &= ~torch.isin(tokens, stops)
         if not bool(alive.any()) or step == cfg.max_new_tokens - 1:
             break
-        logits = decoder.advance(tokens.masked_fill(~alive, pad_id), alive)
+        following = decoder.advance(tokens.masked_fill(~alive, pad_id), alive)
+        logits, choice = (None, following) if isinstance(following, tuple) else (following, None)
     for row, g in enumerate(out):
         g.score = g.log_prob
         if output_logits:
