@@ -40,9 +40,10 @@ def _run_step(model: Any, cache: StaticKVCache, tokens: Tensor, alive: Tensor) -
 def _run_greedy_step(model: Any, cache: StaticKVCache, tokens: Tensor, alive: Tensor) -> tuple[Tensor, Tensor]:
     """The step and its greedy choice: each row's most likely token (the first of equals, as argmax) and that
     token's log-probability. Compiled with the step, the cast to fp32 and the reductions run in the step's program,
-    where eager PyTorch makes a pass over the logits for each (mini GPT, bf16, AMD EPYC: 4,206 -> 4,671 tokens/s at
-    batch 8, 1,908 -> 2,049 at batch 1). The argmax is the lowest index holding the maximum: inductor vectorises that
-    min reduction, not an argmax (69 against 107 us over 8 x 16,384 logits). A NaN row gives the last token."""
+    where eager PyTorch makes a pass over the logits for each: 1.09x the tokens/s at batch 1 and 1.11x at batch 8 for
+    the mini GPT in bf16 (benchmarks/probes/greedy_in_step.py, results/probes/greedy-in-step/). The argmax is the
+    lowest index holding the maximum, a min reduction that inductor vectorises where it does not vectorise an argmax.
+    A NaN row gives the last token."""
     scores = model.step(tokens, cache, alive).float()
     best = scores.amax(-1, keepdim=True)
     index = torch.arange(scores.shape[-1], device=scores.device)
