@@ -398,6 +398,7 @@ def test_int8_scoring_runs_the_head_in_int8_whether_or_not_bf16_is_fast(tok, mon
     runner = Runner(model, "int8")
     assert not runner.bf16_head and runner.int8_head is not None
     assert next(runner.head.parameters()).dtype == torch.float32
+    assert runner.int8_head.projection is runner.model.head.int8_projection  # quantised once, not twice
     ref = Scorer(model, tok).score(SENTENCES[:3])
     got = Scorer(model, tok, precision="int8").score(SENTENCES[:3])
     for a, b in zip(ref, got, strict=True):

@@ -18,12 +18,14 @@ from ...runtime.quant import Int8Linear
 
 class Int8VocabularyHead:
     """log p(targets) from an LM head (heads.LMHead or heads.PlainLMHead) whose vocabulary projection runs in
-    int8. The head and the embedding table are read once, at construction; the model is not changed."""
+    int8. The head and the embedding table are read once, at construction; the model is not changed. `projection`:
+    that projection already made (an int8 copy's `int8_projection`, precision.quantize_int8), so that the weights
+    are not held twice."""
 
-    def __init__(self, head: nn.Module, embedding_weight: Tensor) -> None:
+    def __init__(self, head: nn.Module, embedding_weight: Tensor, projection: Int8Linear | None = None) -> None:
         self.head = head
         weight = head.weight(embedding_weight)
-        self.projection = Int8Linear.from_weight(weight, head.bias)
+        self.projection = projection if projection is not None else Int8Linear.from_weight(weight, head.bias)
         self.vocab_size = weight.shape[0]
 
     def log_probs(self, hidden: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:

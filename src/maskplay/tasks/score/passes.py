@@ -269,9 +269,13 @@ def resolve_precision(model: MaskplayModel, precision: Precision | str) -> Preci
 
 
 def _int8_head(model: MaskplayModel) -> Any:
+    """The int8 vocabulary head over the model's own head transform, its projection the int8 copy's (the same
+    quantisation of the same weights, made once)."""
     from .int8_head import Int8VocabularyHead
 
-    return Int8VocabularyHead(model.head, model.embeddings.word.weight)
+    int8_copy_head = getattr(_cached(model, "int8", quantize_int8), "head", None)
+    projection = None if int8_copy_head is None else int8_copy_head._modules.get("int8_projection")
+    return Int8VocabularyHead(model.head, model.embeddings.word.weight, projection)
 
 
 def _bf16_copies(model: MaskplayModel) -> tuple[MaskplayModel, Any]:
