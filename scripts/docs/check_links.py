@@ -55,9 +55,10 @@ def markdown_files() -> list[Path]:
     return sorted({ROOT / name for name in out.split("\0") if name and (ROOT / name).is_file()})
 
 
-def prose_lines(text: str) -> list[tuple[int, str]]:
-    """(line number, line) outside fenced code blocks, with inline code spans blanked."""
-    out: list[tuple[int, str]] = []
+def fenced(text: str) -> list[tuple[int, str, str]]:
+    """(line number, line, where) for each line: where is "fence" for a fence's own line, "code" inside a fenced
+    block, "text" elsewhere."""
+    out: list[tuple[int, str, str]] = []
     fence = ""
     for number, line in enumerate(text.splitlines(), 1):
         match = FENCE.match(line)
@@ -66,27 +67,27 @@ def prose_lines(text: str) -> list[tuple[int, str]]:
                 fence = match.group(1)
             elif match.group(1) == fence:
                 fence = ""
-            continue
-        if not fence:
-            out.append((number, CODE_SPAN.sub(lambda m: " " * len(m.group(0)), line)))
+            out.append((number, line, "fence"))
+        else:
+            out.append((number, line, "code" if fence else "text"))
     return out
+
+
+def prose_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) outside fenced code blocks, with inline code spans blanked."""
+    return [(number, CODE_SPAN.sub(lambda m: " " * len(m.group(0)), line))
+            for number, line, where in fenced(text) if where == "text"]
 
 
 def code_texts(text: str) -> list[tuple[int, str]]:
     """(line number, code) for every line of a fenced or indented code block and every inline code span."""
     out: list[tuple[int, str]] = []
-    fence = ""
     previous_blank_or_code = True
-    for number, line in enumerate(text.splitlines(), 1):
-        match = FENCE.match(line)
-        if match:
-            if not fence:
-                fence = match.group(1)
-            elif match.group(1) == fence:
-                fence = ""
+    for number, line, where in fenced(text):
+        if where == "fence":
             previous_blank_or_code = False
             continue
-        if fence:
+        if where == "code":
             out.append((number, line))
         elif INDENTED_CODE.match(line) and line.strip() and previous_blank_or_code:
             out.append((number, line))  # an indented block (or a list item's indented text: its paths are checked)
