@@ -29,7 +29,7 @@ def file_inside(directory: Path, name: object, source: Path) -> Path:
         raise ValueError(f"{source} lists {name!r}: not a file name")
     if Path(name).is_absolute() or ".." in Path(name).parts:
         raise ValueError(f"{source} lists {name!r}: a path outside {directory} (absolute or with ..) is not read")
-    if not _stays_inside(directory, name):
+    if not stays_inside(directory, name):
         raise ValueError(f"{source} lists {name!r}, a symbolic link out of {directory}: not read")
     return directory / name
 
@@ -43,7 +43,7 @@ def model_file(directory: str | Path, name: str) -> Path:
     Call it before anything looks at the file (is_file() would stat the link's target)."""
     directory = Path(directory)
     path = directory / name
-    if not _stays_inside(directory, name):
+    if not stays_inside(directory, name):
         try:
             target = f" to {os.readlink(path)}"
         except OSError:  # the link is a folder of `name` (a module's folder): its own message is enough
@@ -53,7 +53,7 @@ def model_file(directory: str | Path, name: str) -> Path:
     return path
 
 
-def _stays_inside(directory: Path, name: str) -> bool:
+def stays_inside(directory: Path, name: str) -> bool:
     """Whether `name`, followed from `directory` one component at a time, stays inside it. Symbolic links are
     read (readlink) and followed by their text, so that nothing outside the directory is ever stat-ed or opened
     (Path.resolve would stat the link's target). A HuggingFace cache snapshot (.../snapshots/REV) links its

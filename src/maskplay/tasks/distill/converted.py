@@ -13,7 +13,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from ...runtime.files import model_file
+from ...runtime.files import stays_inside
 from .teacher import load_teacher
 
 SOURCE = "source.json"
@@ -27,20 +27,12 @@ def source_identity(directory: Path) -> str:
     symbolic link out of the directory is left out, not looked at (the conversion refuses the files it reads so)."""
     h = hashlib.sha256()
     names = sorted(p.name for p in directory.iterdir() if p.suffix in WEIGHT_SUFFIXES)
-    inside = [directory / name for name in names if _inside(directory, name)]
+    inside = [directory / name for name in names if stays_inside(directory, name)]
     for path in (p for p in inside if p.is_file()):
         h.update(f"{path.name}:{path.stat().st_size}:".encode())
         with open(path, "rb") as f:
             h.update(f.read(HEAD_BYTES))
     return h.hexdigest()
-
-
-def _inside(directory: Path, name: str) -> bool:
-    try:
-        model_file(directory, name)
-    except ValueError:
-        return False
-    return True
 
 
 def recorded_identity(converted: Path) -> str | None:
