@@ -106,11 +106,21 @@ def test_compiled_steps_give_the_plain_paths_tokens_and_are_reused():
 
 @pytest.mark.slow
 @pytest.mark.heavy
-def test_the_compiled_step_freezes_its_weights(monkeypatch):
+def test_the_compiled_step_freezes_its_weights_and_has_a_cpp_wrapper(monkeypatch):
     """Inductor's freezing pass (weights made prepacked constants) runs when the step compiles: torch 2.13 ignores
     compile(options={"freezing": True}) for this: Dynamo has lifted the weights to inputs before inductor reads it, so
-    the pass ran with nothing to freeze, at half the speed."""
+    the pass ran with nothing to freeze, at half the speed. The step's calls are written as C++ (CPP_WRAPPER)."""
     import torch._inductor.freezing as freezing
+    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+
+    wrappers = []  # C++ wrappers made
+    real_create = CppWrapperCpu.create
+
+    def create_spy(*args, **kwargs):
+        wrappers.append(real_create(*args, **kwargs))
+        return wrappers[-1]
+
+    monkeypatch.setattr(CppWrapperCpu, "create", staticmethod(create_spy))
 
     frozen = []  # inputs of each frozen graph that became constants
     real = freezing.freeze
@@ -126,6 +136,7 @@ def test_the_compiled_step_freezes_its_weights(monkeypatch):
     same_as_plain(model, stop_ids=[])
     weights = sum(1 for _ in model.parameters())
     assert frozen and frozen[0] >= weights - 2  # every weight but those the graph does not read
+    assert wrappers  # the compiled step's wrapper is C++
 
 
 def test_a_prompt_that_fills_the_capacity_and_no_new_tokens(eager_compile):

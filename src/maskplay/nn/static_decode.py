@@ -29,6 +29,11 @@ CAPACITY_STEP = 64
 # docs/results/generation-speed.md), for about a second more of compiling. Autotuning times both kernels for each
 # matmul and keeps the faster, so a CPU where oneDNN's call wins keeps it.
 GEMM_AUTOTUNE = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+# A step is a few dozen kernel calls of microseconds each, which inductor's Python wrapper calls one by one, checking
+# each library call's output shape and alignment. Its C++ wrapper makes the same calls from compiled code: the mini
+# GPT's step 1.07-1.16x as fast in bf16 and fp32 at batch 1 and 8 (AMD EPYC, 2 cores), for 2-8 s more of compiling
+# (benchmarks/probes/cpp_wrapper_step.py, results/probes/cpp-wrapper-step/).
+CPP_WRAPPER = {"cpp_wrapper": True}
 _FUNCTIONS = 0  # step functions made so far (_own_step_function)
 _STEPS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()  # model -> its steps
 
@@ -95,10 +100,11 @@ class StaticStep:
                 # kernels (2.0x the unfrozen step's tokens/s at batch 1 on the mini GPT in bf16); static_step makes
                 # a new step when they change. Set in inductor's config while Dynamo traces: compile(options=...)
                 # reaches inductor only after Dynamo has lifted the weights to graph inputs, leaving nothing to freeze.
-                # GEMM_AUTOTUNE: each matmul timed as oneDNN's call and as inductor's own C++ kernel, the faster kept
+                # GEMM_AUTOTUNE: each matmul timed as oneDNN's call and as inductor's own C++ kernel, the faster kept;
+                # CPP_WRAPPER: the step's calls made from compiled code
                 import torch._inductor.config as inductor_config
 
-                with inductor_config.patch(freezing=True, **GEMM_AUTOTUNE):
+                with inductor_config.patch(freezing=True, **GEMM_AUTOTUNE, **CPP_WRAPPER):
                     return self.compiled(self.model, self.cache, self.tokens, self.alive)
             # the guards of a compiled step check every weight and cache tensor (~0.7 ms a token on a CPU). Here the
             # function is this step's own (_own_step_function) and its inputs the same objects at every call, so
