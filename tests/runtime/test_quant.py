@@ -140,12 +140,12 @@ def test_the_kernel_is_checked_once_and_7_bit_weights_are_used_where_8_bits_satu
         Int8Linear.from_linear(linear)
 
 
-def with_outlier_channels(rows: int = 48, width: int = 128) -> torch.Tensor:
-    """GELU-like inputs (mostly small, skewed) with three channels two orders of magnitude larger, the shape of a
-    trained model's FFN hidden layer."""
+def with_outlier_channels(rows: int = 48, width: int = 128, channels: tuple[int, ...] = (5, 40, 99)) -> torch.Tensor:
+    """GELU-like inputs (mostly small, skewed) with (by default three) channels two orders of magnitude larger, the
+    shape of a trained model's FFN hidden layer."""
     g = torch.Generator().manual_seed(3)
     x = F.gelu(torch.randn(rows, width, generator=g))
-    x[:, [5, 40, 99]] *= torch.tensor([150.0, -60.0, 90.0])
+    x[:, list(channels)] *= torch.tensor([150.0, -60.0, 90.0])[:len(channels)]
     return x
 
 
@@ -169,15 +169,17 @@ def test_outlier_channels_are_computed_in_fp32(activation, monkeypatch):
 
 
 @pytest.mark.parametrize("activation", ["none", "gelu"])
-def test_the_outlier_split_computes_its_arithmetic(activation):
+@pytest.mark.parametrize("channels", [(5,), (5, 40), (5, 40, 99)])  # outer products (addr_) up to two, then a matmul
+def test_the_outlier_split_computes_its_arithmetic(activation, channels):
     """Oracle in float64: int8 for the other channels (their own range), fp32 for the outliers with the int8
     weights dequantised, the bias once, the activation after the sum."""
     from maskplay.runtime import quant
 
     torch.manual_seed(1)
     layer = Int8Linear.from_linear(nn.Linear(128, 64), activation)
-    x = with_outlier_channels()
+    x = with_outlier_channels(channels=channels)
     outliers = quant.outlier_channels(x.abs().amax(0))
+    assert sorted(outliers.tolist()) == list(channels)
     rest = x.index_fill(1, outliers, 0.0)
     keep = torch.ones(128, dtype=torch.bool)
     keep[outliers] = False

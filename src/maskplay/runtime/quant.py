@@ -222,7 +222,7 @@ class Int8Linear(nn.Module):
             y = int8(x, None, self.activation)
         else:  # the outlier channels in fp32, the others in int8 with their own range, the activation after the sum
             y = int8(x.index_fill(1, outliers, 0.0), None, "none")
-            y.addmm_(x.index_select(1, outliers), self._outlier_weights(outliers).to(x.dtype))
+            add_product(y, x.index_select(1, outliers), self._outlier_weights(outliers).to(x.dtype))
             if self.activation == "gelu":
                 y = F.gelu(y)
         return y.view(*shape[:-1], self.out_features)
@@ -273,6 +273,23 @@ class Int8Linear(nn.Module):
 OUTLIER_RATIO = 4.0
 MAX_OUTLIERS = 32
 OUTLIER_SAMPLE = 4
+
+
+# Up to this many outlier channels are added as outer products (Tensor.addr_, one pass over the result each): a
+# matmul with an inner dimension of 1 or 2 ran 3-5x slower on a (256 x 29,530) block of int8 scoring's vocabulary
+# projection and 1.2-4x slower on the FFN's layers, and from 4 channels it is faster on some of them; T-TA's int8
+# one pass went 1.04x as fast (AMD EPYC, 2 cores; benchmarks/probes/outlier_products.py,
+# results/probes/outlier-products/).
+OUTER_PRODUCTS = 2
+
+
+def add_product(y: Tensor, inputs: Tensor, weights: Tensor) -> Tensor:
+    """y += inputs @ weights in place: (N, k) @ (k, out), k the outlier channels."""
+    if inputs.shape[1] > OUTER_PRODUCTS:
+        return y.addmm_(inputs, weights)
+    for column, row in zip(inputs.t(), weights, strict=True):
+        y.addr_(column, row)
+    return y
 
 
 def outlier_channels(magnitude: Tensor) -> Tensor | None:
