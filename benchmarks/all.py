@@ -1,11 +1,14 @@
 """One table, every family: each family's training step, scoring, embedding and generation against its HuggingFace
 twin where one exists, best precision against best precision, in one invocation (`make bench`).
 
-    python benchmarks/all.py                      # ~10-15 minutes on 2 cores; writes results/bench-all/KIND/
-    python benchmarks/all.py --rounds 5 --docs docs/results/benchmarks.md
+    python benchmarks/all.py                      # ~4-5 minutes on 2 cores; writes results/bench-all/KIND/
+    python benchmarks/all.py --repeat 3 --docs docs/results/benchmarks.md     # make bench: three runs, medians
 
 It runs the project's benchmark scripts with small rounds (ratios are what count; each script interleaves its cases
-round by round, so the machine's drift hits both sides alike) and merges their JSON into one Markdown table:
+round by round, so the machine's drift hits both sides alike) and merges their JSON into one Markdown table. A
+shared machine's speed moves between runs by more than a round's interleaving evens out (a ratio by up to a third on
+one machine in one day), so --repeat N runs every sub-run N times in turn and gives each ratio as the median over
+the runs with their range:
 
 - training (`train_speed.py --preset mini`, batch 16 x 128, random ids): every family in fp32 and bf16; the twins
   BertForMaskedLM (BERT), GPT2LMHeadModel (GPT), HF ELECTRA generator + discriminator (ELECTRA), XLNetLMHeadModel
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -168,11 +172,50 @@ def the_cpu(work: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else cpu_info()
 
 
+def repeat_dirs(work: Path) -> list[Path]:
+    """The folders of the runs a table merges: work (the first run) and work/repeat-2, repeat-3, ... (--repeat)."""
+    found = {int(d.name.removeprefix("repeat-")): d for d in work.glob("repeat-*")
+             if d.is_dir() and d.name.removeprefix("repeat-").isdigit()}
+    return [work, *(found[k] for k in sorted(found))]
+
+
+def stale_repeats(work: Path, repeat: int) -> list[Path]:
+    """The repeat folders a run of `repeat` runs does not write: an older run's, which its table must not merge."""
+    return repeat_dirs(work)[repeat:]
+
+
+RATIO = re.compile(r"(\d+(?:\.\d+)?)x")
+
+
 def cells(work: Path) -> list[dict[str, str]]:
     """One row per family and task: maskplay's best, the twin's best, the ratio, the MFU and the CPU's kind and
-    model (a ratio holds for the kind of CPU it was measured on: docs/results/benchmarks.md)."""
+    model (a ratio holds for the kind of CPU it was measured on: docs/results/benchmarks.md). Where work holds
+    repeated runs (repeat_dirs), each ratio is the median over the runs with their range in brackets, and the
+    throughputs and MFU are those of the run whose (first) ratio is the median; `ratios` lists every run's."""
+    runs_cells = [cells_of(folder, the_cpu(work)) for folder in repeat_dirs(work)]
+    if len(runs_cells) == 1:
+        return runs_cells[0]
+    merged = []
+    for rows in zip(*runs_cells, strict=True):
+        measured = [(row, [float(v) for v in RATIO.findall(row["ratio"])]) for row in rows if row["ratio"] != "-"]
+        if not measured:
+            merged.append(rows[0])
+            continue
+        parts = len(measured[0][1])
+        medians, ranges = [], []
+        for k in range(parts):
+            values = sorted(ratios[k] for _, ratios in measured)
+            medians.append(values[(len(values) - 1) // 2])
+            ranges.append(f"{values[0]:.2f}-{values[-1]:.2f}x")
+        middle = sorted(measured, key=lambda m: m[1][0])[(len(measured) - 1) // 2][0]
+        merged.append({**middle, "ratio": " / ".join(f"{m:.2f}x" for m in medians) + f" ({' / '.join(ranges)})",
+                       "ratios": [row["ratio"] for row, _ in measured]})
+    return merged
+
+
+def cells_of(work: Path, cpu: dict) -> list[dict[str, str]]:
+    """cells() of one run's folder."""
     train, score, generate = train_rows(work), score_rows(work), generate_rows(work)
-    cpu = the_cpu(work)
     out = []
     for family in FAMILIES:
         tasks = [("train step", train.get(family)), ("score", score.get(("score", family))),
@@ -260,11 +303,16 @@ def main() -> None:
                              "a run on one kind keeps another kind's files)")
     parser.add_argument("--only", nargs="+", default=None, help="run only these sub-runs (the others' JSON in --work "
                                                                 "are reused): train train-gpt train-electra ...")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run every sub-run this many times in turn (runs 2.. in --work/repeat-N): each ratio is "
+                             "then the median over the runs, with their range")
     parser.add_argument("--table-only", action="store_true", help="run nothing: build the table from --work")
     parser.add_argument("--docs", type=Path, default=None, help="write the table into this Markdown file")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
     here = None
     if not args.table_only or args.work is None:
         bf16_over_fp32 = matmul_peak(torch.bfloat16) / matmul_peak(torch.float32)  # what the flags cannot say
@@ -272,31 +320,44 @@ def main() -> None:
     if args.work is None:
         args.work = Path("results/bench-all") / kind_slug(str(here["kind"]))
     args.work.mkdir(parents=True, exist_ok=True)
-    plan = runs(args.rounds, args.work, generation_dtypes(here))
-    if not args.table_only:  # the CPU the sub-runs run on, kept beside their JSON
-        (args.work / "cpu.json").write_text(json.dumps(here, indent=1) + "\n")
-    unknown = sorted(set(args.only or ()) - set(plan))
+    folders = [args.work, *(args.work / f"repeat-{k}" for k in range(2, args.repeat + 1))]
+    plans = [runs(args.rounds, folder, generation_dtypes(here)) for folder in folders]
+    unknown = sorted(set(args.only or ()) - set(plans[0]))
     if unknown:
-        parser.error(f"--only: unknown sub-runs {unknown}; choose from {sorted(plan)}")
-    timings = {}
-    for name, argv in ([] if args.table_only else plan.items()):
-        if args.only and name not in args.only:
-            continue
-        began = time.perf_counter()
-        print(f"== {name}: python {' '.join(argv)}", flush=True)
-        with open(args.work / f"{name}.log", "w") as log:
-            done = subprocess.run([sys.executable, *argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        timings[name] = time.perf_counter() - began
-        if done.returncode != 0:
-            raise SystemExit(f"benchmarks/all.py: {name} failed (exit {done.returncode}); see {args.work / name}.log")
-        print(f"   {timings[name]:.0f} s", flush=True)
+        parser.error(f"--only: unknown sub-runs {unknown}; choose from {sorted(plans[0])}")
+    if not args.table_only:
+        for stale in stale_repeats(args.work, args.repeat):
+            shutil.rmtree(stale)
+        for folder in folders:  # the CPU the sub-runs run on, kept beside their JSON
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "cpu.json").write_text(json.dumps(here, indent=1) + "\n")
+    timings: dict[str, float] = {}
+    for folder, plan in ([] if args.table_only else zip(folders, plans, strict=True)):
+        for name, argv in plan.items():
+            if args.only and name not in args.only:
+                continue
+            began = time.perf_counter()
+            print(f"== {name}: python {' '.join(argv)}", flush=True)
+            with open(folder / f"{name}.log", "w") as log:
+                done = subprocess.run([sys.executable, *argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+            spent = time.perf_counter() - began
+            timings[f"{folder.name}/{name}"] = spent
+            if done.returncode != 0:
+                raise SystemExit(f"benchmarks/all.py: {name} failed (exit {done.returncode}); see {folder / name}.log")
+            print(f"   {spent:.0f} s", flush=True)
+    repeated = f" --repeat {args.repeat}" if args.repeat > 1 else ""
     if args.table_only:
         how = "built from the sub-runs' JSON already there (`--table-only`)"
     elif args.only:
-        how = (f"`python benchmarks/all.py --rounds {args.rounds} --only {' '.join(args.only)}` re-ran those "
-               f"({sum(timings.values()) / 60:.1f} minutes); the other rows are an earlier full run's")
+        how = (f"`python benchmarks/all.py --rounds {args.rounds}{repeated} --only {' '.join(args.only)}` re-ran "
+               f"those ({sum(timings.values()) / 60:.1f} minutes); the other rows are an earlier full run's")
     else:
-        how = f"`python benchmarks/all.py --rounds {args.rounds}` ({sum(timings.values()) / 60:.1f} minutes in all)"
+        how = (f"`python benchmarks/all.py --rounds {args.rounds}{repeated}` ({sum(timings.values()) / 60:.1f} minutes "
+               "in all)")
+    merged = len(repeat_dirs(args.work))
+    if merged > 1:
+        how += (f"; every sub-run {merged} times in turn, each ratio the median over the {merged} runs with their "
+                "range in brackets, the throughputs and MFU those of the run whose (first) ratio is the median")
     cpu = the_cpu(args.work)
     emulated = f", oneDNN held by {cpu['emulated']}" if cpu.get("emulated") else ""
     kind = f"CPU kind {cpu['kind']} ({cpu['model']}{emulated}; flags {' '.join(cpu['flags'])})"

@@ -183,3 +183,35 @@ def test_an_emulated_kind_without_bf16_generates_without_it():
     plan = bench.runs(3, Path("w"), bench.generation_dtypes(ice_lake))
     dtypes = plan["generate"][plan["generate"].index("--dtypes") + 1:plan["generate"].index("--out")]
     assert dtypes == ["fp32", "int8"]
+
+
+def test_repeated_runs_give_the_median_ratio_and_the_range(tmp_path):
+    """--repeat N: runs 2.. in work/repeat-N; each ratio is the median over the runs with their range, and the
+    throughputs shown are those of the run whose ratio is the median."""
+    bench = load_all()
+    write(tmp_path / "cpu.json", {"model": "AMD EPYC 9R14", "kind": "bf16 + VNNI", "flags": ["avx512_bf16"]})
+    for k, (tta, b8) in enumerate([(300.0, 2000.0), (250.0, 3000.0), (350.0, 2500.0)], start=1):
+        folder = tmp_path if k == 1 else tmp_path / f"repeat-{k}"
+        folder.mkdir(exist_ok=True)
+        write(folder / "score.json", {"rows": [
+            {"case": "tta8", "method": "T-TA one pass, int8 (maskplay)", "sentences_per_s": tta, "mfu": tta / 1000},
+            {"case": "hf_pll8", "method": "x", "sentences_per_s": 10.0, "mfu": 0.5}]})
+        write(folder / "generate.json", {"rows": [
+            {"batch": 1, "case": "maskplay bf16, compiled", "tokens_per_s": 800.0 * k,
+             "bandwidth_limit_tokens_per_s": 8000.0},
+            {"batch": 1, "case": "HF generate int8, cache", "tokens_per_s": 400.0, "bandwidth_limit_tokens_per_s": 1.0},
+            {"batch": 8, "case": "maskplay bf16, compiled", "tokens_per_s": b8, "bandwidth_limit_tokens_per_s": 1e4},
+            {"batch": 8, "case": "HF generate int8, cache", "tokens_per_s": 1000.0,
+             "bandwidth_limit_tokens_per_s": 1.0}]})
+    (tmp_path / "repeat-x").mkdir()  # not a repeat's folder
+    assert bench.repeat_dirs(tmp_path) == [tmp_path, tmp_path / "repeat-2", tmp_path / "repeat-3"]
+    rows = {(r["family"], r["task"]): r for r in bench.cells(tmp_path)}
+    tta = rows[("T-TA", "score")]
+    assert tta["ratio"] == "30.00x (25.00-35.00x)" and tta["maskplay"].startswith("300.0 sent/s")
+    assert tta["mfu"] == "30%" and tta["ratios"] == ["30.00x", "25.00x", "35.00x"]
+    generate = rows[("GPT", "generate")]  # each ratio's own median; the run shown is the first ratio's median
+    assert generate["ratio"] == "4.00x / 2.50x (2.00-6.00x / 2.00-3.00x)"
+    assert generate["maskplay"].startswith("b1: 1,600 tokens/s")
+    assert rows[("GPT", "train step")]["ratio"] == "-"  # no run measured it
+    assert "(25.00-35.00x)" in bench.table(tmp_path)
+    assert bench.stale_repeats(tmp_path, 2) == [tmp_path / "repeat-3"] and bench.stale_repeats(tmp_path, 3) == []
