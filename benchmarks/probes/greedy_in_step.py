@@ -12,13 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import machine  # noqa: E402
+from common import interleaved, machine  # noqa: E402
 
 import maskplay.tasks.decoding as decoding  # noqa: E402
 from maskplay import preset  # noqa: E402
@@ -56,13 +55,8 @@ def main() -> None:
             return [o.token_ids for o in out]
 
         equal = run(True) == run(False)
-        times: dict[bool, list[float]] = {True: [], False: []}
-        for _ in range(args.rounds):
-            for on in (True, False):
-                start = time.perf_counter()
-                run(on)
-                times[on].append(time.perf_counter() - start)
-        median = {on: sorted(t)[len(t) // 2] for on, t in times.items()}
+        seconds = interleaved({"in_step": lambda run=run: run(True), "on_host": lambda run=run: run(False)}, args.rounds)
+        median = {True: seconds["in_step"], False: seconds["on_host"]}
         tokens = batch * args.max_new_tokens
         rows.append({"batch": batch, "tokens_equal": equal,
                      "choice_in_step_tokens_per_s": tokens / median[True],

@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
-from common import machine  # noqa: E402
+from common import interleaved, machine, median_time  # noqa: E402
 from score_speed import DATA, wikitext_sentences  # noqa: E402
 
 import maskplay.runtime.quant as quant  # noqa: E402
@@ -33,17 +32,6 @@ from maskplay.tasks.score import Scorer  # noqa: E402
 SHAPES = [(256, 29530), (1119, 512), (1119, 2048)]  # (rows, outputs): a vocabulary block, the FFN's two layers
 
 
-def median_us(call: Callable[[], object], repeats: int = 20) -> float:
-    for _ in range(3):
-        call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[repeats // 2] * 1e6
-
-
 def alone() -> list[dict]:
     rows = []
     for n, out in SHAPES:
@@ -55,7 +43,8 @@ def alone() -> list[dict]:
                 for column, row in zip(columns, weights, strict=True):
                     y.addr_(column, row)
 
-            matmul, products = median_us(lambda y=y, i=inputs, w=weights: y.addmm_(i, w)), median_us(outer)
+            matmul = median_time(lambda y=y, i=inputs, w=weights: y.addmm_(i, w), repeats=20, warmup=3) * 1e6
+            products = median_time(outer, repeats=20, warmup=3) * 1e6
             rows.append({"rows": n, "outputs": out, "channels": k, "addmm_us": matmul, "addr_us": products})
             print(f"({n} x {out}), {k:2d} channels: addmm_ {matmul:,.0f} us, addr_ per channel {products:,.0f} us "
                   f"({matmul / products:.2f}x)", flush=True)
@@ -67,17 +56,16 @@ def in_the_pass(sentences: list[str], tok: object, rounds: int) -> dict:
     model = build_model(preset("tta-paper", family="tta", **tok.model_config_ids())).eval()
     scorer = Scorer(model, tok, batch_size=32, precision=Precision.int8)
     chosen = quant.OUTER_PRODUCTS
-    settings = {"matmul": 0, "outer_products": chosen}
-    times: dict[str, list[float]] = {name: [] for name in settings}
     scores: dict[str, list[float]] = {}
-    for _ in range(rounds + 1):  # the first round warms up
-        for name, value in settings.items():
+
+    def scored(name: str, value: int) -> Callable[[], None]:
+        def run() -> None:
             quant.OUTER_PRODUCTS = value
-            start = time.perf_counter()
             scores[name] = [s.log_prob for s in scorer.score(sentences)]
-            times[name].append(time.perf_counter() - start)
+        return run
+
+    median = interleaved({"matmul": scored("matmul", 0), "outer_products": scored("outer_products", chosen)}, rounds)
     quant.OUTER_PRODUCTS = chosen
-    median = {name: sorted(t[1:])[len(t[1:]) // 2] for name, t in times.items()}
     rate = {name: len(sentences) / m for name, m in median.items()}
     largest = max(abs(a - b) for a, b in zip(scores["matmul"], scores["outer_products"], strict=True))
     print(f"T-TA one pass, int8: outer products (up to {chosen} channels) {rate['outer_products']:.1f} sentences/s, "
