@@ -93,8 +93,8 @@ demo: $(DEMO_VENV)/bin/maskplay
 	$(DEMO_VENV)/bin/python -m maskplay.tasks.demo
 
 # Every family against its HuggingFace twin, one table (benchmarks/all.py, three runs, each ratio their median;
-# 10-15 minutes on 2 cores), written into
-# docs/results/benchmarks.md; the sub-runs' JSON in results/bench-all/KIND/ (the CPU kind, e.g. bf16-vnni).
+# 10-15 minutes on 2 cores), written into docs/results/benchmarks.md; the sub-runs' JSON in results/bench-all/KIND/
+# (the CPU kind, e.g. bf16-vnni).
 bench: venv
 	$(BIN)/python benchmarks/all.py --repeat 3 --docs docs/results/benchmarks.md
 
