@@ -35,7 +35,7 @@ from maskplay.tasks.decoding import generate  # noqa: E402
 
 
 def make_cases(model, hf, prompts: list[list[int]], ids: torch.Tensor, max_new_tokens: int, uncached: bool,
-               label: str, compiled: bool = True) -> tuple[dict[str, Callable[[], list[list[int]]]], dict[str, bool]]:
+               label: str) -> tuple[dict[str, Callable[[], list[list[int]]]], dict[str, bool]]:
     """The timed calls for one batch of prompts (ids: the same prompts left-padded with 0, for HuggingFace), and
     whether maskplay's greedy tokens (cached, compiled) equal HuggingFace's. The compiled case compiles here."""
 
@@ -52,15 +52,12 @@ def make_cases(model, hf, prompts: list[list[int]], ids: torch.Tensor, max_new_t
         return out[:, ids.shape[1]:].tolist()
 
     cases = {f"maskplay {label}, cache": lambda: maskplay(True),
-             f"HF generate {label}, cache": huggingface}
-    if compiled:
-        cases[f"maskplay {label}, compiled"] = lambda: maskplay(True, True)
+             f"HF generate {label}, cache": huggingface,
+             f"maskplay {label}, compiled": lambda: maskplay(True, True)}
     if uncached:
         cases[f"maskplay {label}, no cache"] = lambda: maskplay(False)
     reference = huggingface()
-    equal = {"cache": maskplay(True) == reference}
-    if compiled:
-        equal["compiled"] = maskplay(True, True) == reference
+    equal = {"cache": maskplay(True) == reference, "compiled": maskplay(True, True) == reference}
     return cases, equal
 
 
@@ -99,7 +96,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtypes", nargs="+", choices=["auto", "fp32", "bf16", "int8"], default=["auto"],
                         help="precisions to run both sides in (bf16: both models cast to bf16, as maskplay generate "
-                             "--precision bf16; int8, CPU: maskplay's int8 copy, eager only, against HuggingFace "
+                             "--precision bf16; int8, CPU: maskplay's int8 copy against HuggingFace "
                              "with torch.ao dynamic int8); auto: bf16 where this machine runs it faster (a GPU: "
                              "bf16), else fp32")
     parser.add_argument("--no-uncached", action="store_true", help="skip the uncached maskplay row (the slowest)")
@@ -149,8 +146,7 @@ def main() -> None:
             cases, equal, dtype_of = {}, {}, {}
             for d in dtypes:
                 model, hf = models[d]
-                c, same = make_cases(model, hf, prompts, ids.to(device), args.max_new_tokens, not args.no_uncached, d,
-                                     compiled=d != "int8")  # the static decode step compiles float weights only
+                c, same = make_cases(model, hf, prompts, ids.to(device), args.max_new_tokens, not args.no_uncached, d)
                 cases.update(c)
                 dtype_of.update(dict.fromkeys(c, d))
                 equal[d] = same

@@ -92,18 +92,6 @@ def test_generate_refuses_a_prompt_argument_that_is_not_utf8(capsys):
     assert "prompt argument 1 is not valid UTF-8" in err and len(err.splitlines()) == 1
 
 
-def test_generate_refuses_compile_with_int8_in_one_line(capsys, tiny_model):
-    from maskplay.cli import main
-    from maskplay.runtime.precision import quantize_int8
-    from maskplay.tasks.decoding import generate
-
-    assert main(["generate", "gpt-mini-wiki", "the cat", "--precision", "int8", "--compile"]) != 0
-    err = capsys.readouterr().err.strip()
-    assert "--compile compiles fp32 and bf16 models" in err and len(err.splitlines()) == 1
-    with pytest.raises(ValueError, match="an int8 copy"):
-        generate(quantize_int8(tiny_model("gpt")), [[1, 5, 6]], max_new_tokens=2, compile=True)
-
-
 # ---- item 2: a model directory's sizes against its weights ----------------------------------------------------
 
 @contextmanager

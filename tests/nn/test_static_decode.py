@@ -41,6 +41,20 @@ def test_static_cache_gives_the_plain_paths_tokens_and_logits(eager_compile, fam
     same_as_plain(tiny(family), stop_ids=[])
 
 
+def test_an_int8_copy_decodes_over_the_static_cache(eager_compile):
+    from maskplay.runtime.precision import quantize_int8
+
+    same_as_plain(quantize_int8(tiny("gpt")), stop_ids=[])
+
+
+def test_generate_takes_int8_with_compile_on_the_command_line(eager_compile, capsys):
+    from maskplay.cli import main
+
+    assert main(["generate", "gpt-mini-wiki", "the cat", "--precision", "int8", "--compile",
+                 "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().out.strip()
+
+
 @pytest.mark.parametrize("positions", ["rotary", "alibi"])
 def test_static_cache_with_position_terms_inside_attention(eager_compile, positions):
     same_as_plain(tiny("gpt", positions=positions), stop_ids=[])
@@ -137,6 +151,32 @@ def test_the_compiled_step_freezes_its_weights_and_has_a_cpp_wrapper(monkeypatch
     weights = sum(1 for _ in model.parameters())
     assert frozen and frozen[0] >= weights - 2  # every weight but those the graph does not read
     assert wrappers  # the compiled step's wrapper is C++
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_a_compiled_int8_step_computes_the_traced_layers_arithmetic(monkeypatch):
+    """An int8 copy's compiled step (its int8 products in inductor's own int8 GEMM or oneDNN's kernel) against the
+    same model decoded eagerly, its prompt as before and every step with its int8 layers in the form torch.compile
+    traces (Int8Linear.traced): the same tokens, logits within the rounding of a reordered fp32 sum."""
+    from maskplay.runtime.precision import quantize_int8
+    from maskplay.runtime.quant import Int8Linear
+
+    torch.manual_seed(2)
+    model = quantize_int8(build_model(preset("tiny", family="gpt", hidden_size=40)).eval())  # a graph of its own
+    fast = generate(model, PROMPTS, max_new_tokens=10, output_logits=True, compile=True, stop_ids=[])
+    step = model.step
+
+    def traced_step(*args):
+        with monkeypatch.context() as patch:
+            patch.setattr(Int8Linear, "forward", Int8Linear.traced)
+            return step(*args)
+
+    monkeypatch.setattr(model, "step", traced_step)
+    plain = generate(model, PROMPTS, max_new_tokens=10, output_logits=True, stop_ids=[])
+    assert [g.token_ids for g in fast] == [g.token_ids for g in plain]
+    for f, p in zip(fast, plain, strict=True):
+        torch.testing.assert_close(f.logits, p.logits, atol=1e-4, rtol=1e-4)
 
 
 def test_a_prompt_that_fills_the_capacity_and_no_new_tokens(eager_compile):

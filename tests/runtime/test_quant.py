@@ -294,3 +294,48 @@ def test_the_int8_copy_projects_logits_in_int8(tiny_model, family):
         oracle = Int8Linear.from_weight(model.embeddings.word.weight, model.head.bias)(q.head.transform(hidden))
     assert torch.equal(got, oracle)
     assert 1e-5 < rel(got, want) < 0.03
+
+
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_the_traced_form_computes_its_arithmetic(activation):
+    """Int8Linear.traced (what torch.compile traces) against float64: its TRACED_OUTLIERS largest channels in fp32
+    with the int8 weights dequantised, the others quantised with their own range (widened to hold 0), the bias
+    once, the activation after the sum. Then: close to the fp32 layer with three outlier channels, where the
+    eager path's error is the bar."""
+    from maskplay.runtime import quant
+
+    torch.manual_seed(1)
+    linear = nn.Linear(128, 64)
+    layer = Int8Linear.from_linear(linear, activation)
+    x = with_outlier_channels(rows=8, channels=(5, 40, 99))
+    channels = x.abs().amax(0).topk(quant.TRACED_OUTLIERS).indices
+    assert {5, 40, 99} <= set(channels.tolist())
+    rest = x.double().index_fill(1, channels, 0.0)
+    lo, hi = min(float(rest.min()), 0.0), max(float(rest.max()), 0.0)
+    scale = (hi - lo) / 255
+    zero_point = round(-lo / scale)
+    q = ((rest / scale).round() + zero_point).clamp(0, 255)
+    want = layer.reference(q, scale, zero_point, torch.float64, activation="none")
+    weights = layer.weight_int8.double() * layer.weight_scale.double()[:, None]
+    want += x.double()[:, channels] @ weights[:, channels].t()
+    want = F.gelu(want) if activation == "gelu" else want
+    got = layer.traced(x)
+    assert got.shape == (8, 64) and rel(got, want) < 1e-5
+    with torch.no_grad():
+        fp32 = F.gelu(linear(x)) if activation == "gelu" else linear(x)
+    assert rel(got, fp32) < 1.5 * rel(layer(x), fp32) + 1e-3
+
+
+def test_the_traced_form_keeps_the_leading_dimensions_and_takes_narrow_layers():
+    """(B, T, in) inputs keep (B, T); a layer narrower than TRACED_OUTLIERS takes all its channels in fp32."""
+    from maskplay.runtime import quant
+
+    torch.manual_seed(2)
+    wide = Int8Linear.from_linear(nn.Linear(32, 16))
+    x = torch.randn(2, 3, 32)
+    assert torch.allclose(wide.traced(x), wide.traced(x.reshape(6, 32)).view(2, 3, 16))
+    narrow_linear = nn.Linear(quant.TRACED_OUTLIERS - 1, 5)
+    narrow = Int8Linear.from_linear(narrow_linear)
+    x = torch.randn(4, quant.TRACED_OUTLIERS - 1)
+    weights = narrow.weight_int8.double() * narrow.weight_scale.double()[:, None]
+    assert rel(narrow.traced(x), x.double() @ weights.t() + narrow.bias.double()) < 1e-6

@@ -135,9 +135,6 @@ def run_generate(args: argparse.Namespace) -> int:
     from ..tasks.score.scorer import load_model_dir
 
     device = resolve_device(args.device)  # before any work: a device this machine lacks is one line
-    if args.compile and args.precision == "int8":
-        raise ValueError("--compile compiles fp32 and bf16 models; with --precision int8 leave it out (int8 decoding "
-                         "runs FBGEMM's fused kernel without compiling)")
     prompts = _read_prompts(args)
     model, tokenizer = load_model_dir(args.model_dir)
     require_generative(model)

@@ -14,6 +14,10 @@ its arithmetic; there the layer runs FBGEMM's dynamic linear (the kernel torch.a
 measures, quantises, multiplies and dequantises in one operation, on the same int8 weights, where that kernel
 computes the exact integer arithmetic on this CPU (checked once per process, as below).
 
+Under torch.compile (the compiled decoding step, maskplay.nn.static_decode) a layer takes a form with no
+data-dependent choice and nothing read back (Int8Linear.traced), so that the whole step compiles to one program
+whose int8 products inductor runs with its own int8 GEMM or oneDNN's kernel, whichever its autotuning finds faster.
+
 One scale per call means a row's result depends slightly on the other rows of its batch (as with torch.ao).
 Input channels far larger than the rest (outlier_channels) are multiplied in fp32 beside the int8 product, so
 that one scale does not round every other channel to a few levels.
@@ -168,7 +172,7 @@ class Int8Linear(nn.Module):
         self.out_features, self.in_features = weight_int8.shape
         self.activation = activation
         self.weight_int8, self.weight_scale, self.bias = weight_int8, weight_scale, bias
-        self._zero_points = torch.zeros(self.out_features, dtype=torch.long, device=weight_int8.device)
+        self._zero_points = torch.zeros(self.out_features, dtype=torch.int32, device=weight_int8.device)
         use_kernel = ONEDNN_INT8 and weight_int8.device.type == "cpu"
         if use_kernel and int(weight_int8.abs().max()) > kernel_weight_range():
             raise ValueError(f"int8: weights quantised to +-{int(weight_int8.abs().max())} would saturate this CPU's "
@@ -206,6 +210,8 @@ class Int8Linear(nn.Module):
                      for name in ("weight_int8", "weight_scale", "bias")), activation=layers[0].activation)
 
     def forward(self, x: Tensor) -> Tensor:
+        if torch.compiler.is_compiling():
+            return self.traced(x)
         shape = x.shape
         x = x.reshape(-1, shape[-1])
         # Outlier channels are large in every row: every OUTLIER_SAMPLE-th row finds them for a fraction of a pass
@@ -225,6 +231,35 @@ class Int8Linear(nn.Module):
             add_product(y, x.index_select(1, outliers), self._outlier_weights(outliers).to(x.dtype))
             if self.activation == "gelu":
                 y = F.gelu(y)
+        return y.view(*shape[:-1], self.out_features)
+
+    def traced(self, x: Tensor) -> Tensor:
+        """The layer as torch.compile traces it: the TRACED_OUTLIERS input channels of largest |value| always in fp32
+        (where forward takes those past OUTLIER_RATIO x the median, up to MAX_OUTLIERS, which needs the count read
+        back), the others quantised with one scale and zero point computed in the program. Inputs are not checked
+        for non-finite values (that too is a read back): run the model eagerly to find where they arise."""
+        shape = x.shape
+        x = x.reshape(-1, shape[-1]).float()
+        channels = x.abs().amax(0).topk(min(TRACED_OUTLIERS, self.in_features)).indices
+        outliers = x.index_select(1, channels)
+        x = x.index_fill(1, channels, 0.0)
+        lo, hi = x.amin().clamp(max=0.0), x.amax().clamp(min=0.0)
+        scale = (hi - lo).clamp(min=1e-8) / 255
+        zero_point = (-lo / scale).round().clamp(0, 255)
+        q = ((x / scale).round() + zero_point).clamp(0, 255).to(torch.uint8)
+        if self._packed is not None:
+            y = torch.ops.onednn.qlinear_pointwise.tensor(q, scale, zero_point.to(torch.int32), self._packed,
+                                                          self.weight_scale, self._zero_points, self.bias, 1.0, 0,
+                                                          torch.float32, "none", [], "")
+        else:
+            y = self.reference(q, scale, zero_point, activation="none")
+        # the transposed copy is a constant of a frozen program (folded once); addmm rather than y + ...: inductor
+        # fuses an addition after oneDNN's int8 call into that call, which keeps the product off inductor's own
+        # int8 GEMM (the mini GPT's step at batch 8 half as fast)
+        weights = self.weight_int8.t().contiguous().index_select(0, channels).float() * self.weight_scale
+        y = torch.addmm(y, outliers, weights)
+        if self.activation == "gelu":
+            y = F.gelu(y)
         return y.view(*shape[:-1], self.out_features)
 
     def _outlier_weights(self, outliers: Tensor) -> Tensor:
@@ -251,8 +286,8 @@ class Int8Linear(nn.Module):
                                                       [], "none" if activation == "gelu" else "")
         return self.reference(q, scale, zero_point, activation=activation).to(x.dtype)
 
-    def reference(self, q: Tensor, scale: float, zero_point: int, dtype: torch.dtype = torch.float32,
-                  activation: str | None = None) -> Tensor:
+    def reference(self, q: Tensor, scale: float | Tensor, zero_point: int | Tensor,
+                  dtype: torch.dtype = torch.float32, activation: str | None = None) -> Tensor:
         """What the oneDNN kernel computes, in `dtype` (float64 for a test oracle), with this layer's activation
         or the one given."""
         x = (q.to(dtype) - zero_point) * scale
@@ -273,6 +308,11 @@ class Int8Linear(nn.Module):
 OUTLIER_RATIO = 4.0
 MAX_OUTLIERS = 32
 OUTLIER_SAMPLE = 4
+# Under torch.compile (Int8Linear.traced) this many channels, the largest, are multiplied in fp32 at every call. The
+# compiled int8 step's greedy tokens then agree with fp32's as often as the eager int8 path's do, where no channel in
+# fp32 agreed far less often (benchmarks/probes/int8_decode_agreement.py, results/probes/int8-decode-agreement/);
+# more channels cost time at every call, most in the vocabulary projection.
+TRACED_OUTLIERS = 4
 
 
 # Up to this many outlier channels are added as outer products (Tensor.addr_, one pass over the result each): a

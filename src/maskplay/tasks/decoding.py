@@ -394,12 +394,6 @@ def _fit(prompt: list[int], limit: int, prefix: list[int], suffix: list[int]) ->
     return [*range(head), *range(body_end - (limit - head - tail), body_end), *range(body_end, len(prompt))]
 
 
-def _has_int8_layers(model: Any) -> bool:
-    from ..runtime.quant import Int8Linear
-
-    return any(isinstance(m, Int8Linear) for m in model.modules())
-
-
 def generate(model: Generative, inputs: str | Sequence[str] | Sequence[Sequence[int]] | Tensor, *,
              tokenizer: Any | None = None, attention_mask: Tensor | None = None,
              token_type_ids: Tensor | None = None, max_new_tokens: int = 32, strategy: str = "greedy",
@@ -430,9 +424,6 @@ def generate(model: Generative, inputs: str | Sequence[str] | Sequence[Sequence[
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
-    if cfg.compile and _has_int8_layers(model):
-        raise ValueError("compile=True compiles fp32 and bf16 models; an int8 copy (precision.quantize_int8) decodes "
-                         "without it")
     prefix, suffix = _frame(model, tokenizer)
     prompts, types = _prompts(model, inputs, tokenizer, attention_mask, token_type_ids, prefix, suffix)
     positions = model.config.max_position
