@@ -6,6 +6,9 @@ under a millisecond of one core, while eager PyTorch spends milliseconds dispatc
 and building masks. With every shape and address fixed (the static cache), the step becomes one compiled
 program (or one graph launch); the prompt still runs through the family's own `prefill`, whose cache is copied in.
 
+An int8 copy (runtime.precision.quantize_int8) compiles too: under torch.compile its layers take the form
+runtime.quant.Int8Linear.traced, with nothing read back to the host.
+
 A step is kept per model, batch size, capacity, dtype and device (capacities rounded up to a multiple of
 CAPACITY_STEP, so that prompts of nearby lengths share one compiled step), and reused across generate() calls
 while the weights stay as they were: its first call pays the compilation (seconds on a CPU) or the capture
