@@ -255,7 +255,7 @@ class Int8Linear(nn.Module):
             y = self.reference(q, scale, zero_point, activation="none")
         # the transposed copy is a constant of a frozen program (folded once); addmm rather than y + ...: inductor
         # fuses an addition after oneDNN's int8 call into that call, which keeps the product off inductor's own
-        # int8 GEMM (the mini GPT's step at batch 8 half as fast)
+        # int8 GEMM, the faster of the two at a decoding step's few rows
         weights = self.weight_int8.t().contiguous().index_select(0, channels).float() * self.weight_scale
         y = torch.addmm(y, outliers, weights)
         if self.activation == "gelu":
@@ -309,9 +309,10 @@ OUTLIER_RATIO = 4.0
 MAX_OUTLIERS = 32
 OUTLIER_SAMPLE = 4
 # Under torch.compile (Int8Linear.traced) this many channels, the largest, are multiplied in fp32 at every call. The
-# compiled int8 step's greedy tokens then agree with fp32's as often as the eager int8 path's do, where no channel in
-# fp32 agreed far less often (benchmarks/probes/int8_decode_agreement.py, results/probes/int8-decode-agreement/);
-# more channels cost time at every call, most in the vocabulary projection.
+# compiled int8 step's greedy continuations then equal fp32's about as often as the eager int8 path's (gpt-two-hour:
+# 154 and 166 of 256; gpt-mini-wiki: 209 and 202), where no channel in fp32 gave 119 and 196, and 8 channels no
+# better than 4 (benchmarks/probes/int8_decode_agreement.py, results/probes/int8-decode-agreement/); each channel
+# costs time at every call, most in the vocabulary projection.
 TRACED_OUTLIERS = 4
 
 
