@@ -1,13 +1,15 @@
-"""Shared pieces of the benchmark scripts: machine description, matmul peak, timing, memory sampling."""
+"""Shared pieces of the benchmark scripts: machine description, matmul peak, timing, memory sampling, results."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -153,6 +155,16 @@ def interleaved(cases: dict[str, Callable[[], object]], rounds: int) -> dict[str
             fn()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def report(result: dict[str, object], out: Path | None, echo: bool = True) -> None:
+    """A script's results: printed as JSON (where `echo`), and written to `out` (its folder made) where given."""
+    text = json.dumps(result, indent=2)
+    if echo:
+        print(text)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
 
 
 def rss_bytes() -> int:

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interleaved, machine  # noqa: E402
+from common import interleaved, machine, report  # noqa: E402
 
 import maskplay.families.base as base_module  # noqa: E402
 import maskplay.families.hf.directory as directory_module  # noqa: E402
@@ -128,10 +128,7 @@ def main() -> None:
               "rounds": args.rounds, "median_s": medians, "checks_alone_s": checks_alone,
               "sizes_check_alone_s": sizes_alone,
               "ratio": medians["with checks"] / medians["without checks"]}
-    print(json.dumps(result, indent=2))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    report(result, args.out)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,11 @@ continuations equal to fp32's and the mean length of the prefix they share with 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import machine  # noqa: E402
+from common import machine, report  # noqa: E402
 from score_speed import DATA, wikitext_sentences  # noqa: E402
 
 from maskplay.data.tokenizer import load_tokenizer  # noqa: E402
@@ -71,10 +70,7 @@ def main() -> None:
     quant.TRACED_OUTLIERS = default
     result = {"model": args.model, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
               "machine": machine(), "command": " ".join(sys.argv), "against_fp32_greedy": runs}
-    print(json.dumps(result, indent=2))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    report(result, args.out)
 
 
 if __name__ == "__main__":

@@ -8,14 +8,13 @@ bundled or local model.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import machine  # noqa: E402
+from common import machine, report  # noqa: E402
 from score_speed import DATA, wikitext_sentences  # noqa: E402
 
 from maskplay.data.tokenizer import load_tokenizer  # noqa: E402
@@ -57,10 +56,7 @@ def main() -> None:
     result = {"model": args.model, "sentences": len(sentences), "machine": machine(), "command": " ".join(sys.argv),
               "mean_abs_error_per_piece_nats": {"int8 encoder, bf16 head": error(bf16),
                                                  "int8 encoder, int8 head": error(int8_head)}}
-    print(json.dumps(result, indent=2))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    report(result, args.out)
 
 
 if __name__ == "__main__":

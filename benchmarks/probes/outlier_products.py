@@ -10,7 +10,6 @@ WikiText-103 sentences with quant.OUTER_PRODUCTS at 0 (always the matmul) and at
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
-from common import interleaved, machine, median_time  # noqa: E402
+from common import interleaved, machine, median_time, report  # noqa: E402
 from score_speed import DATA, wikitext_sentences  # noqa: E402
 
 import maskplay.runtime.quant as quant  # noqa: E402
@@ -91,9 +90,7 @@ def main() -> None:
     sentences = wikitext_sentences(args.data / "wikitext-103" / "wiki.valid.tokens", args.sentences, 5, 60)
     result = {"machine": machine(), "command": " ".join(sys.argv), "alone": alone(),
               "tta_one_pass": in_the_pass(sentences, tok, args.rounds)}
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    report(result, args.out, echo=False)
 
 
 if __name__ == "__main__":
